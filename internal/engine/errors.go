@@ -1,0 +1,12 @@
+package engine
+
+import "errors"
+
+var (
+	// ErrBusy means every sandbox slot is taken and the bounded wait is
+	// over (or the queue is full). The API answers 503 with Retry-After.
+	ErrBusy = errors.New("engine: all sandboxes are busy")
+	// ErrUnavailable means the driver cannot run sandboxes on this host
+	// (runtime missing, daemon down). Its message says what to install.
+	ErrUnavailable = errors.New("engine: sandbox driver unavailable")
+)

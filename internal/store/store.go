@@ -1,0 +1,132 @@
+// Package store keeps tenants, API keys, executions, metering, quotas,
+// rate-limit windows and idempotency records.
+//
+// Store is the seam: internal/store/sqlite is the embedded default and
+// internal/store/postgres lets several API nodes share one database.
+// internal/store/storetest is the one behaviour suite both must pass.
+// Every method is safe for concurrent use by many goroutines and, for
+// PostgreSQL, by many processes: quota reservation, rate-limit counting,
+// key rotation and idempotency claims are atomic in the database.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	ErrNotFound      = errors.New("store: not found")
+	ErrTooManyKeys   = errors.New("store: tenant already has the maximum number of active keys")
+	ErrQuotaExceeded = errors.New("store: daily quota exceeded")
+)
+
+// MaxActiveKeys is how many unrevoked keys one tenant may hold.
+const MaxActiveKeys = 5
+
+// Key is an API key's record. The secret itself is never stored: only the
+// SHA-256 of it.
+type Key struct {
+	ID        string // public id, "key_" + 12 hex
+	Tenant    string
+	Plan      string // the tenant's plan
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while active
+}
+
+// NewKey is what CreateKey and RotateKey insert.
+type NewKey struct {
+	ID        string
+	Tenant    string
+	Plan      string // sets (or updates) the tenant's plan
+	Hash      [32]byte
+	CreatedAt time.Time
+}
+
+// Execution is one stored execution.
+type Execution struct {
+	ID              string // "exe_" + 32 hex
+	Tenant          string
+	KeyID           string
+	RequestID       string
+	Language        string
+	Status          string
+	Stdout          string
+	Stderr          string
+	ExitCode        int
+	DurationMS      int64
+	Truncated       bool
+	SandboxSeconds  float64
+	CPUSeconds      float64
+	PeakMemoryBytes int64
+	CreatedAt       time.Time
+}
+
+// DayUsage is one tenant's metering for one UTC day.
+type DayUsage struct {
+	Executions     int64
+	SandboxSeconds float64
+	CPUSeconds     float64
+}
+
+// Idempotency is a claimed Idempotency-Key.
+type Idempotency struct {
+	Tenant      string
+	Key         string
+	BodyHash    string
+	ExecutionID string // empty while the first request is still running
+	CreatedAt   time.Time
+}
+
+// Store is the persistence seam. Days are UTC dates formatted "2006-01-02".
+type Store interface {
+	// CreateKey inserts a key, creating the tenant if needed and setting its
+	// plan. ErrTooManyKeys if the tenant already has MaxActiveKeys active.
+	CreateKey(ctx context.Context, k NewKey) (Key, error)
+	// KeyByHash returns the active key with this hash; ErrNotFound for an
+	// unknown or revoked key.
+	KeyByHash(ctx context.Context, hash [32]byte) (Key, error)
+	// RevokeKey revokes a key by id; ErrNotFound if unknown or already revoked.
+	RevokeKey(ctx context.Context, keyID string, at time.Time) error
+	// RotateKey revokes oldKeyID and inserts k in one transaction.
+	RotateKey(ctx context.Context, oldKeyID string, k NewKey) (Key, error)
+	// ListKeys lists keys (active and revoked) of tenant, or of all tenants
+	// when tenant is "".
+	ListKeys(ctx context.Context, tenant string) ([]Key, error)
+
+	// ReserveExecution atomically counts one execution for tenant on day if
+	// fewer than limit were counted; ErrQuotaExceeded otherwise. It returns
+	// the count including this one.
+	ReserveExecution(ctx context.Context, tenant, day string, limit int64) (used int64, err error)
+	// RefundExecution undoes one reservation when nothing ran.
+	RefundExecution(ctx context.Context, tenant, day string) error
+	// CountRequest adds one request to tenant's fixed one-minute window
+	// starting at window and returns the count including it.
+	CountRequest(ctx context.Context, tenant string, window time.Time) (count int64, err error)
+
+	// SaveExecution stores a finished execution and adds its sandbox and CPU
+	// seconds to the tenant's usage for the day of e.CreatedAt.
+	SaveExecution(ctx context.Context, e Execution) error
+	// Execution returns tenant's execution; ErrNotFound for unknown ids and
+	// for other tenants' ids alike.
+	Execution(ctx context.Context, tenant, id string) (Execution, error)
+	// Usage returns tenant's metering for day (zero if none).
+	Usage(ctx context.Context, tenant, day string) (DayUsage, error)
+	// Purge blanks stdout/stderr of executions created before t and deletes
+	// idempotency records and rate-limit windows older than t; metering is
+	// kept. It returns how many executions were purged.
+	Purge(ctx context.Context, before time.Time) (int64, error)
+
+	// ClaimIdempotency claims (tenant, key) for bodyHash. claimed is true if
+	// this caller now owns it and must Complete or Release it. Otherwise rec
+	// is the existing record (ExecutionID empty while it is still running).
+	// Records created before staleBefore count as absent and are replaced.
+	ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (rec Idempotency, claimed bool, err error)
+	// CompleteIdempotency attaches the finished execution to the claim.
+	CompleteIdempotency(ctx context.Context, tenant, key, executionID string) error
+	// ReleaseIdempotency drops a claim whose request ran nothing (refused
+	// for quota, overload or a platform error), so a retry may run.
+	ReleaseIdempotency(ctx context.Context, tenant, key string) error
+
+	Close() error
+}
