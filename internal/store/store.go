@@ -38,7 +38,7 @@ type Key struct {
 type NewKey struct {
 	ID        string
 	Tenant    string
-	Plan      string // sets (or updates) the tenant's plan
+	Plan      string // sets (or updates) the tenant's plan; "" keeps it (an error for a new tenant)
 	Hash      [32]byte
 	CreatedAt time.Time
 }
@@ -64,7 +64,7 @@ type Execution struct {
 
 // DayUsage is one tenant's metering for one UTC day.
 type DayUsage struct {
-	Executions     int64
+	Executions     int64 // reservations (ReserveExecution minus RefundExecution), so it includes running ones
 	SandboxSeconds float64
 	CPUSeconds     float64
 }
@@ -78,7 +78,9 @@ type Idempotency struct {
 	CreatedAt   time.Time
 }
 
-// Store is the persistence seam. Days are UTC dates formatted "2006-01-02".
+// Store is the persistence seam. Days are UTC dates formatted "2006-01-02"
+// (another form is an error). Times are kept to the microsecond and come
+// back in UTC.
 type Store interface {
 	// CreateKey inserts a key, creating the tenant if needed and setting its
 	// plan. ErrTooManyKeys if the tenant already has MaxActiveKeys active.
@@ -96,7 +98,7 @@ type Store interface {
 
 	// ReserveExecution atomically counts one execution for tenant on day if
 	// fewer than limit were counted; ErrQuotaExceeded otherwise. It returns
-	// the count including this one.
+	// the count including this one. A limit below 1 allows nothing.
 	ReserveExecution(ctx context.Context, tenant, day string, limit int64) (used int64, err error)
 	// RefundExecution undoes one reservation when nothing ran.
 	RefundExecution(ctx context.Context, tenant, day string) error
@@ -125,7 +127,8 @@ type Store interface {
 	// CompleteIdempotency attaches the finished execution to the claim.
 	CompleteIdempotency(ctx context.Context, tenant, key, executionID string) error
 	// ReleaseIdempotency drops a claim whose request ran nothing (refused
-	// for quota, overload or a platform error), so a retry may run.
+	// for quota, overload or a platform error), so a retry may run. A
+	// completed claim is kept, and releasing an unknown claim is no error.
 	ReleaseIdempotency(ctx context.Context, tenant, key string) error
 
 	Close() error

@@ -1,16 +1,487 @@
 // Package postgres is the Store for several API nodes sharing one PostgreSQL
 // database, through pgx.
+//
+// Every check-and-update the API relies on across nodes is one statement
+// or one transaction that PostgreSQL serializes on a row lock: quota and
+// rate-window counters are INSERT ... ON CONFLICT DO UPDATE ... WHERE, key
+// creation and rotation lock the tenant's row before counting its active
+// keys, and an idempotency claim is an upsert that only takes over a stale
+// record. Nothing is cached, so a revoked key fails on every node at once.
 package postgres
 
 import (
 	"context"
+	"embed"
 	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 )
 
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migrationLock is the pg_advisory_xact_lock key that serializes
+// migrations when several nodes start at once ("vertal" in ASCII).
+const migrationLock int64 = 0x76657274616c
+
+// claimAttempts bounds ClaimIdempotency's retry when the record it lost to
+// is released before it can be read.
+const claimAttempts = 10
+
+var errPlanRequired = errors.New("a new tenant needs a plan")
+
+// Store is the PostgreSQL store.Store.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
 // Open opens (creating if needed) a pool to the database at url and applies the
-// embedded migrations.
+// embedded migrations. The URL may carry pgxpool settings such as
+// pool_max_conns.
 func Open(ctx context.Context, url string) (store.Store, error) {
-	return nil, errors.New("postgres: not implemented yet")
+	s, err := open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The parse error may quote the URL, password included.
+		return nil, errors.New("postgres: open: invalid database URL")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	ms, err := migrations.Load(sub)
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Held to commit: a second node starting now waits here, then finds
+		// every version recorded.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    BIGINT PRIMARY KEY,
+			name       TEXT NOT NULL,
+			applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			var done bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`,
+				m.Version).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`,
+				m.Version, m.Name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
+// CreateKey implements store.Store.
+func (s *Store) CreateKey(ctx context.Context, k store.NewKey) (store.Key, error) {
+	var out store.Key
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = insertKey(ctx, tx, k)
+		return err
+	})
+	if err != nil {
+		return store.Key{}, fmt.Errorf("postgres: create key: %w", err)
+	}
+	return out, nil
+}
+
+// RotateKey implements store.Store.
+func (s *Store) RotateKey(ctx context.Context, oldKeyID string, k store.NewKey) (store.Key, error) {
+	var out store.Key
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock the tenant first, as CreateKey does, so the two never wait
+		// on each other in opposite orders.
+		plan, err := lockTenant(ctx, tx, k)
+		if err != nil {
+			if errors.Is(err, errPlanRequired) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE api_keys SET revoked_at = $1
+			WHERE id = $2 AND tenant = $3 AND revoked_at IS NULL`, ts(k.CreatedAt), oldKeyID, k.Tenant)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrNotFound
+		}
+		out, err = insertLockedKey(ctx, tx, k, plan)
+		return err
+	})
+	if err != nil {
+		return store.Key{}, fmt.Errorf("postgres: rotate key: %w", err)
+	}
+	return out, nil
+}
+
+// lockTenant creates or updates the tenant row and holds its lock until the
+// transaction ends, which serializes key changes of one tenant across
+// nodes. It returns the tenant's plan.
+func lockTenant(ctx context.Context, tx pgx.Tx, k store.NewKey) (string, error) {
+	var plan string
+	if k.Plan == "" {
+		err := tx.QueryRow(ctx, `SELECT plan FROM tenants WHERE id = $1 FOR UPDATE`, k.Tenant).Scan(&plan)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", errPlanRequired
+		}
+		return plan, err
+	}
+	err := tx.QueryRow(ctx, `INSERT INTO tenants (id, plan, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET plan = excluded.plan
+		RETURNING plan`, k.Tenant, k.Plan, ts(k.CreatedAt)).Scan(&plan)
+	return plan, err
+}
+
+func insertKey(ctx context.Context, tx pgx.Tx, k store.NewKey) (store.Key, error) {
+	plan, err := lockTenant(ctx, tx, k)
+	if err != nil {
+		return store.Key{}, err
+	}
+	return insertLockedKey(ctx, tx, k, plan)
+}
+
+// insertLockedKey counts the tenant's active keys and inserts k; the caller
+// holds the tenant's row lock, so the count stays true until commit.
+func insertLockedKey(ctx context.Context, tx pgx.Tx, k store.NewKey, plan string) (store.Key, error) {
+	var active int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE tenant = $1 AND revoked_at IS NULL`,
+		k.Tenant).Scan(&active); err != nil {
+		return store.Key{}, err
+	}
+	if active >= store.MaxActiveKeys {
+		return store.Key{}, store.ErrTooManyKeys
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO api_keys (id, tenant, hash, created_at) VALUES ($1, $2, $3, $4)`,
+		k.ID, k.Tenant, k.Hash[:], ts(k.CreatedAt)); err != nil {
+		return store.Key{}, err
+	}
+	return store.Key{ID: k.ID, Tenant: k.Tenant, Plan: plan, CreatedAt: ts(k.CreatedAt)}, nil
+}
+
+const keyColumns = `k.id, k.tenant, t.plan, k.created_at, k.revoked_at`
+
+func scanKey(row pgx.Row) (store.Key, error) {
+	var (
+		k       store.Key
+		revoked *time.Time
+	)
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Plan, &k.CreatedAt, &revoked); err != nil {
+		return store.Key{}, err
+	}
+	k.CreatedAt = k.CreatedAt.UTC()
+	if revoked != nil {
+		k.RevokedAt = revoked.UTC()
+	}
+	return k, nil
+}
+
+// KeyByHash implements store.Store.
+func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (store.Key, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `SELECT `+keyColumns+`
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant
+		WHERE k.hash = $1 AND k.revoked_at IS NULL`, hash[:]))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Key{}, fmt.Errorf("postgres: key by hash: %w", err)
+	}
+	return k, nil
+}
+
+// RevokeKey implements store.Store.
+func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
+		ts(at), keyID)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: revoke key: %w", err)
+	}
+	return nil
+}
+
+// ListKeys implements store.Store.
+func (s *Store) ListKeys(ctx context.Context, tenant string) ([]store.Key, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+`
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant
+		WHERE $1 = '' OR k.tenant = $1
+		ORDER BY k.created_at, k.id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Key, error) { return scanKey(r) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list keys: %w", err)
+	}
+	return keys, nil
+}
+
+// ReserveExecution implements store.Store.
+func (s *Store) ReserveExecution(ctx context.Context, tenant, day string, limit int64) (int64, error) {
+	if err := checkDay(day); err != nil {
+		return 0, fmt.Errorf("postgres: reserve execution: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("postgres: reserve execution: %w", store.ErrQuotaExceeded)
+	}
+	// Concurrent callers queue on the row lock and each re-checks the
+	// WHERE against the committed count, so no node can overshoot.
+	var used int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO usage_days (tenant, day, executions) VALUES ($1, $2, 1)
+		ON CONFLICT (tenant, day) DO UPDATE SET executions = usage_days.executions + 1
+		WHERE usage_days.executions < $3
+		RETURNING executions`, tenant, day, limit).Scan(&used)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrQuotaExceeded
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: reserve execution: %w", err)
+	}
+	return used, nil
+}
+
+// RefundExecution implements store.Store.
+func (s *Store) RefundExecution(ctx context.Context, tenant, day string) error {
+	if err := checkDay(day); err != nil {
+		return fmt.Errorf("postgres: refund execution: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE usage_days SET executions = executions - 1
+		WHERE tenant = $1 AND day = $2 AND executions > 0`, tenant, day); err != nil {
+		return fmt.Errorf("postgres: refund execution: %w", err)
+	}
+	return nil
+}
+
+// CountRequest implements store.Store.
+func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Time) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO rate_windows (tenant, window_start, requests) VALUES ($1, $2, 1)
+		ON CONFLICT (tenant, window_start) DO UPDATE SET requests = rate_windows.requests + 1
+		RETURNING requests`, tenant, ts(window)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: count request: %w", err)
+	}
+	return n, nil
+}
+
+// SaveExecution implements store.Store.
+func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
+			stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+			e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
+			[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
+			e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (tenant, day) DO UPDATE SET
+				sandbox_seconds = usage_days.sandbox_seconds + excluded.sandbox_seconds,
+				cpu_seconds = usage_days.cpu_seconds + excluded.cpu_seconds`,
+			e.Tenant, e.CreatedAt.UTC().Format(time.DateOnly), e.SandboxSeconds, e.CPUSeconds)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: save execution: %w", err)
+	}
+	return nil
+}
+
+// Execution implements store.Store.
+func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Execution, error) {
+	var (
+		e              store.Execution
+		stdout, stderr []byte
+	)
+	err := s.pool.QueryRow(ctx, `SELECT id, tenant, key_id, request_id, language, status, stdout, stderr,
+		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at
+		FROM executions WHERE id = $1 AND tenant = $2`, id, tenant).Scan(
+		&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
+		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes, &e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("postgres: execution: %w", err)
+	}
+	e.Stdout, e.Stderr = string(stdout), string(stderr)
+	e.CreatedAt = e.CreatedAt.UTC()
+	return e, nil
+}
+
+// Usage implements store.Store.
+func (s *Store) Usage(ctx context.Context, tenant, day string) (store.DayUsage, error) {
+	if err := checkDay(day); err != nil {
+		return store.DayUsage{}, fmt.Errorf("postgres: usage: %w", err)
+	}
+	var u store.DayUsage
+	err := s.pool.QueryRow(ctx, `SELECT executions, sandbox_seconds, cpu_seconds
+		FROM usage_days WHERE tenant = $1 AND day = $2`, tenant, day).Scan(&u.Executions, &u.SandboxSeconds, &u.CPUSeconds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.DayUsage{}, nil
+	}
+	if err != nil {
+		return store.DayUsage{}, fmt.Errorf("postgres: usage: %w", err)
+	}
+	return u, nil
+}
+
+// Purge implements store.Store.
+func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		t := ts(before)
+		tag, err := tx.Exec(ctx, `UPDATE executions SET stdout = '', stderr = '', purged = true
+			WHERE created_at < $1 AND NOT purged`, t)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		if _, err := tx.Exec(ctx, `DELETE FROM idempotency WHERE created_at < $1`, t); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM rate_windows WHERE window_start < $1`, t)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: purge: %w", err)
+	}
+	return n, nil
+}
+
+// ClaimIdempotency implements store.Store.
+func (s *Store) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+	for range claimAttempts {
+		// Insert, or take over a stale record; a live record is left alone
+		// and the statement returns nothing. Parallel claimers queue on the
+		// row lock, and the WHERE is re-checked against the winner's row.
+		rec, err := scanIdempotency(s.pool.QueryRow(ctx, `INSERT INTO idempotency (tenant, idem_key, body_hash, execution_id, created_at)
+			VALUES ($1, $2, $3, '', $4)
+			ON CONFLICT (tenant, idem_key) DO UPDATE SET
+				body_hash = excluded.body_hash, execution_id = '', created_at = excluded.created_at
+			WHERE idempotency.created_at < $5
+			RETURNING tenant, idem_key, body_hash, execution_id, created_at`,
+			tenant, key, bodyHash, ts(now), ts(staleBefore)))
+		if err == nil {
+			return rec, true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return store.Idempotency{}, false, fmt.Errorf("postgres: claim idempotency: %w", err)
+		}
+		rec, err = scanIdempotency(s.pool.QueryRow(ctx, `SELECT tenant, idem_key, body_hash, execution_id, created_at
+			FROM idempotency WHERE tenant = $1 AND idem_key = $2`, tenant, key))
+		if err == nil {
+			return rec, false, nil
+		}
+		// ErrNoRows: the holder released it in between; claim again.
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return store.Idempotency{}, false, fmt.Errorf("postgres: claim idempotency: %w", err)
+		}
+	}
+	return store.Idempotency{}, false, errors.New("postgres: claim idempotency: record keeps changing, try again")
+}
+
+func scanIdempotency(row pgx.Row) (store.Idempotency, error) {
+	var rec store.Idempotency
+	if err := row.Scan(&rec.Tenant, &rec.Key, &rec.BodyHash, &rec.ExecutionID, &rec.CreatedAt); err != nil {
+		return store.Idempotency{}, err
+	}
+	rec.CreatedAt = rec.CreatedAt.UTC()
+	return rec, nil
+}
+
+// CompleteIdempotency implements store.Store.
+func (s *Store) CompleteIdempotency(ctx context.Context, tenant, key, executionID string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE idempotency SET execution_id = $1 WHERE tenant = $2 AND idem_key = $3`,
+		executionID, tenant, key)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: complete idempotency: %w", err)
+	}
+	return nil
+}
+
+// ReleaseIdempotency implements store.Store.
+func (s *Store) ReleaseIdempotency(ctx context.Context, tenant, key string) error {
+	// A completed record is never dropped: its result must keep replaying.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND idem_key = $2 AND execution_id = ''`,
+		tenant, key); err != nil {
+		return fmt.Errorf("postgres: release idempotency: %w", err)
+	}
+	return nil
+}
+
+// ts is a time as PostgreSQL keeps it: microseconds, in UTC. Truncating
+// here (PostgreSQL would round) makes both stores return the same instant.
+func ts(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
+
+func checkDay(day string) error {
+	if t, err := time.Parse(time.DateOnly, day); err != nil || t.Format(time.DateOnly) != day {
+		return fmt.Errorf("invalid day %q", day)
+	}
+	return nil
 }

@@ -1,16 +1,520 @@
 // Package sqlite is the embedded Store: one SQLite file in WAL mode,
 // through the pure-Go modernc.org/sqlite driver.
+//
+// Writes go through a pool of exactly one connection, so writers in this
+// process queue in Go instead of failing with SQLITE_BUSY, and every
+// read-modify-write (quota, rate window, key limit, idempotency claim) is
+// serialized. Transactions start with BEGIN IMMEDIATE and a busy timeout,
+// so another process on the same file (a `vertal create-key` next to a
+// running server) waits for the write lock instead of failing. Reads use a
+// separate read-only pool, which WAL lets run beside the writer.
 package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"embed"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 )
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// readers is the size of the read-only pool.
+const readers = 4
+
+// busyTimeout is how long a connection waits for another process's lock.
+const busyTimeout = 10 * time.Second
+
+var errPlanRequired = errors.New("a new tenant needs a plan")
+
+// Store is the SQLite store.Store.
+type Store struct {
+	w *sql.DB // one connection: all writes
+	r *sql.DB // read-only connections
+}
+
+var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the database at path and applies the
 // embedded migrations.
 func Open(ctx context.Context, path string) (store.Store, error) {
-	return nil, errors.New("sqlite: not implemented yet")
+	s, err := open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string) (*Store, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("sqlite: open: invalid database path %q", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	// Create the file ourselves so it is private: it holds key hashes and
+	// user output. SQLite gives the -wal and -shm files the same mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	f.Close()
+
+	params := fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)",
+		busyTimeout.Milliseconds())
+	w, err := sql.Open("sqlite", path+params+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxIdleTime(0)
+	w.SetConnMaxLifetime(0)
+
+	r, err := sql.Open("sqlite", path+params+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	r.SetMaxOpenConns(readers)
+	r.SetMaxIdleConns(readers)
+
+	s := &Store{w: w, r: r}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	ms, err := migrations.Load(sub)
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	// One transaction under BEGIN IMMEDIATE: a second process opening the
+	// same file at the same moment waits, then sees the versions applied.
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    INTEGER PRIMARY KEY,
+			name       TEXT NOT NULL,
+			applied_at INTEGER NOT NULL)`); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.Version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+				m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	return nil
+}
+
+// tx runs fn in a write transaction and commits it if fn returns nil.
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// CreateKey implements store.Store.
+func (s *Store) CreateKey(ctx context.Context, k store.NewKey) (store.Key, error) {
+	var out store.Key
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = insertKey(ctx, tx, k)
+		return err
+	})
+	if err != nil {
+		return store.Key{}, fmt.Errorf("sqlite: create key: %w", err)
+	}
+	return out, nil
+}
+
+// RotateKey implements store.Store.
+func (s *Store) RotateKey(ctx context.Context, oldKeyID string, k store.NewKey) (store.Key, error) {
+	var out store.Key
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		// The old key must be this tenant's and still active.
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $1
+			WHERE id = $2 AND tenant = $3 AND revoked_at IS NULL`,
+			micros(k.CreatedAt), oldKeyID, k.Tenant)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return store.ErrNotFound
+		}
+		out, err = insertKey(ctx, tx, k)
+		return err
+	})
+	if err != nil {
+		return store.Key{}, fmt.Errorf("sqlite: rotate key: %w", err)
+	}
+	return out, nil
+}
+
+// insertKey upserts the tenant, checks the active-key limit and inserts k.
+// The caller's write transaction makes the count and the insert atomic.
+func insertKey(ctx context.Context, tx *sql.Tx, k store.NewKey) (store.Key, error) {
+	var plan string
+	if k.Plan == "" {
+		err := tx.QueryRowContext(ctx, `SELECT plan FROM tenants WHERE id = $1`, k.Tenant).Scan(&plan)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.Key{}, errPlanRequired
+		}
+		if err != nil {
+			return store.Key{}, err
+		}
+	} else {
+		plan = k.Plan
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, plan, created_at) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET plan = excluded.plan`,
+			k.Tenant, k.Plan, micros(k.CreatedAt)); err != nil {
+			return store.Key{}, err
+		}
+	}
+	var active int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE tenant = $1 AND revoked_at IS NULL`,
+		k.Tenant).Scan(&active); err != nil {
+		return store.Key{}, err
+	}
+	if active >= store.MaxActiveKeys {
+		return store.Key{}, store.ErrTooManyKeys
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, tenant, hash, created_at) VALUES ($1, $2, $3, $4)`,
+		k.ID, k.Tenant, k.Hash[:], micros(k.CreatedAt)); err != nil {
+		return store.Key{}, err
+	}
+	return store.Key{ID: k.ID, Tenant: k.Tenant, Plan: plan, CreatedAt: fromMicros(micros(k.CreatedAt))}, nil
+}
+
+const keyColumns = `k.id, k.tenant, t.plan, k.created_at, k.revoked_at`
+
+func scanKey(row interface{ Scan(...any) error }) (store.Key, error) {
+	var (
+		k       store.Key
+		created int64
+		revoked sql.NullInt64
+	)
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Plan, &created, &revoked); err != nil {
+		return store.Key{}, err
+	}
+	k.CreatedAt = fromMicros(created)
+	if revoked.Valid {
+		k.RevokedAt = fromMicros(revoked.Int64)
+	}
+	return k, nil
+}
+
+// KeyByHash implements store.Store.
+func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (store.Key, error) {
+	k, err := scanKey(s.r.QueryRowContext(ctx, `SELECT `+keyColumns+`
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant
+		WHERE k.hash = $1 AND k.revoked_at IS NULL`, hash[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Key{}, fmt.Errorf("sqlite: key by hash: %w", err)
+	}
+	return k, nil
+}
+
+// RevokeKey implements store.Store.
+func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
+		micros(at), keyID)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: revoke key: %w", err)
+	}
+	return nil
+}
+
+// ListKeys implements store.Store.
+func (s *Store) ListKeys(ctx context.Context, tenant string) ([]store.Key, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+keyColumns+`
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant
+		WHERE $1 = '' OR k.tenant = $1
+		ORDER BY k.created_at, k.id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []store.Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list keys: %w", err)
+	}
+	return keys, nil
+}
+
+// ReserveExecution implements store.Store.
+func (s *Store) ReserveExecution(ctx context.Context, tenant, day string, limit int64) (int64, error) {
+	if err := checkDay(day); err != nil {
+		return 0, fmt.Errorf("sqlite: reserve execution: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("sqlite: reserve execution: %w", store.ErrQuotaExceeded)
+	}
+	// One statement: the row is created at 1 or incremented only while
+	// below the limit, so no interleaving can overshoot.
+	var used int64
+	err := s.w.QueryRowContext(ctx, `INSERT INTO usage_days (tenant, day, executions) VALUES ($1, $2, 1)
+		ON CONFLICT (tenant, day) DO UPDATE SET executions = executions + 1
+		WHERE usage_days.executions < $3
+		RETURNING executions`, tenant, day, limit).Scan(&used)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrQuotaExceeded
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: reserve execution: %w", err)
+	}
+	return used, nil
+}
+
+// RefundExecution implements store.Store.
+func (s *Store) RefundExecution(ctx context.Context, tenant, day string) error {
+	if err := checkDay(day); err != nil {
+		return fmt.Errorf("sqlite: refund execution: %w", err)
+	}
+	if _, err := s.w.ExecContext(ctx, `UPDATE usage_days SET executions = executions - 1
+		WHERE tenant = $1 AND day = $2 AND executions > 0`, tenant, day); err != nil {
+		return fmt.Errorf("sqlite: refund execution: %w", err)
+	}
+	return nil
+}
+
+// CountRequest implements store.Store.
+func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Time) (int64, error) {
+	var n int64
+	err := s.w.QueryRowContext(ctx, `INSERT INTO rate_windows (tenant, window_start, requests) VALUES ($1, $2, 1)
+		ON CONFLICT (tenant, window_start) DO UPDATE SET requests = requests + 1
+		RETURNING requests`, tenant, micros(window)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count request: %w", err)
+	}
+	return n, nil
+}
+
+// SaveExecution implements store.Store.
+func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
+			stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+			e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
+			[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
+			e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (tenant, day) DO UPDATE SET
+				sandbox_seconds = sandbox_seconds + excluded.sandbox_seconds,
+				cpu_seconds = cpu_seconds + excluded.cpu_seconds`,
+			e.Tenant, e.CreatedAt.UTC().Format(time.DateOnly), e.SandboxSeconds, e.CPUSeconds)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: save execution: %w", err)
+	}
+	return nil
+}
+
+// Execution implements store.Store.
+func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Execution, error) {
+	var (
+		e              store.Execution
+		stdout, stderr []byte
+		created        int64
+	)
+	err := s.r.QueryRowContext(ctx, `SELECT id, tenant, key_id, request_id, language, status, stdout, stderr,
+		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at
+		FROM executions WHERE id = $1 AND tenant = $2`, id, tenant).Scan(
+		&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
+		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("sqlite: execution: %w", err)
+	}
+	e.Stdout, e.Stderr = string(stdout), string(stderr)
+	e.CreatedAt = fromMicros(created)
+	return e, nil
+}
+
+// Usage implements store.Store.
+func (s *Store) Usage(ctx context.Context, tenant, day string) (store.DayUsage, error) {
+	if err := checkDay(day); err != nil {
+		return store.DayUsage{}, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	var u store.DayUsage
+	err := s.r.QueryRowContext(ctx, `SELECT executions, sandbox_seconds, cpu_seconds
+		FROM usage_days WHERE tenant = $1 AND day = $2`, tenant, day).Scan(&u.Executions, &u.SandboxSeconds, &u.CPUSeconds)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.DayUsage{}, nil
+	}
+	if err != nil {
+		return store.DayUsage{}, fmt.Errorf("sqlite: usage: %w", err)
+	}
+	return u, nil
+}
+
+// Purge implements store.Store.
+func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		t := micros(before)
+		res, err := tx.ExecContext(ctx, `UPDATE executions SET stdout = x'', stderr = x'', purged = 1
+			WHERE created_at < $1 AND purged = 0`, t)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < $1`, t); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM rate_windows WHERE window_start < $1`, t)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: purge: %w", err)
+	}
+	return n, nil
+}
+
+// ClaimIdempotency implements store.Store.
+func (s *Store) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+	var (
+		rec     store.Idempotency
+		claimed bool
+	)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		// Insert, or take over a stale record; a live one is left alone and
+		// the statement returns nothing.
+		var created int64
+		err := tx.QueryRowContext(ctx, `INSERT INTO idempotency (tenant, idem_key, body_hash, execution_id, created_at)
+			VALUES ($1, $2, $3, '', $4)
+			ON CONFLICT (tenant, idem_key) DO UPDATE SET
+				body_hash = excluded.body_hash, execution_id = '', created_at = excluded.created_at
+			WHERE idempotency.created_at < $5
+			RETURNING tenant, idem_key, body_hash, execution_id, created_at`,
+			tenant, key, bodyHash, micros(now), micros(staleBefore)).Scan(
+			&rec.Tenant, &rec.Key, &rec.BodyHash, &rec.ExecutionID, &created)
+		if err == nil {
+			claimed = true
+			rec.CreatedAt = fromMicros(created)
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, `SELECT tenant, idem_key, body_hash, execution_id, created_at
+			FROM idempotency WHERE tenant = $1 AND idem_key = $2`, tenant, key).Scan(
+			&rec.Tenant, &rec.Key, &rec.BodyHash, &rec.ExecutionID, &created)
+		rec.CreatedAt = fromMicros(created)
+		return err
+	})
+	if err != nil {
+		return store.Idempotency{}, false, fmt.Errorf("sqlite: claim idempotency: %w", err)
+	}
+	return rec, claimed, nil
+}
+
+// CompleteIdempotency implements store.Store.
+func (s *Store) CompleteIdempotency(ctx context.Context, tenant, key, executionID string) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE idempotency SET execution_id = $1 WHERE tenant = $2 AND idem_key = $3`,
+		executionID, tenant, key)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: complete idempotency: %w", err)
+	}
+	return nil
+}
+
+// ReleaseIdempotency implements store.Store.
+func (s *Store) ReleaseIdempotency(ctx context.Context, tenant, key string) error {
+	// A completed record is never dropped: its result must keep replaying.
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND idem_key = $2 AND execution_id = ''`,
+		tenant, key); err != nil {
+		return fmt.Errorf("sqlite: release idempotency: %w", err)
+	}
+	return nil
+}
+
+// micros is how times are stored: Unix microseconds, the precision
+// PostgreSQL keeps, so both stores return the same instants.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func checkDay(day string) error {
+	if t, err := time.Parse(time.DateOnly, day); err != nil || t.Format(time.DateOnly) != day {
+		return fmt.Errorf("invalid day %q", day)
+	}
+	return nil
 }

@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
+)
+
+// newDatabase creates an empty database for one test on the server at
+// VERTAL_TEST_DATABASE_URL (whose role needs CREATEDB), drops it when the
+// test ends, and returns its URL. Without the variable the test is
+// skipped; CI always sets it.
+func newDatabase(t *testing.T) string {
+	t.Helper()
+	admin := os.Getenv("VERTAL_TEST_DATABASE_URL")
+	if admin == "" {
+		t.Skip("VERTAL_TEST_DATABASE_URL is not set (scripts/postgres.sh prints one)")
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	name := "vertal_test_" + hex.EncodeToString(b)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect to VERTAL_TEST_DATABASE_URL: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Errorf("drop test database: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop test database: %v", err)
+		}
+	})
+
+	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
+		u, err := url.Parse(admin)
+		if err != nil {
+			t.Fatalf("parse VERTAL_TEST_DATABASE_URL: %v", err)
+		}
+		u.Path = "/" + name
+		return u.String()
+	}
+	return admin + " dbname=" + name // keyword=value form
+}
+
+func openStore(t *testing.T, dbURL string) store.Store {
+	t.Helper()
+	s, err := Open(t.Context(), dbURL)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openStore(t, newDatabase(t))
+	})
+}
+
+// TestNodes runs several Stores, each with its own pool as separate API
+// processes would have, on one database.
+func TestNodes(t *testing.T) {
+	dbURL := newDatabase(t)
+	ctx := t.Context()
+	t0 := time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC)
+
+	// Nodes starting together migrate once.
+	nodes := make([]store.Store, 4)
+	errs := storetest.Parallel(len(nodes), func(i int) error {
+		var err error
+		nodes[i], err = Open(ctx, dbURL)
+		return err
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open node %d: %v", i, err)
+		}
+		t.Cleanup(func() { nodes[i].Close() })
+	}
+	var versions int
+	if err := nodes[0].(*Store).pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions); err != nil {
+		t.Fatal(err)
+	}
+	if versions != 1 {
+		t.Errorf("schema_migrations has %d rows, want 1", versions)
+	}
+	node := func(i int) store.Store { return nodes[i%len(nodes)] }
+
+	t.Run("quota", func(t *testing.T) {
+		const n, limit = 150, 100
+		errs := storetest.Parallel(n, func(i int) error {
+			_, err := node(i).ReserveExecution(ctx, "acme", "2025-03-14", limit)
+			return err
+		})
+		ok, refused := storetest.CountErrs(t, errs, store.ErrQuotaExceeded)
+		if ok != limit || refused != n-limit {
+			t.Errorf("%d reservations over %d nodes on a quota of %d: %d ran, %d refused", n, len(nodes), limit, ok, refused)
+		}
+	})
+
+	t.Run("rate window", func(t *testing.T) {
+		const n = 40
+		counts := make([]int64, n)
+		errs := storetest.Parallel(n, func(i int) error {
+			var err error
+			counts[i], err = node(i).CountRequest(ctx, "acme", t0)
+			return err
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		slices.Sort(counts)
+		for i, c := range counts {
+			if c != int64(i+1) {
+				t.Fatalf("sorted counts over %d nodes = %v, want 1..%d", len(nodes), counts, n)
+			}
+		}
+	})
+
+	t.Run("keys and revocation", func(t *testing.T) {
+		errs := storetest.Parallel(20, func(i int) error {
+			_, err := node(i).CreateKey(ctx, storetest.NewKey(fmt.Sprintf("key_%012d", i), "keys", "pro", fmt.Sprint("s", i), t0))
+			return err
+		})
+		if ok, _ := storetest.CountErrs(t, errs, store.ErrTooManyKeys); ok != store.MaxActiveKeys {
+			t.Errorf("20 CreateKey over %d nodes: %d created, want %d", len(nodes), ok, store.MaxActiveKeys)
+		}
+
+		nk := storetest.NewKey("key_shared000001", "shared", "pro", "shared-secret", t0)
+		if _, err := nodes[0].CreateKey(ctx, nk); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nodes[1].KeyByHash(ctx, nk.Hash); err != nil {
+			t.Fatalf("key created on node 0, looked up on node 1: %v", err)
+		}
+		if err := nodes[1].RevokeKey(ctx, nk.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range nodes {
+			if _, err := n.KeyByHash(ctx, nk.Hash); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("node %d after revocation on node 1: error = %v, want ErrNotFound", i, err)
+			}
+		}
+	})
+
+	t.Run("idempotency", func(t *testing.T) {
+		const n = 40
+		claimed := make([]bool, n)
+		errs := storetest.Parallel(n, func(i int) error {
+			var err error
+			_, claimed[i], err = node(i).ClaimIdempotency(ctx, "acme", "order-1", "hash", t0, t0.Add(-24*time.Hour))
+			return err
+		})
+		winner := -1
+		for i, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if claimed[i] {
+				if winner >= 0 {
+					t.Fatalf("claims %d and %d both won", winner, i)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatal("no claim won")
+		}
+
+		e := store.Execution{ID: "exe_00000000000000000000000000000001", Tenant: "acme", Language: "python",
+			Status: "succeeded", Stdout: "42\n", CreatedAt: t0}
+		if err := node(winner).SaveExecution(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if err := node(winner).CompleteIdempotency(ctx, "acme", "order-1", e.ID); err != nil {
+			t.Fatal(err)
+		}
+		other := node(winner + 1)
+		rec, again, err := other.ClaimIdempotency(ctx, "acme", "order-1", "hash", t0, t0.Add(-24*time.Hour))
+		if err != nil || again || rec.ExecutionID != e.ID {
+			t.Fatalf("replay on another node = %+v, claimed %v, %v; want %s", rec, again, err, e.ID)
+		}
+		got, err := other.Execution(ctx, "acme", rec.ExecutionID)
+		if err != nil || got.Stdout != e.Stdout {
+			t.Errorf("replayed execution on another node = %q, %v", got.Stdout, err)
+		}
+	})
+}
+
+// TestOpenErrorsHideSecrets needs no server: the errors Open returns may
+// reach a log, so they must not carry the password.
+func TestOpenErrorsHideSecrets(t *testing.T) {
+	for _, u := range []string{
+		"postgres://vertal:s3cr3t-pw@127.0.0.1:1/vertal?sslmode=disable&connect_timeout=2", // nothing listens
+		"postgres://vertal:s3cr3t-pw@127.0.0.1:5432/vertal?sslmode=bogus",                  // unparsable
+	} {
+		s, err := Open(t.Context(), u)
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%q): no error", u)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cr3t-pw") {
+			t.Errorf("Open error shows the password: %v", err)
+		}
+	}
+}

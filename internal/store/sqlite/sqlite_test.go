@@ -1,0 +1,109 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
+)
+
+func openTemp(t *testing.T, path string) store.Store {
+	t.Helper()
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openTemp(t, filepath.Join(t.TempDir(), "vertal.db"))
+	})
+}
+
+// TestReopen checks that migrations are recorded once and data survives.
+func TestReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data", "vertal.db")
+	ctx := t.Context()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := s.ReserveExecution(ctx, "acme", "2025-03-14", 10); err != nil {
+		t.Fatalf("ReserveExecution: %v", err)
+	}
+	s.Close()
+
+	s2 := openTemp(t, path)
+	if used, err := s2.ReserveExecution(ctx, "acme", "2025-03-14", 10); err != nil || used != 2 {
+		t.Errorf("ReserveExecution after reopen = %d, %v; want 2, nil", used, err)
+	}
+	var n int
+	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("schema_migrations has %d rows, want 1", n)
+	}
+}
+
+// TestTwoStoresOneFile is a server and a `vertal create-key` (or two
+// servers) on one file: opening at once must migrate once, and the quota
+// and key limit hold across both.
+func TestTwoStoresOneFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vertal.db")
+	stores := make([]store.Store, 4)
+	errs := storetest.Parallel(len(stores), func(i int) error {
+		var err error
+		stores[i], err = Open(context.Background(), path)
+		return err
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		t.Cleanup(func() { stores[i].Close() })
+	}
+
+	const n, limit = 150, 100
+	errs = storetest.Parallel(n, func(i int) error {
+		_, err := stores[i%len(stores)].ReserveExecution(context.Background(), "acme", "2025-03-14", limit)
+		return err
+	})
+	ok, refused := storetest.CountErrs(t, errs, store.ErrQuotaExceeded)
+	if ok != limit || refused != n-limit {
+		t.Errorf("%d reservations over %d stores on a quota of %d: %d ran, %d refused", n, len(stores), limit, ok, refused)
+	}
+
+	errs = storetest.Parallel(20, func(i int) error {
+		_, err := stores[i%len(stores)].CreateKey(context.Background(),
+			storetest.NewKey(fmt.Sprintf("key_%012d", i), "acme", "free", fmt.Sprint("s", i), time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC)))
+		return err
+	})
+	ok, refused = storetest.CountErrs(t, errs, store.ErrTooManyKeys)
+	if ok != store.MaxActiveKeys {
+		t.Errorf("20 CreateKey over %d stores: %d created, %d refused; want %d created", len(stores), ok, refused, store.MaxActiveKeys)
+	}
+}
+
+func TestOpenInvalidPath(t *testing.T) {
+	for _, path := range []string{"", filepath.Join(t.TempDir(), "a?b.db")} {
+		if s, err := Open(t.Context(), path); err == nil {
+			s.Close()
+			t.Errorf("Open(%q): no error", path)
+		} else if errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Open(%q): %v", path, err)
+		}
+	}
+}
