@@ -1,6 +1,49 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
 
-// cmdMCP is a placeholder until its owner lands it.
-func cmdMCP(_ context.Context, _ *env, _ []string) error { return errNotYet }
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
+)
+
+// cmdMCP serves MCP on stdin/stdout for a local agent. Stdout carries the
+// protocol only; diagnostics go to stderr.
+func cmdMCP(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal mcp", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	var cf clientFlags
+	cf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(e.Stderr, `usage: vertal mcp [flags]
+
+Serves the Model Context Protocol on stdin/stdout with two tools, run_code
+and get_usage. The tools call the Vertal Run API at KUBO_API_URL with
+KUBO_API_KEY, so the key's quota, rate limit and metering apply. Configure
+it in an MCP client as the command "vertal" with the argument "mcp".
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(exitUsage)
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "vertal mcp: %v\n", err)
+		return exitCode(exitUsage)
+	}
+	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err = mcpserver.ServeStdio(ctx, c, e.Stdin, e.Stdout, mcpserver.Options{Version: version, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("serving MCP on stdio: %w", err)
+	}
+	return nil
+}

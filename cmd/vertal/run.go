@@ -1,9 +1,309 @@
 package main
 
-import "context"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
 
-// cmdRun is a placeholder until its owner lands it.
-func cmdRun(_ context.Context, _ *env, _ []string) error { return errNotYet }
+	"github.com/kuboprotocol/vertal2kubo/client"
+)
 
-// cmdUsage is a placeholder until its owner lands it.
-func cmdUsage(_ context.Context, _ *env, _ []string) error { return errNotYet }
+// Exit statuses of the client commands when the program's own status is not
+// what is reported. They follow `docker run`: 125 means the run itself could
+// not happen (API refused it, server unreachable).
+const (
+	exitUsage     = 2
+	exitAPIFailed = 125
+)
+
+// languageByExt infers --language from a code file's extension.
+var languageByExt = map[string]string{
+	".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
+	".sh": "bash", ".bash": "bash",
+}
+
+// clientFlags are the connection flags shared by run and usage.
+type clientFlags struct {
+	url, key string
+}
+
+func (cf *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&cf.url, "url", "", "API base URL (default $KUBO_API_URL, else "+client.DefaultBaseURL+")")
+	fs.StringVar(&cf.key, "key", "", "API key (default $KUBO_API_KEY)")
+}
+
+func (cf *clientFlags) client(e *env) (*client.Client, error) {
+	base := firstNonEmpty(cf.url, e.Getenv(client.EnvURL), client.DefaultBaseURL)
+	key := firstNonEmpty(cf.key, e.Getenv(client.EnvKey))
+	if key == "" {
+		return nil, errors.New("no API key: pass --key or set KUBO_API_KEY")
+	}
+	return client.New(base, key, client.WithUserAgent("vertal-cli/"+version))
+}
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal run", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	var (
+		cf       clientFlags
+		language string
+		timeout  float64
+		stdin    string
+		asJSON   bool
+		idemKey  string
+	)
+	cf.register(fs)
+	fs.StringVar(&language, "language", "", "python, javascript or bash (default: from the file extension, else python)")
+	fs.StringVar(&language, "l", "", "shorthand for --language")
+	fs.Float64Var(&timeout, "timeout", 0, "wall-clock limit in seconds (default: the server's, 10 s)")
+	fs.StringVar(&stdin, "stdin", "", "text fed to the program's standard input; - reads it from this command's stdin")
+	fs.BoolVar(&asJSON, "json", false, "print the whole API response as JSON instead of the program's output")
+	fs.StringVar(&idemKey, "idempotency-key", "", "retry-safe key: the same key and code return the first result")
+	fs.Usage = func() {
+		fmt.Fprint(e.Stderr, `usage: vertal run [flags] CODE | FILE | -
+
+Runs code on a Vertal Run server and mirrors the program: its stdout and
+stderr go to this command's stdout and stderr, and vertal run exits with the
+program's exit code. If the API refuses the request or cannot be reached, the
+error's code, message and request id go to stderr and the exit status is 125.
+
+  vertal run "print('hello')"
+  vertal run "console.log(6*7)" --language javascript --timeout 5
+  vertal run script.py --stdin "input text"
+  echo 'echo hi' | vertal run - -l bash
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(exitUsage)
+	}
+	if len(positional) != 1 {
+		fmt.Fprintln(e.Stderr, "vertal run: want exactly one CODE, FILE or -; see vertal run -h")
+		return exitCode(exitUsage)
+	}
+	if timeout < 0 {
+		fmt.Fprintln(e.Stderr, "vertal run: --timeout must be a positive number of seconds")
+		return exitCode(exitUsage)
+	}
+
+	code, inferred, err := readCode(positional[0], e.Stdin)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "vertal run: %v\n", err)
+		return exitCode(exitUsage)
+	}
+	if stdin == "-" {
+		if positional[0] == "-" {
+			fmt.Fprintln(e.Stderr, "vertal run: the code and --stdin cannot both come from standard input")
+			return exitCode(exitUsage)
+		}
+		b, err := io.ReadAll(e.Stdin)
+		if err != nil {
+			return fmt.Errorf("reading standard input: %w", err)
+		}
+		stdin = string(b)
+	}
+	language = firstNonEmpty(language, inferred, "python")
+
+	c, err := cf.client(e)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "vertal run: %v\n", err)
+		return exitCode(exitUsage)
+	}
+	opts := []client.RunOption{client.WithLanguage(language)}
+	if timeout > 0 {
+		opts = append(opts, client.WithTimeout(time.Duration(timeout*float64(time.Second))))
+	}
+	if stdin != "" {
+		opts = append(opts, client.WithStdin(stdin))
+	}
+	if idemKey != "" {
+		opts = append(opts, client.WithIdempotencyKey(idemKey))
+	}
+	ex, err := c.Run(ctx, code, opts...)
+	if err != nil {
+		return reportClientError(e, "run", c, err)
+	}
+
+	if asJSON {
+		writeJSON(e.Stdout, ex.Raw)
+	} else {
+		io.WriteString(e.Stdout, ex.Stdout)
+		io.WriteString(e.Stderr, ex.Stderr)
+		switch ex.Status {
+		case client.StatusTimedOut:
+			fmt.Fprintf(e.Stderr, "vertal run: timed out (%s, %s)\n", time.Duration(ex.DurationMS)*time.Millisecond, ex.ID)
+		case client.StatusMemoryExceeded:
+			fmt.Fprintf(e.Stderr, "vertal run: memory limit exceeded (%s)\n", ex.ID)
+		case client.StatusError:
+			fmt.Fprintf(e.Stderr, "vertal run: the sandbox failed (%s, request %s)\n", ex.ID, ex.RequestID)
+		}
+		if ex.Truncated {
+			fmt.Fprintln(e.Stderr, "vertal run: output truncated at the per-stream limit (64 KB)")
+		}
+	}
+	switch {
+	case ex.Status == client.StatusSucceeded:
+		return nil
+	case ex.ExitCode > 0 && ex.ExitCode < 256:
+		return exitCode(ex.ExitCode)
+	default:
+		return exitCode(1)
+	}
+}
+
+func cmdUsage(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal usage", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cf.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print the API response as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(e.Stderr, "usage: vertal usage [flags]\n\nShows today's usage (UTC) and the plan's limits for the API key.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(exitUsage)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(e.Stderr, "vertal usage: takes no arguments")
+		return exitCode(exitUsage)
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "vertal usage: %v\n", err)
+		return exitCode(exitUsage)
+	}
+	u, err := c.Usage(ctx)
+	if err != nil {
+		return reportClientError(e, "usage", c, err)
+	}
+	if asJSON {
+		writeJSON(e.Stdout, u.Raw)
+		return nil
+	}
+	fmt.Fprintf(e.Stdout, "tenant  %s\nplan    %s\ntoday   %d executions, %.3f sandbox seconds (UTC day)\n",
+		u.Tenant, u.Plan, u.Today.Executions, u.Today.SandboxSeconds)
+	// Print every limit the server reports, not only the ones this
+	// version knows, so a newer server's limits show up too.
+	var raw struct {
+		Limits map[string]json.RawMessage `json:"limits"`
+	}
+	if json.Unmarshal(u.Raw, &raw) == nil && len(raw.Limits) > 0 {
+		names := make([]string, 0, len(raw.Limits))
+		for k := range raw.Limits {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		fmt.Fprintln(e.Stdout, "limits")
+		for _, k := range names {
+			fmt.Fprintf(e.Stdout, "  %-20s %s\n", k, raw.Limits[k])
+		}
+	}
+	return nil
+}
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments, as in the documented `run "code" --language javascript`. The
+// standard flag package stops at the first positional argument; "--" ends
+// flag parsing.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		// fs.Parse consumed a "--" if that is what stopped it.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// readCode resolves the positional argument: "-" is standard input, an
+// existing regular file is read (its extension suggests the language), and
+// anything else is the code itself.
+func readCode(arg string, stdin io.Reader) (code, language string, err error) {
+	if arg == "-" {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return "", "", fmt.Errorf("reading code from standard input: %w", err)
+		}
+		return string(b), "", nil
+	}
+	if fi, err := os.Stat(arg); err == nil && fi.Mode().IsRegular() {
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			return "", "", fmt.Errorf("reading code file: %w", err)
+		}
+		return string(b), languageByExt[strings.ToLower(filepath.Ext(arg))], nil
+	}
+	return arg, "", nil
+}
+
+// reportClientError prints an API or connection error for a person: code,
+// message and request id for API errors, and returns exit status 125.
+func reportClientError(e *env, cmd string, c *client.Client, err error) error {
+	var apiErr *client.Error
+	switch {
+	case errors.As(err, &apiErr):
+		fmt.Fprintf(e.Stderr, "vertal %s: %s: %s (HTTP %d", cmd, apiErr.Code, apiErr.Message, apiErr.StatusCode)
+		if apiErr.RequestID != "" {
+			fmt.Fprintf(e.Stderr, ", request id %s", apiErr.RequestID)
+		}
+		if apiErr.RetryAfter > 0 {
+			fmt.Fprintf(e.Stderr, ", retry after %s", apiErr.RetryAfter)
+		}
+		fmt.Fprintln(e.Stderr, ")")
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(e.Stderr, "vertal %s: interrupted\n", cmd)
+	default:
+		fmt.Fprintf(e.Stderr, "vertal %s: cannot reach %s: %v\n", cmd, c.BaseURL(), err)
+	}
+	return exitCode(exitAPIFailed)
+}
+
+func writeJSON(w io.Writer, raw []byte) {
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	buf.WriteByte('\n')
+	w.Write(buf.Bytes())
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,91 @@
+package client
+
+import "encoding/json"
+
+// Status is the outcome of an execution.
+type Status string
+
+// Execution outcomes. Only StatusSucceeded means the program exited 0;
+// the others are still results (HTTP 200), not errors.
+const (
+	StatusSucceeded      Status = "succeeded"
+	StatusFailed         Status = "failed"
+	StatusTimedOut       Status = "timed_out"
+	StatusMemoryExceeded Status = "memory_exceeded"
+	StatusError          Status = "error"
+)
+
+// Execution is one finished run, as returned by Run and Get.
+type Execution struct {
+	ID         string `json:"id"`
+	Status     Status `json:"status"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	ExitCode   int    `json:"exit_code"`
+	DurationMS int64  `json:"duration_ms"`
+	// Truncated is true when stdout or stderr went over the per-stream cap
+	// (64 KB) and the rest was discarded.
+	Truncated bool           `json:"truncated"`
+	Usage     ExecutionUsage `json:"usage"`
+	RequestID string         `json:"request_id"`
+	// IdempotentReplay is true when the server answered an earlier request
+	// with the same Idempotency-Key instead of running the code again.
+	IdempotentReplay bool `json:"idempotent_replay,omitempty"`
+	// Language and CreatedAt (Unix seconds) are set by Get.
+	Language  string `json:"language,omitempty"`
+	CreatedAt int64  `json:"created_at,omitempty"`
+
+	// Raw is the response body exactly as received, including fields this
+	// version of the package does not know.
+	Raw json.RawMessage `json:"-"`
+}
+
+// ExecutionUsage is what one execution consumed.
+type ExecutionUsage struct {
+	SandboxSeconds  float64 `json:"sandbox_seconds"`
+	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
+}
+
+// Usage is today's consumption (UTC) and the plan's limits.
+type Usage struct {
+	Tenant string     `json:"tenant"`
+	Plan   string     `json:"plan"`
+	Today  UsageToday `json:"today"`
+	Limits Limits     `json:"limits"`
+
+	// Raw is the response body exactly as received.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UsageToday counts the current UTC day.
+type UsageToday struct {
+	Date           string  `json:"date,omitempty"` // YYYY-MM-DD, UTC
+	Executions     int64   `json:"executions"`
+	SandboxSeconds float64 `json:"sandbox_seconds"`
+	CPUSeconds     float64 `json:"cpu_seconds,omitempty"`
+}
+
+// Limits are a plan's limits. Servers may report more than these; read
+// Usage.Raw for the rest.
+type Limits struct {
+	ExecutionsPerDay  int64 `json:"executions_per_day"`
+	RequestsPerMinute int64 `json:"requests_per_minute"`
+	MaxTimeoutS       int   `json:"max_timeout_s"`
+	MemoryMB          int64 `json:"memory_mb,omitempty"` // per sandbox
+}
+
+// KeyRotation is the result of RotateKey. APIKey is shown only this once.
+type KeyRotation struct {
+	APIKey       string `json:"api_key"`
+	KeyID        string `json:"key_id"`
+	RevokedKeyID string `json:"revoked_key_id"`
+	Plan         string `json:"plan"`
+}
+
+// Language is one language the server runs.
+type Language struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version,omitempty"`
+	Aliases []string `json:"aliases,omitempty"`
+}

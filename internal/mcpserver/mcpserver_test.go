@@ -1,0 +1,524 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+// testLanguages are what the golden tools list is rendered with; the
+// Python server's test uses the same list.
+var testLanguages = []client.Language{
+	{Name: "bash", Version: "5.2.15"},
+	{Name: "javascript", Version: "22.23.5"},
+	{Name: "python", Version: "3.11.2"},
+}
+
+// fakeAPI answers like the Vertal Run API for a few known programs and
+// records which key each request carried.
+type fakeAPI struct {
+	mu         sync.Mutex
+	edgeSecret string // required in X-Vertal-Edge-Secret when set
+	keys       map[string]bool
+	calls      []string // "METHOD path key"
+	runs       []map[string]any
+}
+
+func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
+	f := &fakeAPI{keys: map[string]bool{"kubo_sk_alice": true, "kubo_sk_bob": true}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, srv
+}
+
+var executions = map[string]string{
+	"print(6*7)":          `{"id":"exe_1","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":265,"truncated":false,"usage":{"sandbox_seconds":0.265},"request_id":"req_1"}`,
+	"raise SystemExit(3)": `{"id":"exe_2","status":"failed","stdout":"","stderr":"Traceback (most recent call last):\nValueError\n","exit_code":3,"duration_ms":30,"truncated":false,"usage":{"sandbox_seconds":0.03},"request_id":"req_2"}`,
+	"while True: pass":    `{"id":"exe_3","status":"timed_out","stdout":"","stderr":"","exit_code":137,"duration_ms":2000,"truncated":false,"usage":{"sandbox_seconds":2},"request_id":"req_3"}`,
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	path := strings.TrimPrefix(r.URL.Path, "/api")
+	f.mu.Lock()
+	f.calls = append(f.calls, r.Method+" "+path+" "+key)
+	ok := f.keys[key]
+	secret := f.edgeSecret
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if secret != "" && r.Header.Get("X-Vertal-Edge-Secret") != secret {
+		w.WriteHeader(403)
+		io.WriteString(w, `{"error":{"code":"forbidden","message":"not from the edge"},"request_id":"req_403"}`)
+		return
+	}
+	if !ok {
+		w.WriteHeader(401)
+		io.WriteString(w, `{"error":{"code":"unauthorized","message":"invalid or revoked API key"},"request_id":"req_401"}`)
+		return
+	}
+	switch r.Method + " " + path {
+	case "POST /v1/executions":
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		f.mu.Lock()
+		f.runs = append(f.runs, body)
+		f.mu.Unlock()
+		if body["code"] == "quota" {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(429)
+			io.WriteString(w, `{"error":{"code":"quota_exceeded","message":"daily quota of 100 executions reached"},"request_id":"req_q"}`)
+			return
+		}
+		io.WriteString(w, executions[body["code"].(string)])
+	case "GET /v1/usage":
+		io.WriteString(w, `{"tenant":"acme","plan":"free","today":{"date":"2025-01-02","executions":3,"sandbox_seconds":2.635,"cpu_seconds":1.2},"limits":{"executions_per_day":100,"requests_per_minute":20,"max_timeout_s":10,"memory_mb":256}}`)
+	case "GET /v1/languages":
+		io.WriteString(w, `{"languages":[{"name":"bash","version":"5.2.15","aliases":["sh"]},{"name":"javascript","version":"22.23.5","aliases":["js"]},{"name":"python","version":"3.11.2","aliases":["py"]}]}`)
+	default:
+		w.WriteHeader(404)
+		io.WriteString(w, `{"error":{"code":"not_found","message":"no such route"},"request_id":"req_404"}`)
+	}
+}
+
+func (f *fakeAPI) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// connect runs server s in memory and returns a connected MCP client.
+func connect(t *testing.T, s *mcp.Server) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func stdioServer(t *testing.T, baseURL, key string, langs []client.Language) *mcp.Server {
+	t.Helper()
+	c, err := client.New(baseURL, key, client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(context.Background(), c, Options{Version: "test", Languages: langs})
+}
+
+func TestToolsGolden(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.MarshalIndent(res.Tools, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	golden := filepath.Join("testdata", "tools.golden.json")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("tools/list differs from %s (-want +got); if intended, run go test -update and update the Python server too:\n%s", golden, diff)
+	}
+}
+
+func TestDescriptionTellsTheLimits(t *testing.T) {
+	d := runCodeDescription(testLanguages)
+	for _, want := range []string{"no network", "cannot be installed", "read-only", "16 MB", "64 KB", "python 3.11.2", "Node.js 22.23.5", "bash 5.2.15", "max_timeout_s", "nothing persists"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("run_code description lacks %q", want)
+		}
+	}
+}
+
+func TestLanguagesFetchedFromAPI(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	cs := connect(t, stdioServer(t, srv.URL+"/api", "kubo_sk_alice", nil))
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Tools[0].Description + res.Tools[1].Description; !strings.Contains(d, "python 3.11.2") {
+		t.Errorf("descriptions do not carry the API's versions:\n%s", d)
+	}
+	if diff := cmp.Diff([]string{"GET /v1/languages kubo_sk_alice"}, f.seen()); diff != "" {
+		t.Errorf("API calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunCode(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		args           map[string]any
+		wantError      bool
+		wantText       []string
+		wantStructured map[string]any // nil: no structured content
+		wantRun        map[string]any // the body the API got; nil: no call
+	}{
+		{
+			name:     "success",
+			args:     map[string]any{"language": "python", "code": "print(6*7)"},
+			wantText: []string{"status: succeeded", "exit_code: 0", "--- stdout ---\n42\n", "--- stderr ---\n(empty)"},
+			wantStructured: map[string]any{"id": "exe_1", "status": "succeeded", "stdout": "42\n", "stderr": "", "exit_code": 0.0,
+				"duration_ms": 265.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.265}, "request_id": "req_1"},
+			wantRun: map[string]any{"language": "python", "code": "print(6*7)"},
+		},
+		{
+			name:      "failed program is a tool error with its output",
+			args:      map[string]any{"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5, "stdin": "x"},
+			wantError: true,
+			wantText:  []string{"status: failed", "exit_code: 3", "ValueError"},
+			wantStructured: map[string]any{"id": "exe_2", "status": "failed", "stdout": "", "stderr": "Traceback (most recent call last):\nValueError\n",
+				"exit_code": 3.0, "duration_ms": 30.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.03}, "request_id": "req_2"},
+			wantRun: map[string]any{"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5.0, "stdin": "x"},
+		},
+		{
+			name:      "timeout",
+			args:      map[string]any{"language": "python", "code": "while True: pass", "timeout_s": 2},
+			wantError: true,
+			wantText:  []string{"status: timed_out", "killed when timeout_s ran out"},
+			wantStructured: map[string]any{"id": "exe_3", "status": "timed_out", "stdout": "", "stderr": "", "exit_code": 137.0,
+				"duration_ms": 2000.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 2.0}, "request_id": "req_3"},
+			wantRun: map[string]any{"language": "python", "code": "while True: pass", "timeout_s": 2.0},
+		},
+		{
+			name:      "quota is a clear tool error",
+			args:      map[string]any{"language": "python", "code": "quota"},
+			wantError: true,
+			wantText:  []string{"quota_exceeded", "daily quota of 100 executions reached", "HTTP 429", "req_q", "resets at 00:00 UTC"},
+			wantRun:   map[string]any{"language": "python", "code": "quota"},
+		},
+		{
+			name:      "missing code",
+			args:      map[string]any{"language": "python"},
+			wantError: true,
+			wantText:  []string{"code is required"},
+		},
+		{
+			name:      "unknown argument",
+			args:      map[string]any{"language": "python", "code": "1", "memory": 5},
+			wantError: true,
+			wantText:  []string{`unknown field "memory"`},
+		},
+		{
+			name:      "timeout below one",
+			args:      map[string]any{"language": "python", "code": "1", "timeout_s": 0},
+			wantError: true,
+			wantText:  []string{"timeout_s must be at least 1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, srv := newFakeAPI(t)
+			cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: tc.args})
+			if err != nil {
+				t.Fatalf("protocol error %v; want a tool result", err)
+			}
+			if res.IsError != tc.wantError {
+				t.Errorf("IsError = %v, want %v", res.IsError, tc.wantError)
+			}
+			text := res.Content[0].(*mcp.TextContent).Text
+			for _, w := range tc.wantText {
+				if !strings.Contains(text, w) {
+					t.Errorf("text lacks %q:\n%s", w, text)
+				}
+			}
+			var structured map[string]any
+			if res.StructuredContent != nil {
+				b, _ := json.Marshal(res.StructuredContent)
+				json.Unmarshal(b, &structured)
+			}
+			if diff := cmp.Diff(tc.wantStructured, structured); diff != "" {
+				t.Errorf("structured content (-want +got):\n%s", diff)
+			}
+			var wantRuns []map[string]any
+			if tc.wantRun != nil {
+				wantRuns = []map[string]any{tc.wantRun}
+			}
+			if diff := cmp.Diff(wantRuns, f.runs); diff != "" {
+				t.Errorf("API requests (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestGetUsage(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "get_usage", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("get_usage: %v %+v", err, res)
+	}
+	text := res.Content[0].(*mcp.TextContent).Text
+	for _, w := range []string{"plan: free", "3 executions", `"max_timeout_s":10`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("text lacks %q:\n%s", w, text)
+		}
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(b), `"memory_mb":256`) {
+		t.Errorf("structured usage %s lost a limit", b)
+	}
+}
+
+func TestUnauthorizedIsToolError(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_revoked", testLanguages))
+	for _, name := range []string{"run_code", "get_usage"} {
+		args := map[string]any{"language": "python", "code": "print(6*7)"}
+		if name == "get_usage" {
+			args = map[string]any{}
+		}
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: protocol error %v", name, err)
+		}
+		text := res.Content[0].(*mcp.TextContent).Text
+		if !res.IsError || !strings.Contains(text, "unauthorized") || !strings.Contains(text, "revoked") {
+			t.Errorf("%s: got IsError=%v %q, want an unauthorized tool error", name, res.IsError, text)
+		}
+	}
+}
+
+func TestUnreachableAPIIsToolError(t *testing.T) {
+	cs := connect(t, stdioServer(t, "http://127.0.0.1:1", "kubo_sk_alice", testLanguages))
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "KUBO_API_URL") {
+		t.Errorf("got IsError=%v %q", res.IsError, text)
+	}
+}
+
+func TestServeStdio(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	c, err := client.New(srv.URL, "kubo_sk_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeStdio(context.Background(), c, inR, outW, Options{Languages: testLanguages})
+		outW.Close()
+	}()
+
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
+	if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "42") {
+		t.Fatalf("run_code over stdio: %v %+v", err, res)
+	}
+	cs.Close()
+	if err := <-done; err != nil {
+		t.Errorf("ServeStdio returned %v after the client left, want nil", err)
+	}
+}
+
+// bearer adds an Authorization header (and any extra) to every request.
+type bearer struct {
+	key   string
+	extra map[string]string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	for k, v := range b.extra {
+		r.Header.Set(k, v)
+	}
+	return b.base.RoundTrip(r)
+}
+
+func httpSession(t *testing.T, endpoint, key string) (*mcp.ClientSession, error) {
+	return httpSessionWith(t, endpoint, key, nil)
+}
+
+func httpSessionWith(t *testing.T, endpoint, key string, extra map[string]string) (*mcp.ClientSession, error) {
+	t.Helper()
+	tr := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer{key, extra, http.DefaultTransport}}, MaxRetries: -1}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), tr, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+func TestHTTPHandler(t *testing.T) {
+	for _, inProcess := range []bool{false, true} {
+		name := "loopback"
+		if inProcess {
+			name = "in process"
+		}
+		t.Run(name, func(t *testing.T) {
+			f, api := newFakeAPI(t)
+			opts := HTTPOptions{APIURL: api.URL + "/api"}
+			if inProcess {
+				opts = HTTPOptions{APIURL: "http://vertal.internal", HTTPClient: InProcessClient(f)}
+			}
+			mcpSrv := httptest.NewServer(HTTPHandler(opts))
+			defer mcpSrv.Close()
+
+			for _, key := range []string{"kubo_sk_alice", "kubo_sk_bob"} {
+				cs, err := httpSession(t, mcpSrv.URL, key)
+				if err != nil {
+					t.Fatalf("%s: connect: %v", key, err)
+				}
+				tools, err := cs.ListTools(context.Background(), nil)
+				if err != nil || len(tools.Tools) != 2 {
+					t.Fatalf("%s: tools/list: %v %v", key, err, tools)
+				}
+				if !strings.Contains(tools.Tools[0].Description+tools.Tools[1].Description, "python 3.11.2") {
+					t.Errorf("HTTP tools lack the API's language versions")
+				}
+				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
+				if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "\n42\n") {
+					t.Fatalf("%s: run_code: %v %+v", key, err, res)
+				}
+			}
+			// Each caller's own key reached the API; keys were checked once
+			// each (then trusted for VerifyTTL).
+			var runs, usage []string
+			for _, c := range f.seen() {
+				switch {
+				case strings.HasPrefix(c, "POST /v1/executions"):
+					runs = append(runs, c)
+				case strings.HasPrefix(c, "GET /v1/usage"):
+					usage = append(usage, c)
+				}
+			}
+			if diff := cmp.Diff([]string{"POST /v1/executions kubo_sk_alice", "POST /v1/executions kubo_sk_bob"}, runs); diff != "" {
+				t.Errorf("executions (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"GET /v1/usage kubo_sk_alice", "GET /v1/usage kubo_sk_bob"}, usage); diff != "" {
+				t.Errorf("key checks (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHTTPHandlerRefusesBadKeys(t *testing.T) {
+	_, api := newFakeAPI(t)
+	h := HTTPHandler(HTTPOptions{APIURL: api.URL})
+	for _, tc := range []struct {
+		name, auth string
+		wantMsg    string
+	}{
+		{"no header", "", "missing API key"},
+		{"not bearer", "Basic a2V5", "missing API key"},
+		{"revoked key", "Bearer kubo_sk_revoked", "invalid or revoked API key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != 401 || rec.Header().Get("WWW-Authenticate") == "" {
+				t.Errorf("status %d, WWW-Authenticate %q; want 401 with a challenge", rec.Code, rec.Header().Get("WWW-Authenticate"))
+			}
+			var body struct {
+				Error     struct{ Code, Message string }
+				RequestID string `json:"request_id"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body %q: %v", rec.Body, err)
+			}
+			if body.Error.Code != "unauthorized" || !strings.Contains(body.Error.Message, tc.wantMsg) ||
+				body.RequestID == "" || rec.Header().Get("X-Request-ID") != body.RequestID {
+				t.Errorf("body %s, X-Request-ID %q: want the API error shape", rec.Body, rec.Header().Get("X-Request-ID"))
+			}
+		})
+	}
+}
+
+func TestHTTPHandlerVerifyHook(t *testing.T) {
+	f, api := newFakeAPI(t)
+	var checked []string
+	h := HTTPHandler(HTTPOptions{APIURL: api.URL, Options: Options{Languages: testLanguages}, Verify: func(_ context.Context, key string) error {
+		checked = append(checked, key)
+		if key != "kubo_sk_alice" {
+			return &client.Error{StatusCode: 401, Code: client.CodeUnauthorized, Message: "nope"}
+		}
+		return nil
+	}})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	if _, err := httpSession(t, srv.URL, "kubo_sk_bob"); err == nil {
+		t.Errorf("connect with a refused key succeeded")
+	}
+	cs, err := httpSession(t, srv.URL, "kubo_sk_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range f.seen() {
+		if strings.HasPrefix(c, "GET /v1/usage") {
+			t.Errorf("hook given, yet the key was checked against the API: %s", c)
+		}
+	}
+	if len(checked) < 2 {
+		t.Errorf("hook saw %v, want every request checked", checked)
+	}
+}
+
+func TestHTTPHandlerForwardsEdgeSecret(t *testing.T) {
+	f, api := newFakeAPI(t)
+	f.edgeSecret = "s3cret"
+	srv := httptest.NewServer(HTTPHandler(HTTPOptions{APIURL: api.URL, Options: Options{Languages: testLanguages}}))
+	defer srv.Close()
+	cs, err := httpSessionWith(t, srv.URL, "kubo_sk_alice", map[string]string{"X-Vertal-Edge-Secret": "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
+	if err != nil || res.IsError {
+		t.Fatalf("run_code behind an edge secret: %v %+v", err, res)
+	}
+	if _, err := httpSession(t, srv.URL, "kubo_sk_bob"); err == nil {
+		t.Errorf("without the edge secret the key check should fail (the API answers 403)")
+	}
+}

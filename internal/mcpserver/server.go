@@ -1,0 +1,274 @@
+// Package mcpserver offers Vertal Run to AI agents over the Model Context
+// Protocol: a run_code tool and a get_usage tool, on stdio (`vertal mcp`)
+// and on Streamable HTTP (mounted by the API server at /mcp).
+//
+// The tools never touch the engine directly. They call the HTTP API through
+// the public Go SDK with the agent's own key, so authentication, quotas,
+// rate limits, idempotency and metering are exactly those of the API.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Options configure an MCP server.
+type Options struct {
+	// Version is reported to MCP clients as the server version.
+	Version string
+	// Logger receives diagnostics; nil discards them. It never receives
+	// API keys or code.
+	Logger *slog.Logger
+	// Languages are listed, with versions, in the run_code description.
+	// When nil they are asked of the API (GET /v1/languages) and a generic
+	// list is used if that fails.
+	Languages []client.Language
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Logger
+}
+
+// clientFunc returns the API client a tool call must use.
+type clientFunc func(ctx context.Context, req *mcp.CallToolRequest) (*client.Client, error)
+
+// tools holds what the tool handlers share.
+type tools struct {
+	clientFor clientFunc
+	// remote hides transport details (internal addresses) from callers on
+	// the network; a local stdio user sees them.
+	remote bool
+	log    *slog.Logger
+}
+
+// newServer builds the MCP server with both tools.
+func newServer(t *tools, langs []client.Language, version string) *mcp.Server {
+	if version == "" {
+		version = "dev"
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "vertal-run", Title: "Vertal Run", Version: version}, &mcp.ServerOptions{
+		Logger:       t.log,
+		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
+	})
+	s.AddTool(runCodeTool(langs), t.runCode)
+	s.AddTool(getUsageTool(), t.getUsage)
+	return s
+}
+
+// New returns an MCP server whose tools call the API with c.
+func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
+	langs := opts.Languages
+	if langs == nil {
+		langs = fetchLanguages(ctx, c, opts.logger())
+	}
+	t := &tools{
+		clientFor: func(context.Context, *mcp.CallToolRequest) (*client.Client, error) { return c, nil },
+		log:       opts.logger(),
+	}
+	return newServer(t, langs, opts.Version)
+}
+
+// ServeStdio serves MCP on r and w (newline-delimited JSON-RPC) until r
+// ends or ctx is cancelled.
+func ServeStdio(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts Options) error {
+	s := New(ctx, c, opts)
+	err := s.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}})
+	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
+		return nil
+	}
+	return err
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// fetchLanguages asks the API which languages it runs. It gives up quickly:
+// the tools work without versions in their description.
+func fetchLanguages(ctx context.Context, c *client.Client, log *slog.Logger) []client.Language {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	langs, err := c.Languages(ctx)
+	if err != nil || len(langs) == 0 {
+		log.Warn("could not list languages; describing run_code without versions", "err", err)
+		return nil
+	}
+	return langs
+}
+
+// runArgs are run_code's arguments.
+type runArgs struct {
+	Language string   `json:"language"`
+	Code     string   `json:"code"`
+	TimeoutS *float64 `json:"timeout_s"`
+	Stdin    string   `json:"stdin"`
+}
+
+func decodeRunArgs(raw json.RawMessage) (runArgs, error) {
+	var a runArgs
+	if len(raw) == 0 {
+		return a, errors.New("arguments language and code are required")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return a, fmt.Errorf("invalid arguments: %v", err)
+	}
+	switch {
+	case strings.TrimSpace(a.Language) == "":
+		return a, errors.New("argument language is required (python, javascript or bash)")
+	case a.Code == "":
+		return a, errors.New("argument code is required and must not be empty")
+	case a.TimeoutS != nil && *a.TimeoutS < 1:
+		return a, errors.New("argument timeout_s must be at least 1")
+	}
+	return a, nil
+}
+
+func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	args, err := decodeRunArgs(req.Params.Arguments)
+	if err != nil {
+		return errorResult(err.Error()), nil
+	}
+	c, err := t.clientFor(ctx, req)
+	if err != nil {
+		return errorResult(err.Error()), nil
+	}
+	opts := []client.RunOption{client.WithLanguage(args.Language)}
+	if args.TimeoutS != nil {
+		opts = append(opts, client.WithTimeout(time.Duration(*args.TimeoutS*float64(time.Second))))
+	}
+	if args.Stdin != "" {
+		opts = append(opts, client.WithStdin(args.Stdin))
+	}
+	ex, err := c.Run(ctx, args.Code, opts...)
+	if err != nil {
+		return t.apiErrorResult(err), nil
+	}
+	var structured map[string]any
+	if err := json.Unmarshal(ex.Raw, &structured); err != nil {
+		return nil, fmt.Errorf("decoding execution: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: formatExecution(ex)}},
+		StructuredContent: structured,
+		// A program that did not succeed is a tool error the agent should
+		// read and react to, not a protocol failure.
+		IsError: ex.Status != client.StatusSucceeded,
+	}, nil
+}
+
+func (t *tools) getUsage(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c, err := t.clientFor(ctx, req)
+	if err != nil {
+		return errorResult(err.Error()), nil
+	}
+	u, err := c.Usage(ctx)
+	if err != nil {
+		return t.apiErrorResult(err), nil
+	}
+	var structured map[string]any
+	if err := json.Unmarshal(u.Raw, &structured); err != nil {
+		return nil, fmt.Errorf("decoding usage: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: formatUsage(u, structured)}},
+		StructuredContent: structured,
+	}, nil
+}
+
+// formatExecution renders a result for a model to read.
+func formatExecution(ex *client.Execution) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status: %s\nexit_code: %d\nduration_ms: %d\n", ex.Status, ex.ExitCode, ex.DurationMS)
+	if ex.Truncated {
+		b.WriteString("truncated: true (output over 64 KB per stream was cut)\n")
+	}
+	switch ex.Status {
+	case client.StatusTimedOut:
+		b.WriteString("note: the program was killed when timeout_s ran out\n")
+	case client.StatusMemoryExceeded:
+		b.WriteString("note: the program was killed for using more memory than the plan allows\n")
+	case client.StatusError:
+		b.WriteString("note: the sandbox failed, not the program; try again\n")
+	}
+	fmt.Fprintf(&b, "execution_id: %s\n", ex.ID)
+	fmt.Fprintf(&b, "--- stdout ---\n%s", streamText(ex.Stdout))
+	fmt.Fprintf(&b, "--- stderr ---\n%s", streamText(ex.Stderr))
+	return b.String()
+}
+
+func streamText(s string) string {
+	if s == "" {
+		return "(empty)\n"
+	}
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return s
+}
+
+func formatUsage(u *client.Usage, raw map[string]any) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tenant: %s\nplan: %s\ntoday (UTC): %d executions, %.3f sandbox seconds\n",
+		u.Tenant, u.Plan, u.Today.Executions, u.Today.SandboxSeconds)
+	if limits, ok := raw["limits"].(map[string]any); ok {
+		lb, _ := json.Marshal(limits)
+		fmt.Fprintf(&b, "limits: %s\n", lb)
+	}
+	return b.String()
+}
+
+// hints tell an agent what to do about an API refusal.
+var hints = map[string]string{
+	client.CodeQuotaExceeded:  "The daily execution quota of this API key is used up; it resets at 00:00 UTC. Retrying today will fail.",
+	client.CodeRateLimited:    "Too many requests this minute; wait before calling again.",
+	client.CodeOverloaded:     "Every sandbox is busy right now; try again in a few seconds.",
+	client.CodeUnauthorized:   "The API key (KUBO_API_KEY or the Authorization header) is missing, invalid or revoked.",
+	client.CodeInvalidTimeout: "timeout_s must be between 1 and the plan's max_timeout_s; call get_usage to see it.",
+}
+
+// apiErrorResult turns a refused or failed API call into a tool error the
+// agent can read: code, message, request id and what to do.
+func (t *tools) apiErrorResult(err error) *mcp.CallToolResult {
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return errorResult("The call was cancelled before the Vertal Run API answered.")
+		}
+		t.log.Warn("vertal API unreachable", "err", err)
+		if t.remote {
+			return errorResult("The Vertal Run API is unavailable right now; try again shortly.")
+		}
+		return errorResult("Could not reach the Vertal Run API (check KUBO_API_URL): " + err.Error())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Vertal Run API error %s: %s (HTTP %d", apiErr.Code, apiErr.Message, apiErr.StatusCode)
+	if apiErr.RequestID != "" {
+		fmt.Fprintf(&b, ", request id %s", apiErr.RequestID)
+	}
+	b.WriteString(").")
+	if apiErr.RetryAfter > 0 {
+		fmt.Fprintf(&b, " Retry after %s.", apiErr.RetryAfter)
+	}
+	if h, ok := hints[apiErr.Code]; ok {
+		b.WriteString(" " + h)
+	}
+	return errorResult(b.String())
+}
+
+func errorResult(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}, IsError: true}
+}

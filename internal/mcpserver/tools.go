@@ -1,0 +1,151 @@
+package mcpserver
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Tool names. The Python server (sdk/python/vertal2kubo/mcp.py) offers the
+// same tools with the same schemas; testdata/tools.golden.json is checked by
+// both test suites.
+const (
+	toolRunCode  = "run_code"
+	toolGetUsage = "get_usage"
+)
+
+// defaultLanguages is used in descriptions when the server's list is not
+// known (the API could not be reached at start).
+var defaultLanguages = []client.Language{{Name: "python"}, {Name: "javascript"}, {Name: "bash"}}
+
+// languageLabel names a language as an agent would search for it.
+func languageLabel(l client.Language) string {
+	label := l.Name
+	if l.Name == "javascript" {
+		label = "javascript (Node.js"
+		if l.Version != "" {
+			label += " " + l.Version
+		}
+		return label + ")"
+	}
+	if l.Version != "" {
+		label += " " + l.Version
+	}
+	return label
+}
+
+// runCodeDescription tells an agent what the sandbox can and cannot do.
+// Keep it in step with describe_run_code in the Python server.
+func runCodeDescription(langs []client.Language) string {
+	if len(langs) == 0 {
+		langs = defaultLanguages
+	}
+	labels := make([]string, len(langs))
+	for i, l := range langs {
+		labels[i] = languageLabel(l)
+	}
+	return fmt.Sprintf(`Run a complete program in a fresh, isolated Vertal Run sandbox and get back its stdout, stderr, exit code and duration.
+
+Languages: %s. Only each language's standard library is available.
+
+What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), packages cannot be installed (pip, npm and apt do not work; the root filesystem is read-only), and nothing persists between calls, so every call must contain the whole program, including imports and data.
+
+What it can do: read standard input (the stdin argument), write files under /tmp (16 MB in total, 1 MB per file, files cannot be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped per plan (memory_mb in get_usage).
+
+Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; beyond that it is cut and truncated is true, so print summaries rather than huge data.
+
+A program that fails, times out or runs out of memory comes back as an error result that still carries its status, output and exit code: read stderr, fix the code and call again. Every call counts once toward the daily quota.`, strings.Join(labels, ", "))
+}
+
+const getUsageDescription = `Show today's usage of this Vertal Run API key (executions and sandbox seconds in the current UTC day) and the plan's limits: executions per day, requests per minute and the maximum timeout_s for run_code. Use it to choose timeout_s, or after run_code reports quota_exceeded or rate_limited. It does not run code and does not count toward the quota.`
+
+// obj is a JSON object; schemas are plain JSON so the Python server can
+// hold the very same documents.
+type obj = map[string]any
+
+func runCodeTool(langs []client.Language) *mcp.Tool {
+	if len(langs) == 0 {
+		langs = defaultLanguages
+	}
+	names := make([]string, len(langs))
+	for i, l := range langs {
+		names[i] = l.Name
+	}
+	return &mcp.Tool{
+		Name:        toolRunCode,
+		Title:       "Run code in a sandbox",
+		Description: runCodeDescription(langs),
+		Annotations: &mcp.ToolAnnotations{
+			Title: "Run code in a sandbox",
+			// The sandbox cannot reach anything outside itself and
+			// changes nothing that outlives the call.
+			OpenWorldHint:   new(false),
+			DestructiveHint: new(false),
+		},
+		InputSchema: obj{
+			"type": "object",
+			"properties": obj{
+				"language": obj{"type": "string", "description": "Programming language: " + strings.Join(names, ", ") + "."},
+				"code":     obj{"type": "string", "description": "The complete program to run. Print what you want to see to stdout."},
+				"timeout_s": obj{"type": "number", "minimum": 1,
+					"description": "Wall-clock limit in seconds, from 1 to the plan's max_timeout_s (see get_usage). Default 10, or the plan's maximum if lower."},
+				"stdin": obj{"type": "string", "description": "Text given to the program on standard input. Optional."},
+			},
+			"required":             []any{"language", "code"},
+			"additionalProperties": false,
+		},
+		OutputSchema: obj{
+			"type": "object",
+			"properties": obj{
+				"id": obj{"type": "string", "description": "Execution id (exe_...)."},
+				"status": obj{"type": "string", "enum": []any{"succeeded", "failed", "timed_out", "memory_exceeded", "error"},
+					"description": "succeeded means the program exited with code 0."},
+				"stdout":      obj{"type": "string"},
+				"stderr":      obj{"type": "string"},
+				"exit_code":   obj{"type": "integer"},
+				"duration_ms": obj{"type": "integer"},
+				"truncated":   obj{"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
+				"usage": obj{"type": "object", "properties": obj{
+					"sandbox_seconds": obj{"type": "number"},
+				}},
+				"request_id": obj{"type": "string"},
+			},
+			"required": []any{"id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"},
+		},
+	}
+}
+
+func getUsageTool() *mcp.Tool {
+	return &mcp.Tool{
+		Name:        toolGetUsage,
+		Title:       "Usage and plan limits",
+		Description: getUsageDescription,
+		Annotations: &mcp.ToolAnnotations{
+			Title:          "Usage and plan limits",
+			ReadOnlyHint:   true,
+			IdempotentHint: true,
+			OpenWorldHint:  new(false),
+		},
+		InputSchema: obj{"type": "object", "properties": obj{}, "additionalProperties": false},
+		OutputSchema: obj{
+			"type": "object",
+			"properties": obj{
+				"tenant": obj{"type": "string"},
+				"plan":   obj{"type": "string"},
+				"today": obj{"type": "object", "properties": obj{
+					"executions":      obj{"type": "integer"},
+					"sandbox_seconds": obj{"type": "number"},
+				}},
+				"limits": obj{"type": "object", "properties": obj{
+					"executions_per_day":  obj{"type": "integer"},
+					"requests_per_minute": obj{"type": "integer"},
+					"max_timeout_s":       obj{"type": "integer"},
+					"memory_mb":           obj{"type": "integer"},
+				}},
+			},
+			"required": []any{"tenant", "plan", "today", "limits"},
+		},
+	}
+}

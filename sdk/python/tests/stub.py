@@ -1,0 +1,116 @@
+"""A scripted stand-in for the Vertal Run API, on a local http.server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+OK_EXECUTION = {
+    "id": "exe_9392448a9b514e3f90193963b7d948d0", "status": "succeeded", "stdout": "42\n", "stderr": "",
+    "exit_code": 0, "duration_ms": 265, "truncated": False, "usage": {"sandbox_seconds": 0.265},
+    "request_id": "req_be05ea1492f949f8a0617a4f3cd738cc",
+}
+
+EXECUTIONS = {
+    "raise SystemExit(3)": {"id": "exe_2", "status": "failed", "stdout": "", "stderr": "Traceback (most recent call last):\nValueError\n",
+                            "exit_code": 3, "duration_ms": 30, "truncated": False, "usage": {"sandbox_seconds": 0.03}, "request_id": "req_2"},
+    "import sys; sys.exit(3)": {"id": "exe_4", "status": "failed", "stdout": "", "stderr": "", "exit_code": 3,
+                                "duration_ms": 25, "truncated": False, "usage": {"sandbox_seconds": 0.025}, "request_id": "req_4"},
+    "while True: pass": {"id": "exe_3", "status": "timed_out", "stdout": "", "stderr": "", "exit_code": 137,
+                         "duration_ms": 2000, "truncated": False, "usage": {"sandbox_seconds": 2}, "request_id": "req_3"},
+}
+
+USAGE = {"tenant": "acme", "plan": "free", "today": {"date": "2025-01-02", "executions": 3, "sandbox_seconds": 2.635},
+         "limits": {"executions_per_day": 100, "requests_per_minute": 20, "max_timeout_s": 10, "memory_mb": 256}}
+
+LANGUAGES = {"languages": [{"name": "bash", "version": "5.2.15", "aliases": ["sh"]},
+                           {"name": "javascript", "version": "22.23.5", "aliases": ["js"]},
+                           {"name": "python", "version": "3.11.2", "aliases": ["py"]}]}
+
+
+class StubAPI:
+    """Start with ``with StubAPI() as api:``; ``api.url`` is the base URL.
+
+    ``api.script[route]`` is a list of (status, headers, body) replies used
+    before the defaults, route being "METHOD /v1/...". ``api.requests``
+    records (method, path, headers, body) of every request.
+    """
+
+    def __init__(self):
+        self.script: dict[str, list] = {}
+        self.requests: list = []
+        self.keys = {"kubo_sk_test"}
+        self.lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def _serve(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length).decode() if length else ""
+                status, headers, reply = stub._reply(self.command, self.path, dict(self.headers), body)
+                data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _serve
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def push(self, route: str, *replies):
+        with self.lock:
+            self.script.setdefault(route, []).extend(replies)
+
+    def _reply(self, method, path, headers, body):
+        path = path[len("/api"):] if path.startswith("/api/") else path
+        route = f"{method} {path}"
+        if method == "GET" and path.startswith("/v1/executions/"):
+            route = "GET /v1/executions/{id}"
+        with self.lock:
+            self.requests.append((method, path, headers, body))
+            if self.script.get(route):
+                return self.script[route].pop(0)
+            key = headers.get("Authorization", "").removeprefix("Bearer ")
+            if key not in self.keys:
+                return 401, {"X-Request-ID": "req_401"}, {"error": {"code": "unauthorized", "message": "invalid or revoked API key"}, "request_id": "req_401"}
+            if route == "POST /v1/executions":
+                req = json.loads(body)
+                if req.get("timeout_s", 0) > 60:
+                    return 400, {}, {"error": {"code": "invalid_timeout", "message": "timeout_s must be between 1 and 60 seconds on plan pro"}, "request_id": "req_bad"}
+                if req["code"] == "quota":
+                    return 429, {"Retry-After": "3600"}, {"error": {"code": "quota_exceeded", "message": "daily quota of 100 executions reached"}, "request_id": "req_q"}
+                if req["code"] in EXECUTIONS:
+                    return 200, {}, EXECUTIONS[req["code"]]
+                if req["code"] == "print(6*7)":
+                    return 200, {}, OK_EXECUTION
+                # Echo the code as stdout so tests can see what was sent.
+                return 200, {}, dict(OK_EXECUTION, stdout=req["code"])
+            if route == "GET /v1/executions/{id}":
+                return 200, {}, dict(OK_EXECUTION, id=path.rsplit("/", 1)[1], language="python", created_at=1700000000)
+            if route == "GET /v1/usage":
+                return 200, {}, USAGE
+            if route == "GET /v1/languages":
+                return 200, {}, LANGUAGES
+            if route == "POST /v1/keys/rotate":
+                self.keys.discard(key)
+                self.keys.add("kubo_sk_new")
+                return 200, {}, {"api_key": "kubo_sk_new", "key_id": "key_new", "revoked_key_id": "key_old", "plan": "pro"}
+            return 404, {}, {"error": {"code": "not_found", "message": "no such route"}, "request_id": "req_404"}

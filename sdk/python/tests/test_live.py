@@ -1,0 +1,183 @@
+"""Tests against a running Vertal Run server.
+
+Set VERTAL_TEST_URL (e.g. http://127.0.0.1:8080/api) and VERTAL_TEST_KEY (a
+key of a free or pro tenant used by nothing else). The key is rotated by
+these tests, so it is revoked when they finish; the last key is printed.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+import uuid
+
+from vertal2kubo.client import KuboClient, KuboError
+
+URL = os.environ.get("VERTAL_TEST_URL", "")
+KEY = os.environ.get("VERTAL_TEST_KEY", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(HERE)
+
+# The SDK example of the documentation, as written; only the URL and key
+# literals are replaced before it runs.
+DOCS_SNIPPET = '''
+from vertal2kubo.client import KuboClient, KuboError
+
+client = KuboClient("https://vertalrun.com/api", "kubo_sk_...")   # or KUBO_API_URL / KUBO_API_KEY env vars
+
+result = client.run("print(sum(range(10)))", language="python", timeout_s=10)
+print(result["status"], result["stdout"])                   # succeeded 45
+
+print(client.get(result["id"])["created_at"])
+print(client.usage()["today"])
+
+client.run("print(1)", idempotency_key="job-42")             # retry-safe: same key, same result
+client.rotate_key()                                         # new key; the client switches to it
+
+try:
+    client.run("x", timeout_s=999)
+except KuboError as e:
+    print(e.status, e.code, e.request_id)                   # 400 invalid_timeout req_...
+'''
+
+
+class Key:
+    """The suite's current key: tests that rotate it update it here."""
+    value = KEY
+
+
+def env_for(key):
+    return dict(os.environ, KUBO_API_URL=URL, KUBO_API_KEY=key,
+                PYTHONPATH=PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+@unittest.skipUnless(URL and KEY, "set VERTAL_TEST_URL and VERTAL_TEST_KEY to test against a live server")
+class LiveTest(unittest.TestCase):
+    """Test names are ordered: the ones that rotate the key run last."""
+
+    def client(self, url=URL):
+        return KuboClient(url, Key.value)
+
+    def test_1_run_languages(self):
+        cases = [
+            ("python", "print(6 * 7)", "42\n"),
+            ("javascript", "console.log(6*7)", "42\n"),
+            ("bash", "echo $((6*7))", "42\n"),
+        ]
+        c = self.client()
+        for language, code, want in cases:
+            with self.subTest(language):
+                r = c.run(code, language=language, timeout_s=10)
+                self.assertEqual((r["status"], r["stdout"], r["stderr"], r["exit_code"], r["truncated"]),
+                                 ("succeeded", want, "", 0, False))
+                self.assertRegex(r["id"], r"^exe_[0-9a-f]{32}$")
+                self.assertRegex(r["request_id"], r"^req_[0-9a-f]{32}$")
+                self.assertGreater(r["usage"]["sandbox_seconds"], 0)
+
+    def test_1_failure_stdin_and_get(self):
+        c = self.client()
+        r = c.run("import sys\nprint(sys.stdin.read().upper())\nsys.exit(3)", stdin="abc")
+        self.assertEqual((r["status"], r["exit_code"], r["stdout"]), ("failed", 3, "ABC\n"))
+        stored = c.get(r["id"])
+        self.assertEqual((stored["id"], stored["language"], stored["stdout"]), (r["id"], "python", "ABC\n"))
+        self.assertIsInstance(stored["created_at"], int)
+
+    def test_1_base_url_with_and_without_api(self):
+        other = URL[: -len("/api")] if URL.rstrip("/").endswith("/api") else URL.rstrip("/") + "/api"
+        for url in (URL, other):
+            with self.subTest(url):
+                self.assertEqual(self.client(url).run("print(6 * 7)")["stdout"], "42\n")
+
+    def test_1_idempotency(self):
+        c = self.client()
+        key = "py-live-" + uuid.uuid4().hex
+        before = c.usage()["today"]["executions"]
+        first = c.run("import random; print(random.random())", idempotency_key=key)
+        again = c.run("import random; print(random.random())", idempotency_key=key)
+        self.assertEqual((again["id"], again["stdout"], again.get("idempotent_replay")), (first["id"], first["stdout"], True))
+        self.assertEqual(c.usage()["today"]["executions"], before + 1, "a replay uses no quota")
+        with self.assertRaises(KuboError) as cm:
+            c.run("print('different')", idempotency_key=key)
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "idempotency_conflict"))
+
+    def test_1_errors(self):
+        c = self.client()
+        with self.assertRaises(KuboError) as cm:
+            c.run("x", timeout_s=999)
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (400, "invalid_timeout"))
+        self.assertRegex(e.request_id, r"^req_[0-9a-f]{32}$")
+        with self.assertRaises(KuboError) as cm:
+            c.get("exe_" + "0" * 32)
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        with self.assertRaises(KuboError) as cm:
+            KuboClient(URL, "kubo_sk_" + "x" * 43).usage()
+        self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"))
+
+    def test_1_usage(self):
+        u = self.client().usage()
+        self.assertEqual(set(u) >= {"tenant", "plan", "today", "limits"}, True, u)
+        self.assertEqual(set(u["limits"]) >= {"executions_per_day", "requests_per_minute", "max_timeout_s"}, True, u)
+
+    def test_2_cli_documented_commands(self):
+        env = env_for(Key.value)
+        p = subprocess.run([sys.executable, "-m", "vertal2kubo", "run", "print('hello')"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (0, "hello\n", ""))
+        p = subprocess.run([sys.executable, "-m", "vertal2kubo", "run", "console.log(6*7)", "--language", "javascript", "--timeout", "5"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (0, "42\n", ""))
+        p = subprocess.run([sys.executable, "-m", "vertal2kubo", "run", "-", "-l", "bash"], input="echo out; echo err >&2; exit 4",
+                           capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (4, "out\n", "err\n"))
+        p = subprocess.run([sys.executable, "-m", "vertal2kubo", "run", "x", "--timeout", "999"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(p.returncode, 125)
+        self.assertRegex(p.stderr, r"invalid_timeout: .*request id req_[0-9a-f]{32}")
+
+    def test_2_mcp_stdio(self):
+        msgs = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                                           "clientInfo": {"name": "live", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "run_code", "arguments": {"language": "python", "code": "print(6*7)"}}},
+            {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "run_code", "arguments": {"language": "python", "code": "import sys; sys.exit(2)"}}},
+            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "get_usage", "arguments": {}}},
+        ]
+        p = subprocess.run([sys.executable, "-m", "vertal2kubo.mcp"], input="".join(json.dumps(m) + "\n" for m in msgs),
+                           capture_output=True, text=True, env=env_for(Key.value), timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        replies = {r["id"]: r["result"] for r in map(json.loads, p.stdout.splitlines())}
+        self.assertEqual([t["name"] for t in replies[2]["tools"]], ["get_usage", "run_code"])
+        self.assertIn("42", replies[3]["content"][0]["text"])
+        self.assertNotIn("isError", replies[3])
+        self.assertEqual((replies[4]["isError"], replies[4]["structuredContent"]["exit_code"]), (True, 2))
+        self.assertIn("limits", replies[5]["structuredContent"])
+
+    def test_9_docs_snippet_runs_as_written(self):
+        old_key = Key.value
+        code = DOCS_SNIPPET.replace('"https://vertalrun.com/api"', repr(URL)).replace('"kubo_sk_..."', repr(old_key))
+        out = io.StringIO()
+        namespace = {}
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs-snippet", "exec"), namespace)
+        Key.value = namespace["client"].api_key
+        lines = out.getvalue().splitlines()
+        self.assertEqual(lines[0], "succeeded 45")
+        self.assertEqual(lines[1], "")  # the stdout's own newline
+        self.assertRegex(lines[2], r"^\d{10}$")
+        self.assertIn("'executions':", lines[3])
+        self.assertRegex(lines[4], r"^400 invalid_timeout req_[0-9a-f]{32}$")
+        self.assertNotEqual(Key.value, old_key)
+        with self.assertRaises(KuboError) as cm:
+            KuboClient(URL, old_key).usage()
+        self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthorized"), "the rotated key is revoked at once")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,375 @@
+"""MCP server for AI agents on stdio: ``python -m vertal2kubo.mcp``.
+
+It speaks JSON-RPC 2.0, one message per line, and offers the same two tools
+as ``vertal mcp``: run_code and get_usage. The tools call the Vertal Run API
+at KUBO_API_URL with KUBO_API_KEY, so the key's quota, rate limit and
+metering apply. Nothing but the standard library is used.
+
+Client configuration (Claude Desktop, Claude Code and others)::
+
+    {"mcpServers": {"vertal-run": {
+        "command": "python", "args": ["-m", "vertal2kubo.mcp"],
+        "env": {"KUBO_API_URL": "https://vertalrun.com/api", "KUBO_API_KEY": "kubo_sk_..."}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any, Callable, Optional, TextIO
+
+from . import __version__
+from .client import KuboClient, KuboError
+
+# Newest first. The server answers with the client's version when it knows
+# it, else with the newest.
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+
+DEFAULT_LANGUAGES = [{"name": "python"}, {"name": "javascript"}, {"name": "bash"}]
+
+INSTRUCTIONS = ("Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call "
+                "(no network, no package installs). Use run_code to run a complete program and "
+                "get_usage to see the remaining daily quota and plan limits.")
+
+GET_USAGE_DESCRIPTION = (
+    "Show today's usage of this Vertal Run API key (executions and sandbox seconds in the current "
+    "UTC day) and the plan's limits: executions per day, requests per minute and the maximum "
+    "timeout_s for run_code. Use it to choose timeout_s, or after run_code reports quota_exceeded "
+    "or rate_limited. It does not run code and does not count toward the quota.")
+
+# What an agent should do about an API refusal (same as the Go server).
+HINTS = {
+    "quota_exceeded": "The daily execution quota of this API key is used up; it resets at 00:00 UTC. Retrying today will fail.",
+    "rate_limited": "Too many requests this minute; wait before calling again.",
+    "overloaded": "Every sandbox is busy right now; try again in a few seconds.",
+    "unauthorized": "The API key (KUBO_API_KEY or the Authorization header) is missing, invalid or revoked.",
+    "invalid_timeout": "timeout_s must be between 1 and the plan's max_timeout_s; call get_usage to see it.",
+}
+
+# JSON-RPC error codes.
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+
+
+def _language_label(lang: dict) -> str:
+    name, version = lang.get("name", ""), lang.get("version") or ""
+    if name == "javascript":
+        return f"javascript (Node.js {version})" if version else "javascript (Node.js)"
+    return f"{name} {version}" if version else name
+
+
+def describe_run_code(languages: list) -> str:
+    """The run_code description; keep it in step with the Go server's."""
+    labels = ", ".join(_language_label(l) for l in (languages or DEFAULT_LANGUAGES))
+    return (
+        "Run a complete program in a fresh, isolated Vertal Run sandbox and get back its stdout, "
+        "stderr, exit code and duration.\n\n"
+        f"Languages: {labels}. Only each language's standard library is available.\n\n"
+        "What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), "
+        "packages cannot be installed (pip, npm and apt do not work; the root filesystem is "
+        "read-only), and nothing persists between calls, so every call must contain the whole "
+        "program, including imports and data.\n\n"
+        "What it can do: read standard input (the stdin argument), write files under /tmp (16 MB "
+        "in total, 1 MB per file, files cannot be executed), and use 1 CPU and up to 64 processes "
+        "or threads. Memory is capped per plan (memory_mb in get_usage).\n\n"
+        "Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, "
+        "up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; "
+        "beyond that it is cut and truncated is true, so print summaries rather than huge data.\n\n"
+        "A program that fails, times out or runs out of memory comes back as an error result that "
+        "still carries its status, output and exit code: read stderr, fix the code and call again. "
+        "Every call counts once toward the daily quota.")
+
+
+def tool_definitions(languages: list) -> list:
+    """tools/list result, sorted by name like the Go server's."""
+    names = ", ".join(l["name"] for l in (languages or DEFAULT_LANGUAGES))
+    run_code = {
+        "name": "run_code",
+        "title": "Run code in a sandbox",
+        "description": describe_run_code(languages),
+        "annotations": {"title": "Run code in a sandbox", "readOnlyHint": False, "idempotentHint": False,
+                        "destructiveHint": False, "openWorldHint": False},
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "language": {"type": "string", "description": f"Programming language: {names}."},
+                "code": {"type": "string", "description": "The complete program to run. Print what you want to see to stdout."},
+                "timeout_s": {"type": "number", "minimum": 1, "description":
+                              "Wall-clock limit in seconds, from 1 to the plan's max_timeout_s (see get_usage). "
+                              "Default 10, or the plan's maximum if lower."},
+                "stdin": {"type": "string", "description": "Text given to the program on standard input. Optional."},
+            },
+            "required": ["language", "code"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "description": "Execution id (exe_...)."},
+                "status": {"type": "string", "enum": ["succeeded", "failed", "timed_out", "memory_exceeded", "error"],
+                           "description": "succeeded means the program exited with code 0."},
+                "stdout": {"type": "string"},
+                "stderr": {"type": "string"},
+                "exit_code": {"type": "integer"},
+                "duration_ms": {"type": "integer"},
+                "truncated": {"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
+                "usage": {"type": "object", "properties": {"sandbox_seconds": {"type": "number"}}},
+                "request_id": {"type": "string"},
+            },
+            "required": ["id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"],
+        },
+    }
+    get_usage = {
+        "name": "get_usage",
+        "title": "Usage and plan limits",
+        "description": GET_USAGE_DESCRIPTION,
+        "annotations": {"title": "Usage and plan limits", "readOnlyHint": True, "idempotentHint": True,
+                        "openWorldHint": False},
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+        "outputSchema": {
+            "type": "object",
+            "properties": {
+                "tenant": {"type": "string"},
+                "plan": {"type": "string"},
+                "today": {"type": "object", "properties": {
+                    "executions": {"type": "integer"}, "sandbox_seconds": {"type": "number"}}},
+                "limits": {"type": "object", "properties": {
+                    "executions_per_day": {"type": "integer"}, "requests_per_minute": {"type": "integer"},
+                    "max_timeout_s": {"type": "integer"}, "memory_mb": {"type": "integer"}}},
+            },
+            "required": ["tenant", "plan", "today", "limits"],
+        },
+    }
+    return [get_usage, run_code]
+
+
+def _text_result(text: str, is_error: bool = False, structured: Optional[dict] = None) -> dict:
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if structured is not None:
+        result["structuredContent"] = structured
+    if is_error:
+        result["isError"] = True
+    return result
+
+
+def _stream(s: str) -> str:
+    if not s:
+        return "(empty)\n"
+    return s if s.endswith("\n") else s + "\n"
+
+
+def format_execution(ex: dict) -> str:
+    status = ex.get("status", "")
+    lines = [f"status: {status}", f"exit_code: {ex.get('exit_code', 0)}", f"duration_ms: {ex.get('duration_ms', 0)}"]
+    if ex.get("truncated"):
+        lines.append("truncated: true (output over 64 KB per stream was cut)")
+    note = {"timed_out": "the program was killed when timeout_s ran out",
+            "memory_exceeded": "the program was killed for using more memory than the plan allows",
+            "error": "the sandbox failed, not the program; try again"}.get(status)
+    if note:
+        lines.append("note: " + note)
+    lines.append(f"execution_id: {ex.get('id', '')}")
+    return "\n".join(lines) + "\n--- stdout ---\n" + _stream(ex.get("stdout", "")) + \
+        "--- stderr ---\n" + _stream(ex.get("stderr", ""))
+
+
+def _error_text(err: KuboError) -> str:
+    if err.status == 0:
+        return f"Could not reach the Vertal Run API (check KUBO_API_URL): {err.message}"
+    text = f"Vertal Run API error {err.code}: {err.message} (HTTP {err.status}"
+    if err.request_id:
+        text += f", request id {err.request_id}"
+    text += ")."
+    if err.retry_after:
+        text += f" Retry after {err.retry_after:g}s."
+    if err.code in HINTS:
+        text += " " + HINTS[err.code]
+    return text
+
+
+def _check_run_args(args: Any) -> tuple[Optional[dict], Optional[str]]:
+    if not isinstance(args, dict):
+        return None, "arguments language and code are required"
+    unknown = sorted(set(args) - {"language", "code", "timeout_s", "stdin"})
+    if unknown:
+        return None, f'invalid arguments: unknown field "{unknown[0]}"'
+    language, code = args.get("language"), args.get("code")
+    timeout, stdin = args.get("timeout_s"), args.get("stdin")
+    if not isinstance(language, str) or not language.strip():
+        return None, "argument language is required (python, javascript or bash)"
+    if not isinstance(code, str) or code == "":
+        return None, "argument code is required and must not be empty"
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        return None, "argument timeout_s must be a number of seconds"
+    if timeout is not None and timeout < 1:
+        return None, "argument timeout_s must be at least 1"
+    if stdin is not None and not isinstance(stdin, str):
+        return None, "argument stdin must be a string"
+    return {"language": language, "code": code, "timeout_s": timeout, "stdin": stdin}, None
+
+
+class Server:
+    """The stdio MCP server. ``client`` is a KuboClient (or None when it
+    could not be configured: then every tool call explains why)."""
+
+    def __init__(self, client: Optional[KuboClient], languages: Optional[list] = None,
+                 config_error: Optional[str] = None, log: Callable[[str], None] = lambda m: None):
+        self.client = client
+        self.config_error = config_error
+        self.tools = tool_definitions(languages or [])
+        self.log = log
+        self._write_lock = threading.Lock()
+        self._out: Optional[TextIO] = None
+
+    # -- tools -------------------------------------------------------------
+
+    def run_code(self, args: Any) -> dict:
+        checked, problem = _check_run_args(args)
+        if problem:
+            return _text_result(problem, is_error=True)
+        if self.client is None:
+            return _text_result(self.config_error or "the server is not configured", is_error=True)
+        try:
+            ex = self.client.run(checked["code"], language=checked["language"], timeout_s=checked["timeout_s"],
+                                 stdin=checked["stdin"])
+        except KuboError as e:
+            return _text_result(_error_text(e), is_error=True)
+        # A program that did not succeed is a tool error the agent should
+        # read and react to, not a protocol failure.
+        return _text_result(format_execution(ex), is_error=ex.get("status") != "succeeded", structured=ex)
+
+    def get_usage(self, args: Any) -> dict:
+        if args not in (None, {}):
+            return _text_result("get_usage takes no arguments", is_error=True)
+        if self.client is None:
+            return _text_result(self.config_error or "the server is not configured", is_error=True)
+        try:
+            u = self.client.usage()
+        except KuboError as e:
+            return _text_result(_error_text(e), is_error=True)
+        today = u.get("today", {})
+        text = (f"tenant: {u.get('tenant')}\nplan: {u.get('plan')}\n"
+                f"today (UTC): {today.get('executions', 0)} executions, {today.get('sandbox_seconds', 0):.3f} sandbox seconds\n")
+        if isinstance(u.get("limits"), dict):
+            text += "limits: " + json.dumps(u["limits"], separators=(",", ":"), sort_keys=True) + "\n"
+        return _text_result(text, structured=u)
+
+    # -- JSON-RPC ------------------------------------------------------------
+
+    def handle(self, msg: Any) -> Optional[dict]:
+        """Answer one message; None for notifications and responses."""
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+            return _error(None, INVALID_REQUEST, "not a JSON-RPC 2.0 message")
+        if "method" not in msg:
+            return None  # a response to a request we never send
+        method, params = msg["method"], msg.get("params") or {}
+        is_request = "id" in msg
+        msg_id = msg.get("id")
+        if not is_request:
+            return None  # notifications/initialized, notifications/cancelled, ...
+        if not isinstance(params, dict):
+            return _error(msg_id, INVALID_PARAMS, "params must be an object")
+        if method == "initialize":
+            wanted = params.get("protocolVersion")
+            version = wanted if wanted in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
+            return _result(msg_id, {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "vertal-run", "title": "Vertal Run", "version": __version__},
+                "instructions": INSTRUCTIONS,
+            })
+        if method == "ping":
+            return _result(msg_id, {})
+        if method == "tools/list":
+            return _result(msg_id, {"tools": self.tools})
+        if method == "tools/call":
+            name, args = params.get("name"), params.get("arguments")
+            if name == "run_code":
+                return _result(msg_id, self.run_code(args if args is not None else {}))
+            if name == "get_usage":
+                return _result(msg_id, self.get_usage(args if args is not None else {}))
+            return _error(msg_id, INVALID_PARAMS, f"unknown tool {name!r}")
+        return _error(msg_id, METHOD_NOT_FOUND, f"method {method!r} not found")
+
+    def _send(self, reply: Optional[dict]) -> None:
+        if reply is None or self._out is None:
+            return
+        line = json.dumps(reply, ensure_ascii=False, separators=(",", ":"))
+        with self._write_lock:
+            try:
+                self._out.write(line + "\n")
+                self._out.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # the client went away; serve() ends when stdin does
+
+    def _dispatch(self, msg: Any) -> None:
+        try:
+            reply = self.handle(msg)
+        except Exception as e:  # never let one message kill the server
+            self.log(f"vertal2kubo.mcp: internal error: {type(e).__name__}: {e}")
+            reply = _error(msg.get("id") if isinstance(msg, dict) else None, -32603, "internal error")
+        self._send(reply)
+
+    def serve(self, inp: TextIO, out: TextIO) -> None:
+        """Serve until inp ends. Tool calls run on their own threads so a
+        long execution does not hold up pings or other calls."""
+        self._out = out
+        workers = []
+        for line in inp:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                self._send(_error(None, PARSE_ERROR, "invalid JSON"))
+                continue
+            if isinstance(msg, list):  # batches (protocol 2025-03-26)
+                for m in msg:
+                    self._dispatch(m)
+                continue
+            if isinstance(msg, dict) and msg.get("method") == "tools/call" and "id" in msg:
+                t = threading.Thread(target=self._dispatch, args=(msg,), daemon=True)
+                t.start()
+                workers.append(t)
+                workers = [w for w in workers if w.is_alive()]
+            else:
+                self._dispatch(msg)
+        for t in workers:
+            t.join()
+
+
+def _result(msg_id: Any, result: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+
+
+def _error(msg_id: Any, code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+
+
+def main() -> int:
+    def log(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
+    try:
+        client = KuboClient()
+    except ValueError as e:
+        # Fail at start, like `vertal mcp`: the MCP client shows this.
+        log(f"vertal2kubo.mcp: {e}")
+        return 2
+    # The versions make the description more useful; without them the
+    # tools still work.
+    languages = None
+    quick = KuboClient(client.url, client.api_key, max_retries=0, timeout=5)
+    try:
+        languages = quick.languages()
+    except KuboError as e:
+        log(f"vertal2kubo.mcp: could not list languages ({e}); describing run_code without versions")
+    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+    stdout = open(sys.stdout.fileno(), "w", encoding="utf-8", closefd=False)
+    Server(client, languages, log=log).serve(stdin, stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

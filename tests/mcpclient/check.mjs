@@ -1,0 +1,75 @@
+// Checks a Vertal Run MCP server with the official TypeScript MCP client.
+//
+//   node check.mjs stdio COMMAND [ARG...]   (KUBO_API_URL / KUBO_API_KEY pass through)
+//   node check.mjs http URL KEY             (Streamable HTTP, Authorization: Bearer KEY)
+//
+// It lists the tools, runs print(6*7) and expects 42, runs a failing
+// program and expects a tool error (not a protocol error), and reads the
+// usage. It prints one JSON line with what it saw and exits 0 on success.
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+function fail(msg, detail) {
+  console.error(`mcpclient: ${msg}`);
+  if (detail !== undefined) console.error(JSON.stringify(detail, null, 2));
+  process.exit(1);
+}
+
+function textOf(result) {
+  return (result.content ?? []).filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+}
+
+const [mode, ...rest] = process.argv.slice(2);
+let transport;
+if (mode === 'stdio' && rest.length >= 1) {
+  // The SDK passes only a few variables to the child by default; the
+  // server needs KUBO_API_URL and KUBO_API_KEY.
+  transport = new StdioClientTransport({ command: rest[0], args: rest.slice(1), env: { ...process.env }, stderr: 'inherit' });
+} else if (mode === 'http' && rest.length === 2) {
+  transport = new StreamableHTTPClientTransport(new URL(rest[0]), {
+    requestInit: { headers: { Authorization: `Bearer ${rest[1]}` } },
+  });
+} else {
+  fail('usage: node check.mjs stdio COMMAND [ARG...] | node check.mjs http URL KEY');
+}
+
+const client = new Client({ name: 'vertal-mcpclient-check', version: '1.0.0' });
+const timer = setTimeout(() => fail('timed out after 120 s'), 120_000);
+try {
+  await client.connect(transport);
+  const server = client.getServerVersion();
+
+  const { tools } = await client.listTools();
+  const names = tools.map((t) => t.name).sort();
+  if (JSON.stringify(names) !== JSON.stringify(['get_usage', 'run_code'])) fail('unexpected tools', names);
+  const runCode = tools.find((t) => t.name === 'run_code');
+  for (const phrase of ['no network', 'cannot be installed', '16 MB', '64 KB']) {
+    if (!runCode.description.includes(phrase)) fail(`run_code description lacks "${phrase}"`, runCode.description);
+  }
+
+  const ok = await client.callTool({ name: 'run_code', arguments: { language: 'python', code: 'print(6*7)' } });
+  if (ok.isError || !textOf(ok).includes('42') || ok.structuredContent?.stdout !== '42\n') fail('run_code print(6*7) did not give 42', ok);
+
+  const bad = await client.callTool({ name: 'run_code', arguments: { language: 'python', code: 'import sys; sys.exit(3)' } });
+  if (!bad.isError || bad.structuredContent?.exit_code !== 3 || bad.structuredContent?.status !== 'failed') {
+    fail('a failing program should be a tool error carrying exit code 3', bad);
+  }
+
+  const usage = await client.callTool({ name: 'get_usage', arguments: {} });
+  if (usage.isError || typeof usage.structuredContent?.limits?.max_timeout_s !== 'number') fail('get_usage failed', usage);
+
+  console.log(JSON.stringify({
+    ok: true,
+    server,
+    tools: names,
+    stdout: ok.structuredContent.stdout,
+    failedExitCode: bad.structuredContent.exit_code,
+    executionsToday: usage.structuredContent.today.executions,
+  }));
+} catch (err) {
+  fail(`protocol error: ${err?.stack ?? err}`);
+} finally {
+  clearTimeout(timer);
+  await client.close().catch(() => {});
+}
