@@ -1,15 +1,198 @@
 package main
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
 
-// cmdCreateKey is a placeholder until its owner lands it.
-func cmdCreateKey(_ context.Context, _ *env, _ []string) error { return errNotYet }
+	"github.com/kuboprotocol/vertal2kubo/internal/api"
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
 
-// cmdRevokeKey is a placeholder until its owner lands it.
-func cmdRevokeKey(_ context.Context, _ *env, _ []string) error { return errNotYet }
+// The operator commands reach the store directly (no running server
+// needed) with the same --data-dir / --database-url / --config as serve.
+var storeSettings = []string{"data-dir", "database-url"}
 
-// cmdListKeys is a placeholder until its owner lands it.
-func cmdListKeys(_ context.Context, _ *env, _ []string) error { return errNotYet }
+// operatorFlags parses args, which may mix flags and positional arguments
+// (`create-key acme --plan pro`), and returns the configuration and the
+// positional arguments.
+func operatorFlags(e *env, fs *flag.FlagSet, args []string) (config.Config, []string, error) {
+	fs.SetOutput(e.Stderr)
+	b := config.Bind(fs, storeSettings...)
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return config.Config{}, nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	cfg, err := b.Resolve(e.Getenv)
+	return cfg, pos, err
+}
 
-// cmdPurge is a placeholder until its owner lands it.
-func cmdPurge(_ context.Context, _ *env, _ []string) error { return errNotYet }
+func cmdCreateKey(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal create-key", flag.ContinueOnError)
+	plan := fs.String("plan", "free", "the tenant's plan (free, pro, enterprise or one from the config file); moves every key of the tenant to it")
+	fs.Usage = func() {
+		fmt.Fprintln(e.Stderr, "usage: vertal create-key TENANT [--plan P]\n\nPrints the new key on stdout, once; details go to stderr.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	cfg, pos, err := operatorFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitCode(2)
+	}
+	if _, ok := cfg.Plans[*plan]; !ok {
+		return fmt.Errorf("unknown plan %q (configured: %v)", *plan, config.PlanNames(cfg.Plans))
+	}
+	st, _, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	secret, k, err := api.CreateKey(ctx, st, pos[0], *plan, time.Now())
+	if errors.Is(err, store.ErrTooManyKeys) {
+		return fmt.Errorf("tenant %s already has %d active keys; revoke one first (vertal list-keys %s)", pos[0], store.MaxActiveKeys, pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	// The key alone on stdout, so KEY=$(vertal create-key ...) works.
+	fmt.Fprintln(e.Stdout, secret)
+	fmt.Fprintf(e.Stderr, "created key %s for tenant %s (plan %s); it is shown only once, store it now\n", k.ID, k.Tenant, k.Plan)
+	return nil
+}
+
+func cmdRevokeKey(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal revoke-key", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(e.Stderr, "usage: vertal revoke-key KEY_ID\n\nThe key stops working at once, on every node.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	cfg, pos, err := operatorFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitCode(2)
+	}
+	if !api.ValidKeyID(pos[0]) {
+		return fmt.Errorf("%q is not a key id (key_ and 12 hex digits; see vertal list-keys)", pos[0])
+	}
+	st, _, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.RevokeKey(ctx, pos[0], time.Now()); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no active key %s", pos[0])
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "revoked %s\n", pos[0])
+	return nil
+}
+
+type keyJSON struct {
+	ID        string `json:"key_id"`
+	Tenant    string `json:"tenant"`
+	Plan      string `json:"plan"`
+	CreatedAt int64  `json:"created_at"`
+	RevokedAt *int64 `json:"revoked_at"`
+}
+
+func cmdListKeys(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal list-keys", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(e.Stderr, "usage: vertal list-keys [TENANT] [--json]\n\nLists key ids, never the keys themselves.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	cfg, pos, err := operatorFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		fs.Usage()
+		return exitCode(2)
+	}
+	tenant := ""
+	if len(pos) == 1 {
+		tenant = pos[0]
+	}
+	st, _, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keys, err := st.ListKeys(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.Stdout)
+		for _, k := range keys {
+			j := keyJSON{ID: k.ID, Tenant: k.Tenant, Plan: k.Plan, CreatedAt: k.CreatedAt.Unix()}
+			if !k.RevokedAt.IsZero() {
+				r := k.RevokedAt.Unix()
+				j.RevokedAt = &r
+			}
+			if err := enc.Encode(j); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY ID\tTENANT\tPLAN\tCREATED (UTC)\tSTATUS")
+	for _, k := range keys {
+		status := "active"
+		if !k.RevokedAt.IsZero() {
+			status = "revoked " + k.RevokedAt.UTC().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Plan, k.CreatedAt.UTC().Format(time.DateTime), status)
+	}
+	return tw.Flush()
+}
+
+func cmdPurge(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal purge", flag.ContinueOnError)
+	days := fs.Int("days", 0, "delete stored stdout/stderr of executions older than this many days (at least 1); metering is kept")
+	fs.Usage = func() {
+		fmt.Fprintln(e.Stderr, "usage: vertal purge --days N\n\nflags:")
+		fs.PrintDefaults()
+	}
+	cfg, pos, err := operatorFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *days < 1 {
+		fs.Usage()
+		return exitCode(2)
+	}
+	st, _, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	before := time.Now().UTC().Add(-time.Duration(*days) * 24 * time.Hour)
+	n, err := st.Purge(ctx, before)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "purged the output of %d executions created before %s; metering kept\n", n, before.Format(time.RFC3339))
+	return nil
+}

@@ -1,6 +1,294 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
-// cmdServe is a placeholder until its owner lands it.
-func cmdServe(_ context.Context, _ *env, _ []string) error { return errNotYet }
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/api"
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
+	"github.com/kuboprotocol/vertal2kubo/internal/web"
+)
+
+// devTenant is the tenant `serve --dev` creates.
+const devTenant = "local"
+
+func cmdServe(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal serve", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.Stderr, "usage: vertal serve [flags]\n\nStarts the API. Every flag can also be set with the VERTAL_* variable shown, or in the --config file.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	b := config.Bind(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := b.Resolve(e.Getenv)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(e.Stderr, nil))
+	return serve(ctx, e, cfg, logger)
+}
+
+// parseFlags parses fs, turning -h into a clean exit and a bad flag into
+// exit status 2 (the flag package has printed why).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return exitCode(0)
+	default:
+		return exitCode(2)
+	}
+}
+
+func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) error {
+	st, storeDesc, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	driver, closeDriver, err := newDriver(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDriver()
+	if n, err := driver.Reap(ctx); err != nil {
+		logger.Warn("removing sandboxes left by an earlier run", "error", err)
+	} else if n > 0 {
+		logger.Info("removed sandboxes left by an earlier run", "count", n)
+	}
+
+	langs, err := cfg.ResolveLanguages()
+	if err != nil {
+		return err
+	}
+	for _, l := range langs {
+		if l.Version == "" {
+			logger.Warn("language version unknown; /v1/languages reports null", "language", l.Name,
+				"versions_file", filepath.Join(cfg.ImageDir, config.VersionsFile))
+		}
+	}
+
+	eng := engine.New(driver, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
+	metrics := api.NewMetrics()
+
+	// The MCP tools call the API in process, behind the edge check they
+	// already passed; the API handler exists only after api.New, which
+	// needs the MCP handler, hence the indirection.
+	var inner http.Handler
+	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
+		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(langs)},
+		APIURL:  "http://vertal.internal/api",
+		HTTPClient: mcpserver.InProcessClient(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inner.ServeHTTP(w, r)
+		})),
+		// The API checked the key before the request reached /mcp.
+		Verify: func(context.Context, string) error { return nil },
+	})
+	doc, err := api.OpenAPIDocument(version, "/api")
+	if err != nil {
+		return err
+	}
+	webHandler := web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
+
+	srv, err := api.New(api.Options{
+		Store:         st,
+		Engine:        eng,
+		Languages:     langs,
+		Plans:         cfg.Plans,
+		Version:       version,
+		EdgeSecret:    cfg.EdgeSecret,
+		MaxCodeBytes:  cfg.MaxCodeBytes,
+		MaxStdinBytes: cfg.MaxStdinBytes,
+		QueueTimeout:  cfg.QueueTimeout.D(),
+		Web:           webHandler,
+		MCP:           mcpHandler,
+		Metrics:       metrics,
+		Logger:        logger,
+	})
+	if err != nil {
+		return err
+	}
+	inner = srv.InProcess()
+
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
+	}
+	// Writes must outlive the longest execution a plan allows plus the wait
+	// for a slot; reads are bounded well below that.
+	longest := time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D()
+	httpSrv := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      longest + 90*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(slogWriter{logger}, "", 0),
+	}
+	servers := []*http.Server{httpSrv}
+	errc := make(chan error, 2)
+	go func() { errc <- httpSrv.Serve(ln) }()
+
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			_ = httpSrv.Close()
+			return fmt.Errorf("listening for metrics on %s: %w", cfg.MetricsAddr, err)
+		}
+		msrv := &http.Server{Handler: metrics.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpSrv.ErrorLog}
+		servers = append(servers, msrv)
+		go func() { errc <- msrv.Serve(mln) }()
+		logger.Info("metrics listening", "addr", mln.Addr().String())
+	}
+
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(e.Stdout, "Vertal Run %s listening on %s\n", version, base)
+	fmt.Fprintf(e.Stdout, "  sandboxes: %s, %d at once; store: %s\n", driver.Name(), cfg.MaxConcurrent, storeDesc)
+	fmt.Fprintf(e.Stdout, "  playground: %s/   API: %s/api/v1 (also %s/v1)   OpenAPI: %s/v1/openapi.json\n", base, base, base, base)
+	if cfg.Dev {
+		if err := devKey(ctx, e, st, base); err != nil {
+			_ = httpSrv.Close()
+			return err
+		}
+	}
+	logger.Info("serving", "addr", ln.Addr().String(), "driver", driver.Name(), "store", storeDesc,
+		"max_concurrent", cfg.MaxConcurrent, "queue_timeout", cfg.QueueTimeout.D().String(), "edge_secret", cfg.EdgeSecret != "")
+
+	select {
+	case err := <-errc:
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	// Finish what is running: an execution in progress is paid for and its
+	// result is stored, so let it end before closing the store.
+	logger.Info("shutting down; waiting for running requests")
+	sctx, cancel := context.WithTimeout(context.Background(), longest+30*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			logger.Warn("shutdown", "error", err)
+		}
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// openStore opens PostgreSQL when the URL says so, else SQLite in the data
+// directory. The description never contains the URL: it may hold a
+// password.
+func openStore(ctx context.Context, cfg config.Config) (store.Store, string, error) {
+	if cfg.UsesPostgres() {
+		st, err := postgres.Open(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("opening PostgreSQL: %w", err)
+		}
+		return st, "postgresql", nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("creating data directory: %w", err)
+	}
+	path := filepath.Join(cfg.DataDir, "vertal.db")
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening SQLite: %w", err)
+	}
+	return st, "sqlite " + path, nil
+}
+
+// newDriver builds the configured sandbox driver.
+func newDriver(ctx context.Context, cfg config.Config, logger *slog.Logger) (engine.Driver, func(), error) {
+	switch cfg.Driver {
+	case "docker":
+		d, err := docker.New(ctx, docker.Options{Runtime: cfg.Runtime, Image: cfg.DockerImage, Logger: logger})
+		if err != nil {
+			return nil, nil, fmt.Errorf("docker driver: %w", err)
+		}
+		return d, func() { _ = d.Close() }, nil
+	default:
+		if fi, err := os.Stat(cfg.RootFS()); err != nil || !fi.IsDir() {
+			return nil, nil, fmt.Errorf("no sandbox root filesystem at %s: build it with `vertal image build` or point --image-dir at one", cfg.RootFS())
+		}
+		d, err := oci.New(ctx, oci.Options{Runtime: cfg.Runtime, Logger: logger})
+		if err != nil {
+			return nil, nil, fmt.Errorf("oci driver: %w", err)
+		}
+		return d, func() { _ = d.Close() }, nil
+	}
+}
+
+func clientLanguages(ls []engine.Language) []client.Language {
+	aliases := map[string][]string{"python": {"py", "python3"}, "javascript": {"js", "node", "nodejs"}, "bash": {"sh"}}
+	out := make([]client.Language, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, client.Language{Name: l.Name, Version: l.Version, Aliases: aliases[l.Name]})
+	}
+	return out
+}
+
+// devKey gives the development tenant a key on the first start and prints
+// it with the lines to use it; later starts say where it went.
+func devKey(ctx context.Context, e *env, st store.Store, base string) error {
+	keys, err := st.ListKeys(ctx, devTenant)
+	if err != nil {
+		return fmt.Errorf("dev mode: listing keys: %w", err)
+	}
+	for _, k := range keys {
+		if k.RevokedAt.IsZero() {
+			fmt.Fprintf(e.Stdout, "Development tenant %q already has a key (printed on its first start).\n"+
+				"  A new one: vertal create-key %s --plan pro\n", devTenant, devTenant)
+			return nil
+		}
+	}
+	secret, k, err := api.CreateKey(ctx, st, devTenant, "pro", time.Now())
+	if err != nil {
+		return fmt.Errorf("dev mode: %w", err)
+	}
+	fmt.Fprintf(e.Stdout, "Development key for tenant %q (plan pro, id %s). It is shown only now:\n\n  %s\n\n", devTenant, k.ID, secret)
+	fmt.Fprintf(e.Stdout, "  export KUBO_API_URL=%s/api KUBO_API_KEY=%s\n", base, secret)
+	fmt.Fprintf(e.Stdout, "  curl -X POST $KUBO_API_URL/v1/executions -H \"Authorization: Bearer $KUBO_API_KEY\" \\\n"+
+		"    -H \"Content-Type: application/json\" -d '{\"language\": \"python\", \"code\": \"print(6 * 7)\"}'\n")
+	return nil
+}
+
+// slogWriter sends net/http's own complaints (TLS garbage, hijack errors)
+// to the structured log.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn(strings.TrimSpace(string(p)), "source", "net/http")
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
+
+// Caller is the authenticated tenant behind a request.
+type Caller struct {
+	Key  store.Key // the key used; Key.Plan is the tenant's plan
+	Plan config.Plan
+}
+
+type callerKey struct{}
+
+// CallerFromContext returns the caller of an authenticated request (the
+// MCP handler uses it); ok is false outside one.
+func CallerFromContext(ctx context.Context) (*Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(*Caller)
+	return c, ok
+}
+
+type authedFunc func(w http.ResponseWriter, r *http.Request, c *Caller) error
+
+// authed authenticates the bearer key, then counts the request against
+// the tenant's per-minute rate, before h runs.
+func (s *Server) authed(h authedFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		c, err := s.authenticate(r)
+		if err != nil {
+			return err
+		}
+		info := infoFrom(r.Context())
+		info.tenant, info.keyID = c.Key.Tenant, c.Key.ID
+		if err := s.rateLimit(w, r, c); err != nil {
+			return err
+		}
+		return h(w, r, c)
+	}
+}
+
+// authOnly authenticates without counting a request, for mounts whose own
+// work goes through the rate-limited API anyway (MCP).
+func (s *Server) authOnly(h authedFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		c, err := s.authenticate(r)
+		if err != nil {
+			return err
+		}
+		info := infoFrom(r.Context())
+		info.tenant, info.keyID = c.Key.Tenant, c.Key.ID
+		return h(w, r, c)
+	}
+}
+
+// authenticate looks the key up on every request (no cache), so a key
+// revoked on any node fails on every node at once.
+func (s *Server) authenticate(r *http.Request) (*Caller, error) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return nil, errorf(KindUnauthorized, "missing API key: send Authorization: Bearer kubo_sk_...")
+	}
+	scheme, secret, ok := strings.Cut(auth, " ")
+	secret = strings.TrimSpace(secret)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || !wellFormedKey(secret) {
+		return nil, errorf(KindUnauthorized, "invalid API key: send Authorization: Bearer kubo_sk_...")
+	}
+	k, err := s.store.KeyByHash(r.Context(), HashAPIKey(secret))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errorf(KindUnauthorized, "invalid or revoked API key")
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	plan, ok := s.plans[k.Plan]
+	if !ok {
+		return nil, internal(errors.New("key " + k.ID + " has plan " + k.Plan + ", which is not configured"))
+	}
+	return &Caller{Key: k, Plan: plan}, nil
+}
+
+// rateLimit counts the request in the tenant's fixed one-minute window
+// (shared by all nodes through the store) and sets the X-RateLimit-*
+// headers on the answer, whatever it turns out to be.
+func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	now := s.now().UTC()
+	window := now.Truncate(time.Minute)
+	reset := window.Add(time.Minute)
+	n, err := s.store.CountRequest(r.Context(), c.Key.Tenant, window)
+	if err != nil {
+		return internal(err)
+	}
+	limit := c.Plan.RequestsPerMinute
+	h := w.Header()
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(max(0, limit-n), 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
+	if n > limit {
+		e := errorf(KindRateLimited, "rate limit of %d requests per minute reached", limit)
+		e.RetryAfter = secondsUntil(now, reset)
+		return e
+	}
+	return nil
+}
+
+// secondsUntil rounds up, and is at least 1 so a client never retries at once.
+func secondsUntil(now, t time.Time) int {
+	d := t.Sub(now)
+	secs := int((d + time.Second - 1) / time.Second)
+	return max(1, secs)
+}

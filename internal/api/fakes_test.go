@@ -1,0 +1,320 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// fakeDriver stands in for a sandbox at the Driver seam. The code picks
+// the outcome, so tests read like the programs they stand for:
+//
+//	"print(6 * 7)"  succeeded, stdout "42\n"
+//	"exit N"         failed with exit code N
+//	"loop"           timed_out, exit 137
+//	"hog"            memory_exceeded, exit 137
+//	"crash"          the platform fails (error, no result)
+//	"block"          waits until the test closes unblock (or ctx ends)
+//	anything else    succeeded, stdout = the code's language name + "\n"
+type fakeDriver struct {
+	runs    atomic.Int64
+	started chan string // receives spec.ID when a run starts, if not nil
+	unblock chan struct{}
+	mu      sync.Mutex
+	specs   []engine.Spec
+}
+
+func newFakeDriver() *fakeDriver { return &fakeDriver{unblock: make(chan struct{})} }
+
+func (d *fakeDriver) Name() string                      { return "fake" }
+func (d *fakeDriver) Reap(context.Context) (int, error) { return 0, nil }
+func (d *fakeDriver) release()                          { close(d.unblock) }
+func (d *fakeDriver) lastSpec() engine.Spec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.specs[len(d.specs)-1]
+}
+
+func (d *fakeDriver) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
+	d.runs.Add(1)
+	d.mu.Lock()
+	d.specs = append(d.specs, spec)
+	d.mu.Unlock()
+	if d.started != nil {
+		d.started <- spec.ID
+	}
+	ok := engine.Result{Status: engine.StatusSucceeded, Duration: 265 * time.Millisecond,
+		Usage: engine.Usage{SandboxSeconds: 0.265, CPUSeconds: 0.02, PeakMemoryBytes: 9 << 20}}
+	code := spec.Code
+	switch {
+	case code == "print(6 * 7)":
+		ok.Stdout = "42\n"
+	case strings.HasPrefix(code, "exit "):
+		ok.Status, ok.Stderr = engine.StatusFailed, "boom\n"
+		ok.ExitCode = int(code[len(code)-1] - '0')
+	case code == "loop":
+		ok.Status, ok.ExitCode, ok.Duration = engine.StatusTimedOut, 137, spec.Timeout
+	case code == "hog":
+		ok.Status, ok.ExitCode = engine.StatusMemoryExceeded, 137
+	case code == "crash":
+		return engine.Result{}, errors.New("runtime exploded at /var/lib/vertal/run/secret-path")
+	case code == "block":
+		select {
+		case <-d.unblock:
+			ok.Stdout = "unblocked\n"
+		case <-ctx.Done():
+			return engine.Result{}, ctx.Err()
+		}
+	default:
+		ok.Stdout = spec.Language.Name + "\n"
+	}
+	return ok, nil
+}
+
+// clock runs at real speed from a chosen start, and can jump.
+type clock struct {
+	mu     sync.Mutex
+	base   time.Time
+	start  time.Time
+	offset time.Duration
+}
+
+func newClock(at time.Time) *clock { return &clock{base: at, start: time.Now()} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.base.Add(time.Since(c.start) + c.offset)
+}
+
+// Set makes the clock read at now, running on from there.
+func (c *clock) Set(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.start, c.offset = at, time.Now(), 0
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+// syncBuffer is a log sink shared by concurrent requests.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// countingStore counts idempotency claims, so tests can wait until
+// concurrent requests have reached the store, and fails key lookups when
+// broken is set, to reach the 500 answers.
+type countingStore struct {
+	store.Store
+	claims atomic.Int64
+	broken atomic.Bool
+}
+
+func (s *countingStore) KeyByHash(ctx context.Context, h [32]byte) (store.Key, error) {
+	if s.broken.Load() {
+		return store.Key{}, errors.New("database is on fire")
+	}
+	return s.Store.KeyByHash(ctx, h)
+}
+
+func (s *countingStore) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+	s.claims.Add(1)
+	return s.Store.ClaimIdempotency(ctx, tenant, key, bodyHash, now, staleBefore)
+}
+
+// testEnv is one server over a fake driver and a store.
+type testEnv struct {
+	t      testing.TB
+	srv    *Server
+	http   *httptest.Server
+	store  *countingStore
+	driver *fakeDriver
+	engine *engine.Engine
+	clock  *clock
+	logs   *syncBuffer
+	key    string // a pro key of tenant "acme"
+	keyID  string
+	// covered holds "METHOD /template status" of every documented
+	// response the server gave.
+	covered sync.Map
+}
+
+type envConfig struct {
+	opts   Options
+	engine engine.Options
+	store  store.Store // under the countingStore; default storefake
+}
+
+type envOption func(*envConfig)
+
+func withPlans(p map[string]config.Plan) envOption {
+	return func(c *envConfig) { c.opts.Plans = p }
+}
+
+func withEngine(e engine.Options) envOption {
+	return func(c *envConfig) { c.engine = e }
+}
+
+func withOptions(f func(*Options)) envOption {
+	return func(c *envConfig) { f(&c.opts) }
+}
+
+func withStore(st store.Store) envOption {
+	return func(c *envConfig) { c.store = st }
+}
+
+// testLanguages are what config.ResolveLanguages gives for the oci driver.
+var testLanguages = []engine.Language{
+	{Name: "python", Image: "/img/rootfs", File: "main.py", Command: []string{"python3", "/code/main.py"}, Version: "3.11.2"},
+	{Name: "javascript", Image: "/img/rootfs", File: "main.js", Command: []string{"node", "/code/main.js"}, Version: "22.23.5"},
+	{Name: "bash", Image: "/img/rootfs", File: "main.sh", Command: []string{"bash", "/code/main.sh"}, Version: "5.2.15"},
+}
+
+var testStart = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+func newEnv(t testing.TB, opts ...envOption) *testEnv {
+	t.Helper()
+	env := &testEnv{t: t, driver: newFakeDriver(), clock: newClock(testStart), logs: &syncBuffer{}}
+	cfg := envConfig{
+		opts: Options{
+			Languages:    testLanguages,
+			Version:      "0.2.0-test",
+			Logger:       slog.New(slog.NewJSONHandler(env.logs, nil)),
+			Now:          env.clock.Now,
+			QueueTimeout: time.Second,
+		},
+		engine: engine.Options{MaxConcurrent: 256, QueueTimeout: time.Second},
+		store:  storefake.New(),
+	}
+	for _, f := range opts {
+		f(&cfg)
+	}
+	env.store = &countingStore{Store: cfg.store}
+	o, eo := cfg.opts, cfg.engine
+	o.Store = env.store
+	env.engine = engine.New(env.driver, eo)
+	o.Engine = env.engine
+	srv, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.srv = srv
+	env.http = httptest.NewServer(conformance(t, srv, &env.covered))
+	t.Cleanup(env.http.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", env.logs.String())
+		}
+	})
+	env.key, env.keyID = env.newKey("acme", "pro")
+	return env
+}
+
+func (e *testEnv) newKey(tenant, plan string) (secret, id string) {
+	e.t.Helper()
+	secret, k, err := CreateKey(context.Background(), e.store, tenant, plan, e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return secret, k.ID
+}
+
+// request is one call; zero fields get defaults (POST body → JSON type).
+type request struct {
+	method string
+	path   string
+	key    string // "" → env.key; "-" → none
+	body   string
+	header map[string]string
+	ctype  *string
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (e *testEnv) do(r request) response {
+	e.t.Helper()
+	if r.method == "" {
+		r.method = http.MethodGet
+	}
+	var body io.Reader
+	if r.body != "" {
+		body = strings.NewReader(r.body)
+	}
+	req, err := http.NewRequest(r.method, e.http.URL+r.path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	switch r.key {
+	case "":
+		req.Header.Set("Authorization", "Bearer "+e.key)
+	case "-":
+	default:
+		req.Header.Set("Authorization", "Bearer "+r.key)
+	}
+	if r.ctype != nil {
+		if *r.ctype != "" {
+			req.Header.Set("Content-Type", *r.ctype)
+		}
+	} else if r.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range r.header {
+		req.Header.Set(k, v)
+	}
+	res, err := e.http.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// run posts code in language with optional extra JSON fields.
+func (e *testEnv) run(language, code string, header map[string]string) response {
+	e.t.Helper()
+	return e.do(request{method: http.MethodPost, path: "/v1/executions", body: jsonBody(map[string]any{"language": language, "code": code}), header: header})
+}
+
+func ptr[T any](v T) *T { return &v }

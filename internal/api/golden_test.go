@@ -1,0 +1,79 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var volatile = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`req_[0-9a-f]{32}`), "req_<id>"},
+	{regexp.MustCompile(`exe_[0-9a-f]{32}`), "exe_<id>"},
+	{regexp.MustCompile(`key_[0-9a-f]{12}`), "key_<id>"},
+	{regexp.MustCompile(`kubo_sk_[0-9A-Za-z]{43}`), "kubo_sk_<secret>"},
+	{regexp.MustCompile(`"created_at": [0-9]+`), `"created_at": <unix>`},
+	{regexp.MustCompile(`"Retry-After": "[0-9]+"`), `"Retry-After": "<seconds>"`},
+}
+
+// golden compares a response (status, chosen headers, indented body) with
+// testdata/<name>.golden; go test -update rewrites the files.
+func golden(t *testing.T, name string, r response, headers ...string) {
+	t.Helper()
+	var body bytes.Buffer
+	if err := json.Indent(&body, r.body, "", "  "); err != nil {
+		t.Fatalf("%s: body is not JSON: %s", name, r.body)
+	}
+	h := map[string]string{}
+	for _, k := range headers {
+		h[k] = r.header.Get(k)
+	}
+	hj, _ := json.MarshalIndent(h, "", "  ")
+	got := []byte("status: " + strconv.Itoa(r.status) + "\nheaders: " + string(hj) + "\n" + body.String())
+	for _, v := range volatile {
+		got = v.re.ReplaceAll(got, []byte(v.repl))
+	}
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", name, diff)
+	}
+}
+
+func TestGoldenResponses(t *testing.T) {
+	env := newEnv(t)
+	run := env.run("python", "print(6 * 7)", map[string]string{"Idempotency-Key": "order-1234"})
+	golden(t, "run_succeeded", run, "Content-Type", "X-Quota-Limit", "X-Quota-Remaining", "X-RateLimit-Limit")
+	golden(t, "run_replay", env.run("python", "print(6 * 7)", map[string]string{"Idempotency-Key": "order-1234"}))
+	golden(t, "run_failed", env.run("bash", "exit 3", nil))
+	golden(t, "run_timed_out", env.run("javascript", "loop", nil))
+	id := decode(t, run)["id"].(string)
+	golden(t, "get_execution", env.do(request{path: "/v1/executions/" + id}))
+	golden(t, "usage", env.do(request{path: "/v1/usage"}))
+	golden(t, "languages", env.do(request{path: "/v1/languages"}))
+	golden(t, "health", env.do(request{path: "/health", key: "-"}))
+	golden(t, "error_invalid_timeout", env.do(request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"x","timeout_s":999}`}))
+	golden(t, "error_unsupported_language", env.do(request{method: "POST", path: "/v1/executions", body: `{"language":"cobol","code":"x"}`}))
+	golden(t, "error_unknown_field", env.do(request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"x","lang":"y"}`}))
+	golden(t, "error_not_found", env.do(request{path: "/v2/anything"}))
+	golden(t, "error_method", env.do(request{method: "DELETE", path: "/v1/usage"}), "Allow")
+	golden(t, "error_unauthorized", env.do(request{path: "/v1/usage", key: "-"}), "WWW-Authenticate")
+	golden(t, "rotate", env.do(request{method: "POST", path: "/v1/keys/rotate"}))
+}

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+type poolMetrics struct{}
+
+func (poolMetrics) WriteMetrics(w io.Writer) {
+	io.WriteString(w, "# HELP vertal_pool_ready Ready sandboxes.\n# TYPE vertal_pool_ready gauge\nvertal_pool_ready{language=\"python\"} 2\n")
+}
+
+// sample is "name{labels} value" as the text format writes it.
+var sample = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eE]+(Inf)?$`)
+
+func scrape(t *testing.T, m *Metrics) map[string]string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("metrics: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(rec.Body)
+	typed := map[string]bool{}
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "# TYPE ") {
+			typed[strings.Fields(line)[2]] = true
+			continue
+		}
+		if strings.HasPrefix(line, "# HELP ") {
+			continue
+		}
+		if !sample.MatchString(line) {
+			t.Errorf("malformed sample line %q", line)
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		name := line[:i]
+		if j := strings.IndexAny(name, "{"); j >= 0 {
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name[:j], "_bucket"), "_sum"), "_count")
+			if !typed[base] && !typed[name[:j]] {
+				t.Errorf("sample %s has no # TYPE", name)
+			}
+		}
+		out[name] = line[i+1:]
+	}
+	return out
+}
+
+func TestMetrics(t *testing.T) {
+	env := newEnv(t, withEngine(engine.Options{MaxConcurrent: 3, QueueTimeout: time.Second}))
+	env.srv.Metrics().Add(poolMetrics{})
+	env.run("python", "print(6 * 7)", nil)
+	env.run("python", "exit 1", nil)
+	env.run("bash", "loop", nil)
+	env.run("python", "crash", nil)
+	env.do(request{path: "/v1/usage", key: "-"})
+	env.do(request{path: "/health", key: "-"})
+	env.do(request{method: "BREW", path: "/health", key: "-"})
+
+	got := scrape(t, env.srv.Metrics())
+	for name, want := range map[string]string{
+		`vertal_executions_total{language="python",status="succeeded"}`:                 "1",
+		`vertal_executions_total{language="python",status="failed"}`:                    "1",
+		`vertal_executions_total{language="bash",status="timed_out"}`:                   "1",
+		`vertal_executions_total{language="python",status="error"}`:                     "1",
+		`vertal_http_requests_total{route="/v1/executions",method="POST",status="200"}`: "3",
+		`vertal_http_requests_total{route="/v1/executions",method="POST",status="500"}`: "1",
+		`vertal_http_requests_total{route="/v1/usage",method="GET",status="401"}`:       "1",
+		`vertal_http_requests_total{route="/health",method="GET",status="200"}`:         "1",
+		`vertal_http_requests_total{route="other",method="other",status="405"}`:         "1",
+		`vertal_api_errors_total{code="unauthorized"}`:                                  "1",
+		`vertal_api_errors_total{code="sandbox_error"}`:                                 "1",
+		`vertal_execution_duration_seconds_bucket{language="python",le="0.25"}`:         "0",
+		`vertal_execution_duration_seconds_bucket{language="python",le="0.5"}`:          "2",
+		`vertal_execution_duration_seconds_count{language="python"}`:                    "2",
+		`vertal_http_request_duration_seconds_count{route="/v1/executions"}`:            "4",
+		`vertal_sandbox_slots`:                 "3",
+		`vertal_sandboxes_in_use`:              "0",
+		`vertal_queue_depth`:                   "0",
+		`vertal_idempotent_replays_total`:      "0",
+		`vertal_pool_ready{language="python"}`: "2",
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %q, want %q", name, got[name], want)
+		}
+	}
+}
+
+// TestSandboxesInUseGauge reads the gauge while an execution is running.
+func TestSandboxesInUseGauge(t *testing.T) {
+	env := newEnv(t)
+	env.driver.started = make(chan string, 1)
+	done := make(chan response)
+	go func() { done <- env.run("python", "block", nil) }()
+	<-env.driver.started
+	if got := scrape(t, env.srv.Metrics())["vertal_sandboxes_in_use"]; got != "1" {
+		t.Errorf("in use while running = %s", got)
+	}
+	env.driver.release()
+	<-done
+}
+
+// TestInProcessSkipsEdgeSecret: the in-process handler (for the MCP tools)
+// needs no edge secret but still a key.
+func TestInProcessSkipsEdgeSecret(t *testing.T) {
+	env := newEnv(t, withOptions(func(o *Options) { o.EdgeSecret = "0123456789abcdef-edge" }))
+	h := env.srv.InProcess()
+	for _, tc := range []struct {
+		auth   string
+		status int
+	}{{"Bearer " + env.key, 200}, {"", 401}} {
+		req := httptest.NewRequest("GET", "/api/v1/usage", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.status {
+			t.Errorf("auth %q: %d %s", tc.auth, rec.Code, rec.Body)
+		}
+	}
+	if r := env.do(request{path: "/api/v1/usage"}); r.status != http.StatusForbidden {
+		t.Errorf("public handler without the secret: %d", r.status)
+	}
+}

@@ -1,0 +1,359 @@
+// Package api is the HTTP API of Vertal Run: routes, authentication with
+// hashed keys, plans, quotas, rate limits, idempotency, metering, the one
+// error shape, access logs, security headers and Prometheus metrics.
+//
+// Every handler returns an error; one adapter turns it into the error
+// shape through the table in errors.go and writes the access log. The
+// Store and the Engine (with its Driver) are injected, so unit tests run
+// against storefake and a fake Driver.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
+
+// Options configure a Server. Store and Engine are required.
+type Options struct {
+	Store  store.Store
+	Engine *engine.Engine
+	// Languages are the runnable languages (config.ResolveLanguages).
+	Languages []engine.Language
+	// Plans by name; nil means config.DefaultPlans().
+	Plans map[string]config.Plan
+	// Version is reported by /health and the OpenAPI document.
+	Version string
+	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
+	// request but /health; otherwise 403.
+	EdgeSecret string
+	// MaxCodeBytes and MaxStdinBytes cap a request (413 above); zero means
+	// the config defaults.
+	MaxCodeBytes  int
+	MaxStdinBytes int
+	// QueueTimeout is the engine's wait for a slot; it bounds how long a
+	// request waits for a concurrent one with the same Idempotency-Key.
+	QueueTimeout time.Duration
+	// IdempotencyWait overrides that bound (plan max timeout + QueueTimeout
+	// + 15 s); IdempotencyPoll is the longest pause between two looks at
+	// the store while waiting (default 200 ms).
+	IdempotencyWait time.Duration
+	IdempotencyPoll time.Duration
+	// Web serves the playground and documentation: it gets GET and HEAD
+	// requests for every path outside the API (/v1/, /api/, /health, /mcp).
+	// Its 404s are turned into the API's error shape. Nil: not mounted.
+	Web http.Handler
+	// MCP serves Streamable HTTP MCP at /mcp and /api/mcp (all methods),
+	// behind the API's key check: a missing, unknown or revoked key gets
+	// the API's 401 before MCP sees the request. MCP messages themselves
+	// are not rate-limited; the API calls the tools make are. The caller
+	// is in the request context (see CallerFromContext). Nil: not mounted.
+	MCP http.Handler
+	// Metrics collects what /metrics shows; nil makes a new one.
+	Metrics *Metrics
+	// Logger receives the JSON access log; nil discards it.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the HTTP API. It is an http.Handler.
+type Server struct {
+	opts       Options
+	store      store.Store
+	engine     *engine.Engine
+	log        *slog.Logger
+	now        func() time.Time
+	plans      map[string]config.Plan
+	langs      languages
+	metrics    *Metrics
+	mux        *http.ServeMux
+	openapi    map[string][]byte // by mount prefix: "" and "/api"
+	edgeSecret *[32]byte
+}
+
+// New returns a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Store == nil || opts.Engine == nil {
+		return nil, errors.New("api: Store and Engine are required")
+	}
+	s := &Server{
+		opts:    opts,
+		store:   opts.Store,
+		engine:  opts.Engine,
+		log:     opts.Logger,
+		now:     opts.Now,
+		plans:   opts.Plans,
+		metrics: opts.Metrics,
+		mux:     http.NewServeMux(),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.plans == nil {
+		s.plans = config.DefaultPlans()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	s.metrics.setEngine(opts.Engine)
+	if s.opts.MaxCodeBytes <= 0 {
+		s.opts.MaxCodeBytes = config.DefaultMaxCodeBytes
+	}
+	if s.opts.MaxStdinBytes <= 0 {
+		s.opts.MaxStdinBytes = config.DefaultMaxStdinBytes
+	}
+	if s.opts.IdempotencyPoll <= 0 {
+		s.opts.IdempotencyPoll = 200 * time.Millisecond
+	}
+	if opts.EdgeSecret != "" {
+		h := sha256.Sum256([]byte(opts.EdgeSecret))
+		s.edgeSecret = &h
+	}
+	var err error
+	if s.langs, err = newLanguages(opts.Languages); err != nil {
+		return nil, err
+	}
+	if s.openapi, err = openAPIDocuments(opts.Version); err != nil {
+		return nil, err
+	}
+	s.routes()
+	return s, nil
+}
+
+// Metrics returns the server's metrics, to serve on the operator's
+// listener with MetricsHandler.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// routes registers every route. Each API route exists under /v1/... and
+// under /api/v1/..., so a base URL ending in /api works as on the hosted
+// service.
+func (s *Server) routes() {
+	for _, p := range []string{"", "/api"} {
+		s.handle("POST "+p+"/v1/executions", s.authed(s.createExecution))
+		s.handle("GET "+p+"/v1/executions/{id}", s.authed(s.getExecution))
+		s.handle("GET "+p+"/v1/usage", s.authed(s.getUsage))
+		s.handle("POST "+p+"/v1/keys/rotate", s.authed(s.rotateKey))
+		s.handle("GET "+p+"/v1/languages", s.authed(s.listLanguages))
+		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
+		s.handle("GET "+p+"/health", s.health)
+		if s.opts.MCP != nil {
+			s.handle(p+"/mcp", s.authOnly(s.serveMCP))
+		}
+	}
+	s.handle("/", s.fallback)
+}
+
+// handlerFunc is what every route implements.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle is the adapter: it records the route for the access log and
+// writes a returned error in the error shape.
+func (s *Server) handle(pattern string, h handlerFunc) {
+	route := pattern
+	if i := strings.IndexByte(route, ' '); i >= 0 {
+		route = route[i+1:]
+	}
+	route = strings.TrimPrefix(route, "/api")
+	if pattern == "/" {
+		route = "other"
+	}
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		infoFrom(r.Context()).route = route
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// ServeHTTP runs every request: request id, security headers, edge
+// secret, panic recovery, access log and metrics around the routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) }
+
+// InProcess returns the API without the edge-secret check, for callers
+// inside this process (the MCP tools) that never crossed the edge. Keys,
+// quotas and rate limits apply as usual. Never expose it on a listener.
+func (s *Server) InProcess() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, checkEdge bool) {
+	info := &requestInfo{id: newRequestID(), start: s.now()}
+	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
+	sw := &statusWriter{ResponseWriter: w}
+	h := sw.Header()
+	h.Set("X-Request-ID", info.id)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	defer s.finish(sw, r, info)
+	if checkEdge && !s.edgeAllowed(r) {
+		s.writeError(sw, r, errorf(KindForbidden, "this origin only accepts requests relayed by its edge"))
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
+	if p := recover(); p != nil {
+		if p == http.ErrAbortHandler {
+			panic(p)
+		}
+		err := fmt.Errorf("panic: %v", p)
+		s.log.Error("panic in handler", "request_id", info.id, "panic", fmt.Sprint(p), "stack", stack())
+		if !sw.wrote {
+			s.writeError(sw, r, internal(err))
+		} else {
+			info.err = err
+		}
+	}
+	status := sw.status
+	if !sw.wrote {
+		status = http.StatusOK
+		if info.clientGone {
+			status = 499 // the client left before an answer; nothing was written
+		}
+	}
+	d := s.now().Sub(info.start)
+	s.metrics.observeRequest(info.route, r.Method, status, d)
+	attrs := []slog.Attr{
+		slog.String("request_id", info.id),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("route", info.route),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.Int64("bytes", sw.bytes),
+		slog.String("remote", r.RemoteAddr),
+	}
+	if info.tenant != "" {
+		attrs = append(attrs, slog.String("tenant", info.tenant), slog.String("key_id", info.keyID))
+	}
+	if info.executionID != "" {
+		attrs = append(attrs, slog.String("execution_id", info.executionID))
+	}
+	if info.errCode != "" {
+		attrs = append(attrs, slog.String("error_code", info.errCode))
+	}
+	level := slog.LevelInfo
+	if info.err != nil && status >= 500 {
+		level = slog.LevelError
+		attrs = append(attrs, slog.String("error", info.err.Error()))
+	}
+	s.log.LogAttrs(context.Background(), level, "request", attrs...)
+}
+
+// fallback answers every request no route matched: the web handler for
+// pages, else 405 when the path exists with other methods, else 404.
+func (s *Server) fallback(w http.ResponseWriter, r *http.Request) error {
+	web := s.opts.Web != nil && !isAPIPath(r.URL.Path)
+	if web && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		infoFrom(r.Context()).route = "web"
+		return s.serveWeb(w, r)
+	}
+	var allow []string
+	if web {
+		allow = []string{http.MethodGet, http.MethodHead}
+	} else {
+		allow = s.allowedMethods(r)
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return errorf(KindMethodNotAllowed, "method %s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", "))
+	}
+	return errorf(KindNotFound, "no such endpoint; the API is described at /v1/openapi.json")
+}
+
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// allowedMethods lists the methods some route accepts for r's path.
+func (s *Server) allowedMethods(r *http.Request) []string {
+	var allow []string
+	for _, m := range probeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	sort.Strings(allow)
+	return allow
+}
+
+func isAPIPath(p string) bool {
+	return p == "/health" || p == "/v1" || p == "/api" || p == "/mcp" ||
+		strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/mcp/")
+}
+
+// serveWeb runs the web handler and replaces its 404 with the API's.
+func (s *Server) serveWeb(w http.ResponseWriter, r *http.Request) error {
+	ww := &webWriter{ResponseWriter: w}
+	s.opts.Web.ServeHTTP(ww, r)
+	if ww.notFound {
+		for _, h := range []string{"Content-Type", "Content-Length", "Content-Encoding", "Content-Security-Policy"} {
+			w.Header().Del(h)
+		}
+		return errorf(KindNotFound, "no such page")
+	}
+	return nil
+}
+
+// webWriter swallows a 404 from the web handler so that the adapter can
+// answer in the error shape.
+type webWriter struct {
+	http.ResponseWriter
+	notFound bool
+	wrote    bool
+}
+
+func (w *webWriter) WriteHeader(code int) {
+	if !w.wrote && code == http.StatusNotFound {
+		w.notFound = true
+	}
+	if !w.notFound {
+		w.ResponseWriter.WriteHeader(code)
+	}
+	w.wrote = true
+}
+
+func (w *webWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.notFound {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *webWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	s.opts.MCP.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	return nil
+}
+
+// health is public: it tells a load balancer the process is serving.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	return s.writeJSON(w, r, http.StatusOK, healthResponse{Status: "ok", Version: s.opts.Version})
+}
+
+type healthResponse struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+}

@@ -1,0 +1,279 @@
+// Package config holds the one Config of a Vertal Run server.
+//
+// Defaults, a JSON config file, VERTAL_* environment variables and command
+// line flags all map onto the same struct, in that order of precedence
+// (a flag beats the environment, which beats the file). To add a setting:
+// add a field with a json tag to Config, give it a default in Default,
+// check it in Validate, and add a row to settings (flags.go) if it should
+// also be a flag and an environment variable.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Default locations and values.
+const (
+	DefaultDataDir     = "/var/lib/vertal"
+	DefaultImageDir    = "/var/lib/vertal/images/default"
+	DefaultDockerImage = "vertal/default:latest"
+	DefaultHost        = "127.0.0.1"
+	DefaultPort        = 8080
+	DefaultQueue       = 30 * time.Second
+
+	// DefaultMaxCodeBytes is the largest program accepted (512 KiB).
+	DefaultMaxCodeBytes = 512 << 10
+	// DefaultMaxStdinBytes is the largest stdin accepted (1 MiB).
+	DefaultMaxStdinBytes = 1 << 20
+)
+
+// Config is everything `vertal serve` and the operator commands need.
+type Config struct {
+	// Host and Port are where the API listens. Port 0 picks a free port.
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// MaxConcurrent sandboxes run at once; QueueTimeout bounds the wait for
+	// a free one; MaxQueue bounds how many may wait (0: 4×MaxConcurrent).
+	MaxConcurrent int      `json:"max_concurrent"`
+	QueueTimeout  Duration `json:"queue_timeout"`
+	MaxQueue      int      `json:"max_queue"`
+	// Driver is "oci" (default, no daemon) or "docker"; Runtime is crun,
+	// runc or runsc, empty for the best one installed.
+	Driver  string `json:"driver"`
+	Runtime string `json:"runtime"`
+	// DataDir holds the SQLite database and sandbox state.
+	DataDir string `json:"data_dir"`
+	// DatabaseURL, when it is a postgres:// URL, selects PostgreSQL instead
+	// of SQLite at DataDir/vertal.db.
+	DatabaseURL string `json:"database_url"`
+	// MetricsAddr is host:port of the Prometheus listener; empty disables it.
+	MetricsAddr string `json:"metrics_addr"`
+	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
+	// request but /health.
+	EdgeSecret string `json:"edge_secret"`
+	// Dev creates tenant "local" on plan "pro" and prints its key on the
+	// first start.
+	Dev bool `json:"dev"`
+	// ImageDir holds rootfs/ (oci driver) and versions.json.
+	ImageDir string `json:"image_dir"`
+	// DockerImage is the image every language uses with the docker driver.
+	DockerImage string `json:"docker_image"`
+	// MaxCodeBytes and MaxStdinBytes cap one request (413 above them).
+	MaxCodeBytes  int `json:"max_code_bytes"`
+	MaxStdinBytes int `json:"max_stdin_bytes"`
+	// Plans by name; the file may override single fields of the built-in
+	// plans or add new ones.
+	Plans map[string]Plan `json:"plans"`
+	// Languages override the built-in definitions per canonical name.
+	Languages map[string]LanguageOverride `json:"languages"`
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		Host:          DefaultHost,
+		Port:          DefaultPort,
+		MaxConcurrent: max(2, runtime.NumCPU()),
+		QueueTimeout:  Duration(DefaultQueue),
+		Driver:        "oci",
+		DataDir:       DefaultDataDir,
+		ImageDir:      DefaultImageDir,
+		DockerImage:   DefaultDockerImage,
+		MaxCodeBytes:  DefaultMaxCodeBytes,
+		MaxStdinBytes: DefaultMaxStdinBytes,
+		Plans:         DefaultPlans(),
+	}
+}
+
+// Addr is the API listen address.
+func (c Config) Addr() string {
+	return net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
+}
+
+// UsesPostgres reports whether DatabaseURL selects PostgreSQL.
+func (c Config) UsesPostgres() bool {
+	return strings.HasPrefix(c.DatabaseURL, "postgres://") || strings.HasPrefix(c.DatabaseURL, "postgresql://")
+}
+
+var planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// Validate reports every problem in c at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Host == "" {
+		bad("host must not be empty")
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		bad("port %d is not in 0..65535", c.Port)
+	}
+	if c.MaxConcurrent < 1 || c.MaxConcurrent > 4096 {
+		bad("max-concurrent %d is not in 1..4096", c.MaxConcurrent)
+	}
+	if c.QueueTimeout.D() <= 0 || c.QueueTimeout.D() > 10*time.Minute {
+		bad("queue-timeout %s is not in (0, 10m]", c.QueueTimeout.D())
+	}
+	if c.MaxQueue < 0 {
+		bad("max-queue must not be negative")
+	}
+	switch c.Driver {
+	case "oci":
+		if c.Runtime != "" && c.Runtime != "crun" && c.Runtime != "runc" && c.Runtime != "runsc" {
+			bad("runtime %q is not crun, runc or runsc", c.Runtime)
+		}
+	case "docker":
+		if c.Runtime != "" && c.Runtime != "runc" && c.Runtime != "runsc" {
+			bad("runtime %q is not runc or runsc for the docker driver", c.Runtime)
+		}
+	default:
+		bad("driver %q is not oci or docker", c.Driver)
+	}
+	if c.DataDir == "" {
+		bad("data-dir must not be empty")
+	}
+	if c.DatabaseURL != "" && !c.UsesPostgres() {
+		bad("database-url must start with postgres:// or postgresql:// (leave it empty for SQLite)")
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("metrics-addr %q is not host:port", c.MetricsAddr)
+		} else if c.Port != 0 && c.MetricsAddr == c.Addr() {
+			bad("metrics-addr must differ from the API address")
+		}
+	}
+	if c.EdgeSecret != "" && len(c.EdgeSecret) < 16 {
+		bad("edge-secret must be at least 16 characters")
+	}
+	if c.ImageDir == "" && c.Driver == "oci" {
+		bad("image-dir must not be empty")
+	}
+	if c.DockerImage == "" && c.Driver == "docker" {
+		bad("docker-image must not be empty")
+	}
+	if c.MaxCodeBytes < 1 || c.MaxCodeBytes > 16<<20 {
+		bad("max_code_bytes %d is not in 1..16 MiB", c.MaxCodeBytes)
+	}
+	if c.MaxStdinBytes < 0 || c.MaxStdinBytes > 16<<20 {
+		bad("max_stdin_bytes %d is not in 0..16 MiB", c.MaxStdinBytes)
+	}
+	if len(c.Plans) == 0 {
+		bad("at least one plan is needed")
+	}
+	for _, name := range PlanNames(c.Plans) {
+		if !planName.MatchString(name) {
+			bad("plan name %q must be 1-32 of a-z, 0-9, _ and -", name)
+		}
+		if err := c.Plans[name].validate(); err != nil {
+			bad("plan %s: %w", name, err)
+		}
+	}
+	for name, o := range c.Languages {
+		if _, ok := builtinLanguage(name); !ok {
+			bad("language %q is not python, javascript or bash", name)
+		}
+		if o.File != "" && strings.ContainsAny(o.File, "/\\") {
+			bad("language %s: file %q must be a plain file name", name, o.File)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadFile applies a JSON config file onto c. Unknown keys are errors, so
+// a typo does not silently fall back to a default. Plans and languages
+// given in the file are merged field by field onto the ones already in c.
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading config file: %w", err)
+	}
+	type plain Config // same fields, no methods
+	var aux struct {
+		*plain
+		Plans     map[string]json.RawMessage `json:"plans"`
+		Languages map[string]json.RawMessage `json:"languages"`
+	}
+	aux.plain = (*plain)(c)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&aux); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	if c.Plans == nil {
+		c.Plans = map[string]Plan{}
+	}
+	for name, raw := range aux.Plans {
+		p := c.Plans[name]
+		if err := strictUnmarshal(raw, &p); err != nil {
+			return fmt.Errorf("config file %s: plan %s: %w", path, name, err)
+		}
+		c.Plans[name] = p
+	}
+	if len(aux.Languages) > 0 && c.Languages == nil {
+		c.Languages = map[string]LanguageOverride{}
+	}
+	for name, raw := range aux.Languages {
+		o := c.Languages[name]
+		if err := strictUnmarshal(raw, &o); err != nil {
+			return fmt.Errorf("config file %s: language %s: %w", path, name, err)
+		}
+		c.Languages[name] = o
+	}
+	return nil
+}
+
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// Duration is a time.Duration that reads "30s" or a number of seconds
+// from JSON and the environment.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ParseDuration reads "30s", "1m30s" or a plain number of seconds.
+func ParseDuration(s string) (Duration, error) {
+	s = strings.TrimSpace(s)
+	if d, err := time.ParseDuration(s); err == nil {
+		return Duration(d), nil
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
+		return 0, fmt.Errorf("invalid duration %q (use e.g. 30s or 30)", s)
+	}
+	return Duration(secs * float64(time.Second)), nil
+}
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n float64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("duration must be a string like \"30s\" or a number of seconds")
+		}
+		*d = Duration(n * float64(time.Second))
+		return nil
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}

@@ -1,0 +1,204 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+func resolve(t *testing.T, args []string, env map[string]string, names ...string) (Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	b := Bind(fs, names...)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	return b.Resolve(func(k string) string { return env[k] })
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "vertal.json")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c, err := resolve(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr() != "127.0.0.1:8080" || c.Driver != "oci" || c.DataDir != "/var/lib/vertal" || c.QueueTimeout.D() != 30*time.Second || c.UsesPostgres() {
+		t.Errorf("defaults %+v", c)
+	}
+	want := map[string]Plan{
+		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256},
+		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024},
+	}
+	if diff := cmp.Diff(want, c.Plans); diff != "" {
+		t.Errorf("plans (-want +got):\n%s", diff)
+	}
+}
+
+// TestPrecedence: flag > environment > file > default, per setting.
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, `{"host": "10.0.0.1", "port": 9000, "max_concurrent": 3, "queue_timeout": "5s", "runtime": "runc",
+		"plans": {"pro": {"executions_per_day": 20000}, "team": {"executions_per_day": 500, "requests_per_minute": 60, "max_timeout_s": 30, "memory_mb": 256}}}`)
+	c, err := resolve(t,
+		[]string{"--config", file, "--port", "9100", "--dev", "--queue-timeout", "7"},
+		map[string]string{"VERTAL_PORT": "9050", "VERTAL_MAX_CONCURRENT": "6", "VERTAL_EDGE_SECRET": "0123456789abcdef", "VERTAL_DATABASE_URL": "postgres://u:p@db/vertal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{
+		"host": c.Host, "port": c.Port, "max": c.MaxConcurrent, "queue": c.QueueTimeout.D(), "runtime": c.Runtime,
+		"dev": c.Dev, "edge": c.EdgeSecret, "pg": c.UsesPostgres(),
+		"pro": c.Plans["pro"], "team": c.Plans["team"], "free": c.Plans["free"],
+	}
+	want := map[string]any{
+		"host": "10.0.0.1", "port": 9100, "max": 6, "queue": 7 * time.Second, "runtime": "runc",
+		"dev": true, "edge": "0123456789abcdef", "pg": true,
+		"pro":  Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
+		"team": Plan{ExecutionsPerDay: 500, RequestsPerMinute: 60, MaxTimeoutS: 30, MemoryMB: 256},
+		"free": DefaultPlans()["free"],
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// VERTAL_CONFIG names the file when --config does not.
+	c, err = resolve(t, nil, map[string]string{"VERTAL_CONFIG": file})
+	if err != nil || c.Port != 9000 {
+		t.Errorf("VERTAL_CONFIG: %v %d", err, c.Port)
+	}
+}
+
+func TestBindSubset(t *testing.T) {
+	c, err := resolve(t, []string{"--data-dir", "/tmp/x"}, map[string]string{"VERTAL_PORT": "notanumber"}, "data-dir", "database-url")
+	if err != nil || c.DataDir != "/tmp/x" {
+		t.Fatalf("%v %+v", err, c)
+	}
+	if _, err := resolve(t, []string{"--port", "1"}, nil, "data-dir"); err == nil {
+		t.Errorf("unbound flag accepted")
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string
+		want string
+	}{
+		{"bad driver", []string{"--driver", "lxc"}, nil, "", `driver "lxc"`},
+		{"bad runtime", []string{"--runtime", "kata"}, nil, "", `runtime "kata"`},
+		{"crun on docker", []string{"--driver", "docker", "--runtime", "crun"}, nil, "", "docker driver"},
+		{"port", []string{"--port", "70000"}, nil, "", "port 70000"},
+		{"port not a number", nil, map[string]string{"VERTAL_PORT": "http"}, "", "VERTAL_PORT"},
+		{"queue", []string{"--queue-timeout", "soon"}, nil, "", "invalid duration"},
+		{"zero concurrency", []string{"--max-concurrent", "0"}, nil, "", "max-concurrent"},
+		{"mysql", []string{"--database-url", "mysql://x"}, nil, "", "database-url"},
+		{"short edge secret", []string{"--edge-secret", "short"}, nil, "", "edge-secret"},
+		{"metrics addr", []string{"--metrics-addr", "9090"}, nil, "", "metrics-addr"},
+		{"metrics on api port", []string{"--metrics-addr", "127.0.0.1:8080"}, nil, "", "must differ"},
+		{"dev not bool", nil, map[string]string{"VERTAL_DEV": "maybe"}, "", "VERTAL_DEV"},
+		{"unknown file key", nil, nil, `{"hots": "x"}`, "unknown field"},
+		{"unknown plan key", nil, nil, `{"plans": {"pro": {"executions": 1}}}`, "unknown field"},
+		{"bad plan", nil, nil, `{"plans": {"pro": {"max_timeout_s": 0}}}`, "plan pro: max_timeout_s"},
+		{"new plan missing fields", nil, nil, `{"plans": {"team": {"executions_per_day": 5}}}`, "plan team"},
+		{"plan name", nil, nil, `{"plans": {"Team X": {"executions_per_day": 5, "requests_per_minute": 1, "max_timeout_s": 1, "memory_mb": 64}}}`, "plan name"},
+		{"unknown language", nil, nil, `{"languages": {"ruby": {"image": "ruby:3"}}}`, `language "ruby"`},
+		{"file with path", nil, nil, `{"languages": {"python": {"file": "../main.py"}}}`, "plain file name"},
+		{"bad duration in file", nil, nil, `{"queue_timeout": true}`, "duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config", writeFile(t, tc.file)}, args...)
+			}
+			_, err := resolve(t, args, tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolveLanguages(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, VersionsFile), []byte(`{"python":"3.11.2","javascript":"22.23.5","bash":"5.2.15"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	c.ImageDir = dir
+	got, err := c.ResolveLanguages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "rootfs")
+	want := []engine.Language{
+		{Name: "python", Image: root, File: "main.py", Command: []string{"python3", "/code/main.py"}, Version: "3.11.2"},
+		{Name: "javascript", Image: root, File: "main.js", Command: []string{"node", "/code/main.js"}, Version: "22.23.5"},
+		{Name: "bash", Image: root, File: "main.sh", Command: []string{"bash", "/code/main.sh"}, Version: "5.2.15"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("oci (-want +got):\n%s", diff)
+	}
+
+	c.Driver = "docker"
+	c.Languages = map[string]LanguageOverride{
+		"python": {Image: "python:3.12-slim", Version: "3.12.7"},
+		"bash":   {File: "run.bash"},
+	}
+	got, err = c.ResolveLanguages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []engine.Language{
+		{Name: "python", Image: "python:3.12-slim", File: "main.py", Command: []string{"python3", "/code/main.py"}, Version: "3.12.7"},
+		{Name: "javascript", Image: DefaultDockerImage, File: "main.js", Command: []string{"node", "/code/main.js"}, Version: "22.23.5"},
+		{Name: "bash", Image: DefaultDockerImage, File: "run.bash", Command: []string{"bash", "/code/run.bash"}, Version: "5.2.15"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("docker with overrides (-want +got):\n%s", diff)
+	}
+
+	// No versions file: versions are unknown, not an error.
+	c = Default()
+	c.ImageDir = t.TempDir()
+	got, err = c.ResolveLanguages()
+	if err != nil || got[0].Version != "" {
+		t.Errorf("%v %+v", err, got)
+	}
+	// A broken versions file is an error.
+	os.WriteFile(filepath.Join(c.ImageDir, VersionsFile), []byte("{"), 0o644)
+	if _, err := c.ResolveLanguages(); err == nil {
+		t.Errorf("broken versions.json accepted")
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"30s": 30 * time.Second, "1m30s": 90 * time.Second, "30": 30 * time.Second, "0.5": 500 * time.Millisecond, " 2 ": 2 * time.Second} {
+		got, err := ParseDuration(in)
+		if err != nil || got.D() != want {
+			t.Errorf("%q: %v %v", in, got.D(), err)
+		}
+	}
+	for _, in := range []string{"", "soon", "NaN", "Inf", "1x"} {
+		if _, err := ParseDuration(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}

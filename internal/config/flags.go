@@ -1,0 +1,160 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// setting is one value reachable as --name and as env.
+type setting struct {
+	name  string // flag name without dashes
+	env   string // environment variable
+	usage string
+	bool  bool
+	set   func(c *Config, v string) error
+}
+
+func str(dst func(c *Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+func integer(dst func(c *Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+func boolean(dst func(c *Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q is not a boolean", v)
+		}
+		*dst(c) = b
+		return nil
+	}
+}
+
+// settings lists every flag/environment setting. The config file path
+// (--config, VERTAL_CONFIG) is handled apart because it is read first.
+var settings = []setting{
+	{name: "host", env: "VERTAL_HOST", usage: "address to listen on (default 127.0.0.1)",
+		set: str(func(c *Config) *string { return &c.Host })},
+	{name: "port", env: "VERTAL_PORT", usage: "port to listen on; 0 picks a free one (default 8080)",
+		set: integer(func(c *Config) *int { return &c.Port })},
+	{name: "max-concurrent", env: "VERTAL_MAX_CONCURRENT", usage: "sandboxes that may run at once (default: CPU count, at least 2)",
+		set: integer(func(c *Config) *int { return &c.MaxConcurrent })},
+	{name: "queue-timeout", env: "VERTAL_QUEUE_TIMEOUT", usage: "longest wait for a free sandbox before 503, e.g. 30s or 30 (default 30s)",
+		set: func(c *Config, v string) error {
+			d, err := ParseDuration(v)
+			c.QueueTimeout = d
+			return err
+		}},
+	{name: "max-queue", env: "VERTAL_MAX_QUEUE", usage: "requests that may wait for a sandbox (default 4 x max-concurrent)",
+		set: integer(func(c *Config) *int { return &c.MaxQueue })},
+	{name: "driver", env: "VERTAL_DRIVER", usage: "sandbox driver: oci or docker (default oci)",
+		set: str(func(c *Config) *string { return &c.Driver })},
+	{name: "runtime", env: "VERTAL_RUNTIME", usage: "OCI runtime: crun, runc or runsc (default: best installed)",
+		set: str(func(c *Config) *string { return &c.Runtime })},
+	{name: "data-dir", env: "VERTAL_DATA_DIR", usage: "directory for the SQLite database and sandbox state (default /var/lib/vertal)",
+		set: str(func(c *Config) *string { return &c.DataDir })},
+	{name: "database-url", env: "VERTAL_DATABASE_URL", usage: "postgres://... to share one PostgreSQL database between nodes (default: SQLite in data-dir)",
+		set: str(func(c *Config) *string { return &c.DatabaseURL })},
+	{name: "metrics-addr", env: "VERTAL_METRICS_ADDR", usage: "host:port for Prometheus /metrics (default: off)",
+		set: str(func(c *Config) *string { return &c.MetricsAddr })},
+	{name: "edge-secret", env: "VERTAL_EDGE_SECRET", usage: "require this value in X-Vertal-Edge-Secret on every request but /health (prefer the environment variable: flags show in ps)",
+		set: str(func(c *Config) *string { return &c.EdgeSecret })},
+	{name: "dev", env: "VERTAL_DEV", usage: "development mode: create tenant 'local' (plan pro) and print its key on first start", bool: true,
+		set: boolean(func(c *Config) *bool { return &c.Dev })},
+	{name: "image-dir", env: "VERTAL_IMAGE_DIR", usage: "sandbox image directory with rootfs/ and versions.json (default /var/lib/vertal/images/default)",
+		set: str(func(c *Config) *string { return &c.ImageDir })},
+	{name: "docker-image", env: "VERTAL_DOCKER_IMAGE", usage: "image for the docker driver (default vertal/default:latest)",
+		set: str(func(c *Config) *string { return &c.DockerImage })},
+}
+
+// Binding collects the flags of one command until Resolve.
+type Binding struct {
+	used       []setting
+	values     map[string]string
+	order      []string
+	configPath string
+}
+
+// Bind registers --config and the named settings (all when names is
+// empty) on fs. Call Resolve after fs.Parse.
+func Bind(fs *flag.FlagSet, names ...string) *Binding {
+	b := &Binding{values: map[string]string{}}
+	fs.StringVar(&b.configPath, "config", "", "JSON config file (also VERTAL_CONFIG)")
+	for _, s := range settings {
+		if len(names) > 0 && !contains(names, s.name) {
+			continue
+		}
+		b.used = append(b.used, s)
+		name := s.name
+		record := func(v string) error {
+			if _, seen := b.values[name]; !seen {
+				b.order = append(b.order, name)
+			}
+			b.values[name] = v
+			return nil
+		}
+		usage := s.usage + " [" + s.env + "]"
+		if s.bool {
+			fs.BoolFunc(name, usage, func(v string) error { return record(v) })
+		} else {
+			fs.Func(name, usage, record)
+		}
+	}
+	return b
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolve builds the Config: defaults, then the config file, then the
+// environment, then the flags given, and validates it.
+func (b *Binding) Resolve(getenv func(string) string) (Config, error) {
+	c := Default()
+	path := b.configPath
+	if path == "" {
+		path = getenv("VERTAL_CONFIG")
+	}
+	if path != "" {
+		if err := c.LoadFile(path); err != nil {
+			return Config{}, err
+		}
+	}
+	for _, s := range b.used {
+		if v := getenv(s.env); v != "" {
+			if err := s.set(&c, v); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", s.env, err)
+			}
+		}
+	}
+	for _, name := range b.order {
+		for _, s := range b.used {
+			if s.name == name {
+				if err := s.set(&c, b.values[name]); err != nil {
+					return Config{}, fmt.Errorf("--%s: %w", name, err)
+				}
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return c, nil
+}

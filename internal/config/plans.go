@@ -1,0 +1,74 @@
+package config
+
+import (
+	"errors"
+	"sort"
+)
+
+// Plan is what a tenant may use. Every plan shares the fixed sandbox limits
+// of the engine (1 CPU, 64 processes, 16 MB /tmp, 1 MB files, 64 KB output
+// per stream); plans differ in volume, rate, time and memory.
+type Plan struct {
+	ExecutionsPerDay  int64 `json:"executions_per_day"`
+	RequestsPerMinute int64 `json:"requests_per_minute"`
+	MaxTimeoutS       int   `json:"max_timeout_s"`
+	MemoryMB          int64 `json:"memory_mb"`
+}
+
+// The built-in plans. pro is the documented one; free keeps the documented
+// daily quota of 100 and a low rate so a leaked free key costs little;
+// enterprise is ten times pro in volume and allows longer jobs.
+func DefaultPlans() map[string]Plan {
+	return map[string]Plan{
+		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256},
+		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024},
+	}
+}
+
+// DefaultTimeoutS is the timeout of a request that names none, capped by
+// the plan's maximum.
+const DefaultTimeoutS = 10
+
+// DefaultTimeout returns the timeout used when a request names none.
+func (p Plan) DefaultTimeout() float64 { return float64(min(DefaultTimeoutS, p.MaxTimeoutS)) }
+
+// MemoryBytes is the sandbox memory limit in bytes.
+func (p Plan) MemoryBytes() int64 { return p.MemoryMB << 20 }
+
+func (p Plan) validate() error {
+	var errs []error
+	if p.ExecutionsPerDay < 1 {
+		errs = append(errs, errors.New("executions_per_day must be at least 1"))
+	}
+	if p.RequestsPerMinute < 1 {
+		errs = append(errs, errors.New("requests_per_minute must be at least 1"))
+	}
+	if p.MaxTimeoutS < 1 || p.MaxTimeoutS > 3600 {
+		errs = append(errs, errors.New("max_timeout_s must be in 1..3600"))
+	}
+	if p.MemoryMB < 32 || p.MemoryMB > 64<<10 {
+		errs = append(errs, errors.New("memory_mb must be in 32..65536"))
+	}
+	return errors.Join(errs...)
+}
+
+// PlanNames returns the plan names in a stable order.
+func PlanNames(plans map[string]Plan) []string {
+	names := make([]string, 0, len(plans))
+	for n := range plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// MaxTimeoutS is the longest timeout any plan allows; the server sizes its
+// write timeout and idempotency waits from it.
+func (c Config) MaxTimeoutS() int {
+	m := 0
+	for _, p := range c.Plans {
+		m = max(m, p.MaxTimeoutS)
+	}
+	return m
+}

@@ -1,0 +1,331 @@
+// Package storefake is an in-memory store.Store for unit tests of the
+// packages above the Store seam (API, MCP, web). One mutex makes every
+// method atomic, which is the behaviour the real stores give through their
+// database. It is not for production: nothing survives the process.
+package storefake
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
+
+type keyRec struct {
+	store.Key
+	hash [32]byte
+}
+
+type dayKey struct{ tenant, day string }
+
+type windowKey struct {
+	tenant string
+	window time.Time
+}
+
+type idemKey struct{ tenant, key string }
+
+// Store is the in-memory fake. The zero value is not usable; call New.
+type Store struct {
+	mu         sync.Mutex
+	keys       []*keyRec
+	plans      map[string]string // tenant -> plan
+	reserved   map[dayKey]int64
+	usage      map[dayKey]store.DayUsage
+	windows    map[windowKey]int64
+	executions map[string]store.Execution
+	idem       map[idemKey]store.Idempotency
+	closed     bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		plans:      map[string]string{},
+		reserved:   map[dayKey]int64{},
+		usage:      map[dayKey]store.DayUsage{},
+		windows:    map[windowKey]int64{},
+		executions: map[string]store.Execution{},
+		idem:       map[idemKey]store.Idempotency{},
+	}
+}
+
+func (s *Store) activeKeys(tenant string) int {
+	n := 0
+	for _, k := range s.keys {
+		if k.Tenant == tenant && k.RevokedAt.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+// ts is a time as the real stores return it: UTC, microseconds.
+func ts(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}
+
+func validDay(day string) error {
+	if t, err := time.Parse(time.DateOnly, day); err != nil || t.Format(time.DateOnly) != day {
+		return fmt.Errorf("storefake: invalid day %q", day)
+	}
+	return nil
+}
+
+// check refuses what the real stores refuse: duplicate ids or hashes, and
+// a new tenant without a plan. An empty plan keeps the tenant's plan.
+func (s *Store) check(k store.NewKey) error {
+	for _, r := range s.keys {
+		if r.ID == k.ID || r.hash == k.Hash {
+			return fmt.Errorf("storefake: duplicate key %s", k.ID)
+		}
+	}
+	if k.Plan == "" && s.plans[k.Tenant] == "" {
+		return fmt.Errorf("storefake: tenant %s has no plan", k.Tenant)
+	}
+	return nil
+}
+
+func (s *Store) insert(k store.NewKey) store.Key {
+	rec := &keyRec{Key: store.Key{ID: k.ID, Tenant: k.Tenant, CreatedAt: ts(k.CreatedAt)}, hash: k.Hash}
+	s.keys = append(s.keys, rec)
+	if k.Plan != "" {
+		s.plans[k.Tenant] = k.Plan
+	}
+	return s.withPlan(rec.Key)
+}
+
+func (s *Store) withPlan(k store.Key) store.Key {
+	k.Plan = s.plans[k.Tenant]
+	return k
+}
+
+func (s *Store) CreateKey(_ context.Context, k store.NewKey) (store.Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(k); err != nil {
+		return store.Key{}, err
+	}
+	if s.activeKeys(k.Tenant) >= store.MaxActiveKeys {
+		return store.Key{}, store.ErrTooManyKeys
+	}
+	return s.insert(k), nil
+}
+
+func (s *Store) KeyByHash(_ context.Context, hash [32]byte) (store.Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.keys {
+		if k.hash == hash && k.RevokedAt.IsZero() {
+			return s.withPlan(k.Key), nil
+		}
+	}
+	return store.Key{}, store.ErrNotFound
+}
+
+func (s *Store) RevokeKey(_ context.Context, keyID string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.keys {
+		if k.ID == keyID && k.RevokedAt.IsZero() {
+			k.RevokedAt = ts(at)
+			return nil
+		}
+	}
+	return store.ErrNotFound
+}
+
+func (s *Store) RotateKey(_ context.Context, oldKeyID string, k store.NewKey) (store.Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var old *keyRec
+	for _, r := range s.keys {
+		if r.ID == oldKeyID && r.RevokedAt.IsZero() && r.Tenant == k.Tenant {
+			old = r
+		}
+	}
+	if old == nil {
+		return store.Key{}, store.ErrNotFound
+	}
+	if err := s.check(k); err != nil {
+		return store.Key{}, err
+	}
+	old.RevokedAt = ts(k.CreatedAt)
+	return s.insert(k), nil
+}
+
+func (s *Store) ListKeys(_ context.Context, tenant string) ([]store.Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Key
+	for _, k := range s.keys {
+		if tenant == "" || k.Tenant == tenant {
+			out = append(out, s.withPlan(k.Key))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func (s *Store) ReserveExecution(_ context.Context, tenant, day string, limit int64) (int64, error) {
+	if err := validDay(day); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := dayKey{tenant, day}
+	if s.reserved[k] >= limit {
+		return s.reserved[k], store.ErrQuotaExceeded
+	}
+	s.reserved[k]++
+	u := s.usage[k]
+	u.Executions = s.reserved[k]
+	s.usage[k] = u
+	return s.reserved[k], nil
+}
+
+func (s *Store) RefundExecution(_ context.Context, tenant, day string) error {
+	if err := validDay(day); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := dayKey{tenant, day}
+	if s.reserved[k] > 0 {
+		s.reserved[k]--
+		u := s.usage[k]
+		u.Executions = s.reserved[k]
+		s.usage[k] = u
+	}
+	return nil
+}
+
+func (s *Store) CountRequest(_ context.Context, tenant string, window time.Time) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := windowKey{tenant, window.UTC()}
+	s.windows[k]++
+	return s.windows[k], nil
+}
+
+func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.executions[e.ID]; dup {
+		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
+	}
+	e.CreatedAt = ts(e.CreatedAt)
+	s.executions[e.ID] = e
+	k := dayKey{e.Tenant, e.CreatedAt.UTC().Format("2006-01-02")}
+	u := s.usage[k]
+	u.SandboxSeconds += e.SandboxSeconds
+	u.CPUSeconds += e.CPUSeconds
+	s.usage[k] = u
+	return nil
+}
+
+func (s *Store) Execution(_ context.Context, tenant, id string) (store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	if !ok || e.Tenant != tenant {
+		return store.Execution{}, store.ErrNotFound
+	}
+	return e, nil
+}
+
+func (s *Store) Usage(_ context.Context, tenant, day string) (store.DayUsage, error) {
+	if err := validDay(day); err != nil {
+		return store.DayUsage{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usage[dayKey{tenant, day}], nil
+}
+
+func (s *Store) Purge(_ context.Context, before time.Time) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for id, e := range s.executions {
+		if e.CreatedAt.Before(before) && (e.Stdout != "" || e.Stderr != "") {
+			e.Stdout, e.Stderr = "", ""
+			s.executions[id] = e
+			n++
+		}
+	}
+	for k, r := range s.idem {
+		if r.CreatedAt.Before(before) {
+			delete(s.idem, k)
+		}
+	}
+	for k := range s.windows {
+		if k.window.Before(before) {
+			delete(s.windows, k)
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) ClaimIdempotency(_ context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := idemKey{tenant, key}
+	if r, ok := s.idem[k]; ok && !r.CreatedAt.Before(ts(staleBefore)) {
+		return r, false, nil
+	}
+	r := store.Idempotency{Tenant: tenant, Key: key, BodyHash: bodyHash, CreatedAt: ts(now)}
+	s.idem[k] = r
+	return r, true, nil
+}
+
+func (s *Store) CompleteIdempotency(_ context.Context, tenant, key, executionID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := idemKey{tenant, key}
+	r, ok := s.idem[k]
+	if !ok {
+		return store.ErrNotFound
+	}
+	r.ExecutionID = executionID
+	s.idem[k] = r
+	return nil
+}
+
+func (s *Store) ReleaseIdempotency(_ context.Context, tenant, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A completed record keeps replaying; only a running claim is dropped.
+	if r, ok := s.idem[idemKey{tenant, key}]; ok && r.ExecutionID == "" {
+		delete(s.idem, idemKey{tenant, key})
+	}
+	return nil
+}
+
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// Executions returns how many executions were saved, for tests that count
+// runs.
+func (s *Store) Executions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.executions)
+}
