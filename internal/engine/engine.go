@@ -33,7 +33,9 @@ type Language struct {
 	// File is the name the code is stored under inside the sandbox, in
 	// CodeDir (e.g. "main.py"). Tracebacks show CodeDir/File.
 	File string
-	// Command runs the code file; CodeDir/File is its last argument.
+	// Command is the complete argv that runs the code file: its last
+	// argument is CodeDir + "/" + File (e.g. python3 /code/main.py).
+	// Drivers run it as given.
 	Command []string
 	// Version is the interpreter's real version, as recorded when the
 	// image was built (e.g. "3.11.2"). Empty when unknown.

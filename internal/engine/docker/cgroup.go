@@ -1,0 +1,162 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// accounting reads an execution's CPU time and peak memory after its
+// container is gone. The container's own cgroup is deleted when it exits,
+// before Docker's wait returns, so each execution gets a parent cgroup
+// (HostConfig.CgroupParent) of its own: the kernel charges CPU time and
+// memory to every ancestor as it happens, and the parent keeps both totals
+// until we read them and remove it. It costs no API round trip.
+type accounting struct {
+	root string // where the cgroup hierarchies are mounted
+	v2   bool
+}
+
+func newAccounting(cgroupVersion string) *accounting {
+	a := &accounting{root: "/sys/fs/cgroup", v2: cgroupVersion == "2"}
+	probe := filepath.Join(a.root, "memory")
+	if a.v2 {
+		probe = filepath.Join(a.root, "cgroup.controllers")
+	}
+	if _, err := os.Stat(probe); err != nil {
+		return nil // the engine's cgroups are not visible here
+	}
+	return a
+}
+
+// prefix starts the cgroup names of one driver instance's executions.
+func prefix(inst string) string { return "vertal-docker_" + inst + "_" }
+
+// parent is the CgroupParent for one execution. It sits at the top of each
+// hierarchy, one directory per execution, so removing it never races with
+// another execution creating its own.
+func (a *accounting) parent(inst, id string) string { return "/" + prefix(inst) + id }
+
+// usage reads what the execution's parent cgroup recorded. Missing files
+// (an old kernel without memory.peak, a controller not mounted) give 0.
+func (a *accounting) usage(inst, id string) (cpuSeconds float64, peakBytes int64) {
+	p := a.parent(inst, id)
+	if a.v2 {
+		dir := filepath.Join(a.root, p)
+		if usec, ok := statField(filepath.Join(dir, "cpu.stat"), "usage_usec"); ok {
+			cpuSeconds = float64(usec) / 1e6
+		}
+		peakBytes, _ = readInt(filepath.Join(dir, "memory.peak"))
+		return cpuSeconds, peakBytes
+	}
+	if ns, err := readInt(filepath.Join(a.root, "cpuacct", p, "cpuacct.usage")); err == nil {
+		cpuSeconds = float64(ns) / 1e9
+	}
+	peakBytes, _ = readInt(filepath.Join(a.root, "memory", p, "memory.max_usage_in_bytes"))
+	return cpuSeconds, peakBytes
+}
+
+// remove deletes the execution's parent cgroup from every hierarchy,
+// children first (a child is left only if the engine died mid-run).
+func (a *accounting) remove(inst, id string) error {
+	var errs []error
+	for _, h := range a.hierarchies() {
+		if err := rmdirTree(filepath.Join(h, prefix(inst)+id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// leftovers lists the execution IDs of instance inst that have a parent
+// cgroup in any hierarchy.
+func (a *accounting) leftovers(inst string) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, h := range a.hierarchies() {
+		entries, _ := os.ReadDir(h)
+		for _, e := range entries {
+			if id, ok := strings.CutPrefix(e.Name(), prefix(inst)); ok && e.IsDir() && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// hierarchies are the mounted cgroup hierarchies: the root itself on v2,
+// each controller's (and named) directory on v1.
+func (a *accounting) hierarchies() []string {
+	if a.v2 {
+		return []string{a.root}
+	}
+	entries, err := os.ReadDir(a.root)
+	if err != nil {
+		return nil
+	}
+	var hs []string
+	for _, e := range entries {
+		// Combined controllers appear once as a directory ("cpu,cpuacct")
+		// and again as symlinks ("cpu"); the directory is enough.
+		if e.IsDir() {
+			hs = append(hs, filepath.Join(a.root, e.Name()))
+		}
+	}
+	return hs
+}
+
+// rmdirTree removes a cgroup directory and any child cgroups. Cgroup
+// directories hold only kernel files, which rmdir removes with them.
+func rmdirTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading cgroup %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := rmdirTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}
+
+// statField reads "key value" from a flat-keyed cgroup file like cpu.stat.
+func statField(path, key string) (int64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,120 @@
+package docker
+
+import (
+	"path"
+	"slices"
+	"strconv"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// containerConfig turns one execution into the container Docker creates.
+// Every hardening item of the sandbox policy is set here, in one place, so
+// the unit test can hold the whole list against the policy.
+func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int) (*container.Config, *container.HostConfig) {
+	lim := spec.Limits.WithDefaults()
+	img := spec.Language.Image
+	if img == "" {
+		img = d.opts.Image
+	}
+	hasStdin := spec.Stdin != ""
+
+	cfg := &container.Config{
+		Image:      img,
+		Cmd:        command(spec.Language),
+		Entrypoint: []string{}, // an image's entrypoint is not ours to run
+		Env:        slices.Clone(d.policy.Env),
+		User:       d.policy.User,
+		WorkingDir: d.policy.WorkDir,
+		Hostname:   d.policy.Hostname,
+		// Stdin is opened only when there is some; otherwise the process
+		// reads /dev/null and cannot hang waiting for input.
+		AttachStdin:  hasStdin,
+		OpenStdin:    hasStdin,
+		StdinOnce:    hasStdin,
+		AttachStdout: true,
+		AttachStderr: true,
+		Labels: map[string]string{
+			labelSandbox:   "1",
+			labelInstance:  d.instance,
+			labelOwner:     d.lockPath(),
+			labelExecution: spec.ID,
+			labelPID:       strconv.Itoa(pid),
+		},
+	}
+
+	pids, extraUlimits := pidsLimits(lim, d.gvisor)
+	init := true
+	oomScore := 1000 // under host memory pressure, user code goes first
+	host := &container.HostConfig{
+		Runtime: d.opts.Runtime,
+		// Docker's tini as pid 1: user code gets ordinary signal handling
+		// (a process may be killed, even by itself) and zombies are reaped.
+		Init:           &init,
+		NetworkMode:    "none",                // own network namespace, loopback only
+		IpcMode:        container.IPCModeNone, // own IPC namespace and no /dev/shm at all
+		PidMode:        "",                    // own PID namespace
+		UTSMode:        "",                    // own UTS namespace
+		CgroupnsMode:   container.CgroupnsModePrivate,
+		ReadonlyRootfs: true,
+		OomScoreAdj:    oomScore,
+		Mounts: []mount.Mount{{
+			Type:     mount.TypeBind,
+			Source:   codeDir,
+			Target:   engine.CodeDir,
+			ReadOnly: true,
+		}},
+		CapDrop:       []string{"ALL"},
+		SecurityOpt:   d.policy.securityOpt(),
+		MaskedPaths:   slices.Clone(d.policy.MaskedPaths),
+		ReadonlyPaths: slices.Clone(d.policy.ReadonlyPaths),
+		// Output is read through attach; Docker's default json-file log
+		// would write every flooded byte to the host's disk a second time.
+		LogConfig: container.LogConfig{Type: "none"},
+		Resources: container.Resources{
+			Memory:     lim.MemoryBytes,
+			MemorySwap: lim.MemoryBytes, // equal to Memory: no swap
+			NanoCPUs:   int64(lim.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits:    append(ulimits(lim), extraUlimits...),
+		},
+	}
+	if d.gvisor {
+		// gVisor's own tmpfs (what a Docker tmpfs becomes under runsc)
+		// ignores noexec for executable mappings, so the dynamic loader
+		// can run a binary written to /tmp. A host tmpfs served through
+		// the gofer cannot be mapped executable: the host kernel refuses.
+		// An anonymous local volume of type tmpfs is exactly that, made
+		// and removed by Docker with the container.
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type:   mount.TypeVolume,
+			Target: "/tmp",
+			VolumeOptions: &mount.VolumeOptions{
+				Labels: cfg.Labels,
+				DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
+					"type": "tmpfs", "device": "tmpfs", "o": tmpfs(lim),
+				}},
+			},
+		})
+	} else {
+		host.Tmpfs = map[string]string{"/tmp": tmpfs(lim)}
+	}
+	if d.acct != nil {
+		host.CgroupParent = d.acct.parent(d.instance, spec.ID)
+	}
+	return cfg, host
+}
+
+// command is the language's command line, ending with the code file. The
+// code file is appended unless the configured command already ends with it.
+func command(l engine.Language) []string {
+	file := path.Join(engine.CodeDir, l.File)
+	cmd := slices.Clone(l.Command)
+	if len(cmd) == 0 || cmd[len(cmd)-1] != file {
+		cmd = append(cmd, file)
+	}
+	return cmd
+}

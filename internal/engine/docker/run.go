@@ -1,0 +1,269 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// validID keeps an execution ID usable as a file name, a cgroup name and
+// part of a container name: [A-Za-z0-9][A-Za-z0-9_.-]{0,127}.
+func validID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i, c := range id {
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanupTimeout bounds the force-remove done after ctx is already over.
+const cleanupTimeout = 30 * time.Second
+
+// drainTimeout bounds how long output may keep arriving after the
+// container exited. The stream ends with the container's last process,
+// so this only matters if the engine misbehaves.
+const drainTimeout = 5 * time.Second
+
+// Run executes spec in a fresh container and removes it. API round trips:
+// create, attach, wait, start, remove; inspect is added only when the exit
+// status (137, SIGKILL) could be an OOM kill.
+func (d *Driver) Run(ctx context.Context, spec engine.Spec) (res engine.Result, err error) {
+	if !validID(spec.ID) {
+		return engine.Result{}, fmt.Errorf("docker: invalid execution id %q", spec.ID)
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = engine.DefaultTimeout
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if err := d.begin(spec.ID); err != nil {
+		return engine.Result{}, err
+	}
+	defer d.end(spec.ID)
+
+	s := &execution{d: d, spec: spec}
+	defer func() {
+		if cerr := s.cleanup(); cerr != nil {
+			d.log.Error("docker: sandbox cleanup failed", "execution", spec.ID, "err", cerr)
+			if err == nil {
+				// A sandbox we could not remove is the platform's failure,
+				// even if the user's code finished.
+				res, err = engine.Result{}, cerr
+			}
+		}
+	}()
+	return s.run(ctx)
+}
+
+// execution is one Run's container and the host state around it.
+type execution struct {
+	d    *Driver
+	spec engine.Spec
+
+	dir     string // code directory on the host, "" until created
+	name    string // container name, "" until creation was asked for
+	id      string // container ID, "" until created
+	removed bool   // the container was already force-removed
+}
+
+func (s *execution) run(ctx context.Context) (engine.Result, error) {
+	d, spec := s.d, s.spec
+	if f := spec.Language.File; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
+		return engine.Result{}, fmt.Errorf("docker: language %q: the code file needs a plain name, not %q", spec.Language.Name, f)
+	}
+	s.dir = d.codeDir(spec.ID)
+	if err := os.Mkdir(s.dir, 0o755); err != nil {
+		s.dir = "" // not ours to remove (e.g. an ID already in use)
+		return engine.Result{}, fmt.Errorf("docker: code directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, spec.Language.File), []byte(spec.Code), 0o644); err != nil {
+		return engine.Result{}, fmt.Errorf("docker: writing code: %w", err)
+	}
+
+	cfg, host := d.containerConfig(spec, s.dir, os.Getpid())
+	// Named, so that a create whose answer was lost (ctx cancelled in
+	// flight) can still be found and removed.
+	s.name = containerName(d.instance, spec.ID)
+	created, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, s.name)
+	if err != nil {
+		return engine.Result{}, fmt.Errorf("docker: creating container: %w", err)
+	}
+	s.id = created.ID
+
+	// Attach before start so no output is lost; read it as it arrives so
+	// a flood costs no memory past the caps.
+	att, err := d.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
+		Stream: true, Stdin: cfg.OpenStdin, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return engine.Result{}, fmt.Errorf("docker: attaching: %w", err)
+	}
+	defer att.Close()
+	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
+	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	if cfg.OpenStdin {
+		go func() {
+			// Errors mean the process exited without reading it all.
+			_, _ = io.WriteString(att.Conn, spec.Stdin)
+			_ = att.CloseWrite()
+		}()
+	}
+
+	// Registered before start, so the exit cannot be missed.
+	waitCtx, stopWait := context.WithCancel(ctx)
+	defer stopWait()
+	waitC, waitErrC := d.cli.ContainerWait(waitCtx, s.id, container.WaitConditionNextExit)
+
+	if err := d.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+		return engine.Result{}, fmt.Errorf("docker: starting container: %w", err)
+	}
+	start := d.opts.Now()
+	timer := time.NewTimer(spec.Timeout)
+	defer timer.Stop()
+
+	var (
+		exitCode  int
+		timedOut  bool
+		oomKilled bool
+	)
+	// The client's wait goroutine sends its one answer on an unbuffered
+	// channel; when we stop listening early, something must take it.
+	waited := false
+	defer func() {
+		if !waited {
+			go func() {
+				select {
+				case <-waitC:
+				case <-waitErrC:
+				}
+			}()
+		}
+	}()
+	select {
+	case w := <-waitC:
+		waited = true
+		if w.Error != nil && w.Error.Message != "" {
+			return engine.Result{}, fmt.Errorf("docker: waiting for container: %s", w.Error.Message)
+		}
+		exitCode = int(w.StatusCode)
+	case err := <-waitErrC:
+		waited = true
+		return engine.Result{}, fmt.Errorf("docker: waiting for container: %w", err)
+	case <-timer.C:
+		// Removing with force kills every process of the sandbox and
+		// deletes it in one call.
+		timedOut = true
+		exitCode = 128 + 9
+		if err := s.remove(); err != nil {
+			return engine.Result{}, err
+		}
+	case <-ctx.Done():
+		return engine.Result{}, fmt.Errorf("docker: %w", ctx.Err())
+	}
+	elapsed := d.opts.Now().Sub(start)
+
+	// Only a SIGKILL can be the OOM killer; ask the engine which it was
+	// instead of guessing.
+	if !timedOut && exitCode == 128+9 {
+		ins, err := d.cli.ContainerInspect(ctx, s.id)
+		if err != nil {
+			return engine.Result{}, fmt.Errorf("docker: inspecting container: %w", err)
+		}
+		oomKilled = ins.State != nil && ins.State.OOMKilled
+	}
+
+	drain := time.NewTimer(drainTimeout)
+	defer drain.Stop()
+	select {
+	case <-copied:
+	case <-drain.C:
+		d.log.Warn("docker: output still open after exit; closing it", "execution", spec.ID)
+		att.Close()
+		<-copied
+	}
+
+	// The container is removed before usage is read: its cgroup is gone
+	// by then, the parent keeps the totals.
+	if err := s.remove(); err != nil {
+		return engine.Result{}, err
+	}
+	res := engine.Result{
+		Status:    engine.Classify(exitCode, timedOut, oomKilled),
+		Stdout:    stdout.String(),
+		Stderr:    stderr.String(),
+		ExitCode:  exitCode,
+		Duration:  elapsed,
+		Truncated: stdout.Truncated() || stderr.Truncated(),
+		Usage:     engine.Usage{SandboxSeconds: elapsed.Seconds()},
+	}
+	if d.acct != nil {
+		res.Usage.CPUSeconds, res.Usage.PeakMemoryBytes = d.acct.usage(d.instance, spec.ID)
+	}
+	return res, nil
+}
+
+// remove force-removes the container (killing what still runs in it). It
+// runs on a context of its own: cleanup must happen even when the caller's
+// context is what ended the execution.
+func (s *execution) remove() error {
+	ref := s.id
+	if ref == "" {
+		ref = s.name
+	}
+	if ref == "" || s.removed {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	err := s.d.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errNotFound(err) {
+		return fmt.Errorf("docker: removing container %s: %w", ref, err)
+	}
+	s.removed = true
+	return nil
+}
+
+// cleanup removes everything the execution created on the engine and the
+// host, whatever state the execution reached.
+func (s *execution) cleanup() error {
+	var errs []error
+	if err := s.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.dir != "" {
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("docker: removing code directory: %w", err))
+		}
+	}
+	// The parent cgroup goes last: it can only be removed once the
+	// container's own cgroup inside it is gone.
+	if s.d.acct != nil && (s.removed || s.name == "") {
+		if err := s.d.acct.remove(s.d.instance, s.spec.ID); err != nil {
+			errs = append(errs, fmt.Errorf("docker: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// containerName makes leftovers easy to recognise in `docker ps -a`.
+func containerName(instance, id string) string {
+	return "vertal_" + instance + "_" + id
+}
