@@ -1,35 +1,328 @@
+//go:build linux
+
 // Package oci is the daemon-less sandbox driver: each execution is an OCI
 // bundle over a shared read-only root filesystem, run by crun, runc or runsc.
+//
+// Per execution the driver writes a bundle (config.json and the code file),
+// creates and limits a parent cgroup, and starts one runtime process
+// (`<runtime> run`) whose stdio are the sandbox's. Everything the execution
+// creates lives under Options.StateDir and the cgroup "<CgroupParent>/<id>",
+// so it can be removed whatever the outcome, and found again by Reap after
+// the server was killed.
 package oci
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // Options configure the driver.
 type Options struct {
-	// Runtime is "crun", "runc", "runsc" or "" to pick the best installed.
+	// Runtime is "crun", "runc", "runsc" or "" to pick the best installed
+	// (crun, else runc).
 	Runtime string
 	// StateDir holds bundles and runtime state; it is cleaned by Reap.
+	// Default /run/vertal/oci. It should be on a local filesystem (tmpfs).
 	StateDir string
-	Logger   *slog.Logger
+	// CgroupParent names the cgroup every execution's cgroup is created
+	// under, in each hierarchy. Default "vertal".
+	CgroupParent string
+	// Init is a static init binary bind-mounted as the sandbox's pid 1, so
+	// user code gets normal signal and zombie handling. Default: tini-static.
+	Init   string
+	Logger *slog.Logger
 }
 
 // Driver runs sandboxes with an OCI runtime binary.
-type Driver struct{ opts Options }
+//
+// A Driver owns an instance directory under StateDir, locked for its
+// lifetime: Reap on any driver sharing the StateDir removes only what
+// drivers no longer alive (crashed, killed) left behind.
+type Driver struct {
+	opts        Options
+	log         *slog.Logger
+	rt          runtimeKind
+	rtPath      string
+	initPath    string
+	cg          *cgroups
+	instance    string // StateDir/<token>
+	bundlesDir  string // instance/bundles
+	runtimeRoot string // instance/<runtime>: the runtime's --root
+	lock        *os.File
 
-// New checks that the runtime is usable and returns a driver.
+	mu        sync.Mutex
+	templates map[templateKey]*template
+	images    map[string]error // image dir -> validation result
+}
+
+// Defaults.
+const (
+	DefaultStateDir     = "/run/vertal/oci"
+	DefaultCgroupParent = "vertal"
+)
+
+// New checks that the runtime is usable and returns a driver. An error
+// wrapping engine.ErrUnavailable says what to install or set up.
+//
+// With crun on a cgroup v1 host in hybrid mode, New moves the controllers
+// the unified hierarchy owns (usually hugetlb) to cgroup v1 mounts, which is
+// what crun 1.8 needs; see docs/SECURITY.md.
 func New(ctx context.Context, opts Options) (*Driver, error) {
-	return nil, engine.ErrUnavailable
+	if opts.StateDir == "" {
+		opts.StateDir = DefaultStateDir
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = DefaultCgroupParent
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: the oci driver must run as root (it creates cgroups and namespaces)", engine.ErrUnavailable)
+	}
+	initPath, err := findInit(opts.Init)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := discoverCgroups(opts.CgroupParent)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+	}
+	rt, rtPath, err := pickRuntime(opts.Runtime, cg, log)
+	if err != nil {
+		return nil, err
+	}
+	opts.Runtime = rt.name
+	if err := cg.ensureBase(); err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+	}
+	d := &Driver{
+		opts: opts, log: log, rt: rt, rtPath: rtPath, initPath: initPath, cg: cg,
+		templates: map[templateKey]*template{}, images: map[string]error{},
+	}
+	if err := d.claimInstance(); err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+	}
+	return d, nil
+}
+
+// pickRuntime resolves the runtime to use: the one asked for, or the first
+// of crun and runc that is installed and can run on this host.
+func pickRuntime(name string, cg *cgroups, log *slog.Logger) (runtimeKind, string, error) {
+	candidates := []string{name}
+	if name == "" {
+		candidates = preference
+	}
+	var errs []error
+	for _, c := range candidates {
+		rt, path, err := findRuntime(c)
+		if err == nil {
+			err = prepareHost(rt, cg, log)
+		}
+		if err == nil {
+			return rt, path, nil
+		}
+		errs = append(errs, err)
+		if name == "" {
+			log.Warn("oci: runtime not usable, trying the next", "runtime", c, "err", err)
+		}
+	}
+	if len(errs) == 1 {
+		return runtimeKind{}, "", errs[0]
+	}
+	return runtimeKind{}, "", fmt.Errorf("%w: no usable OCI runtime (apt-get install crun, or runc): %w", engine.ErrUnavailable, errors.Join(errs...))
+}
+
+// prepareHost applies what a runtime needs from this host. crun 1.8 on a
+// cgroup v1 host in hybrid mode refuses to run while the unified (v2)
+// hierarchy owns any controller; it usually owns hugetlb, which nothing
+// uses, so it is moved to a cgroup v1 mount as the others are.
+func prepareHost(rt runtimeKind, cg *cgroups, log *slog.Logger) error {
+	ctrls := cg.hybridControllers()
+	if rt.name != "crun" || len(ctrls) == 0 {
+		return nil
+	}
+	if err := cg.moveToV1(ctrls); err != nil {
+		return fmt.Errorf("%w: crun cannot run while the unified cgroup hierarchy owns %v, and moving them to cgroup v1 failed: %w "+
+			"(as root: mkdir -p /sys/fs/cgroup/hugetlb && mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb; or use --runtime runc)",
+			engine.ErrUnavailable, ctrls, err)
+	}
+	log.Info("oci: moved cgroup controllers from the unified hierarchy to cgroup v1 for crun", "controllers", ctrls)
+	return nil
+}
+
+// claimInstance creates and locks this driver's instance directory. The
+// lock file is created and locked before the directory exists, so Reap
+// never mistakes a starting driver for a dead one.
+func (d *Driver) claimInstance() error {
+	if err := os.MkdirAll(d.opts.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	var tok [6]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return fmt.Errorf("instance token: %w", err)
+	}
+	name := hex.EncodeToString(tok[:])
+	lock, err := os.OpenFile(filepath.Join(d.opts.StateDir, name+lockSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating instance lock: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return fmt.Errorf("locking instance: %w", err)
+	}
+	d.lock = lock
+	d.instance = filepath.Join(d.opts.StateDir, name)
+	d.bundlesDir = filepath.Join(d.instance, "bundles")
+	d.runtimeRoot = filepath.Join(d.instance, d.rt.name)
+	for _, dir := range []string{d.instance, d.bundlesDir, d.runtimeRoot} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			d.Close()
+			return fmt.Errorf("creating %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+const lockSuffix = ".lock"
+
+// Close releases the driver's instance directory. Sandboxes must not be
+// running; the driver must not be used afterwards.
+func (d *Driver) Close() error {
+	if d.lock == nil {
+		return nil
+	}
+	err := os.RemoveAll(d.instance)
+	if rerr := os.Remove(d.lock.Name()); rerr != nil && err == nil {
+		err = rerr
+	}
+	d.lock.Close()
+	d.lock = nil
+	return err
 }
 
 var _ engine.Driver = (*Driver)(nil)
 
-func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
-	return engine.Result{}, engine.ErrUnavailable
+// Name identifies driver and runtime, e.g. "oci/crun".
+func (d *Driver) Name() string { return "oci/" + d.rt.name }
+
+// Runtime is the OCI runtime the driver uses.
+func (d *Driver) Runtime() string { return d.rt.name }
+
+// Enforced reports which protections this driver enforces with its runtime,
+// and how, for `vertal doctor` and the security documentation.
+func (d *Driver) Enforced() []sandbox.Protection {
+	return enforced(d.rt)
 }
-func (d *Driver) Reap(ctx context.Context) (int, error) { return 0, nil }
-func (d *Driver) Name() string                          { return "oci/" + d.opts.Runtime }
+
+func enforced(rt runtimeKind) []sandbox.Protection {
+	yes := func(name, how string) sandbox.Protection {
+		return sandbox.Protection{Name: name, Enforced: true, How: how}
+	}
+	ps := []sandbox.Protection{
+		yes(sandbox.ProtNetwork, "new network namespace without interfaces but lo"),
+		yes(sandbox.ProtReadonly, "root.readonly over the shared image"),
+		yes(sandbox.ProtTmp, "tmpfs mount options"),
+		yes(sandbox.ProtUser, "process.user"),
+		yes(sandbox.ProtCaps, "empty capability sets"),
+		yes(sandbox.ProtNoNewPrivs, "process.noNewPrivileges"),
+		yes(sandbox.ProtSeccomp, "linux.seccomp, allowlist, ENOSYS default"),
+		yes(sandbox.ProtNamespaces, "linux.namespaces"),
+		yes(sandbox.ProtMasked, "linux.maskedPaths, /sys not mounted"),
+		yes(sandbox.ProtEnv, "fixed process.env; runtime closes fds above 2"),
+		yes(sandbox.ProtMemory, "cgroup v1 memory and memory+swap limits"),
+		yes(sandbox.ProtCPU, "cgroup v1 CFS quota"),
+		yes(sandbox.ProtPids, "cgroup v1 pids.max"),
+		yes(sandbox.ProtFileSize, "RLIMIT_FSIZE"),
+		yes(sandbox.ProtTimeout, "SIGKILL of the pid namespace's init, then the cgroup"),
+		yes(sandbox.ProtInit, "tini-static bind-mounted at /dev/init"),
+		yes(sandbox.ProtCleanup, "bundle, runtime state and cgroups removed; Reap after a crash"),
+		{Name: sandbox.ProtKernelIsol, Enforced: false, How: "host kernel shared (namespaces, seccomp)", Fix: "--runtime runsc"},
+	}
+	if rt.gvisor {
+		for i := range ps {
+			switch ps[i].Name {
+			case sandbox.ProtKernelIsol:
+				ps[i] = yes(sandbox.ProtKernelIsol, "runsc, ptrace platform")
+			case sandbox.ProtTmp:
+				ps[i].How = "host tmpfs bind-mounted through the gofer (gVisor's own tmpfs ignores noexec for mmap)"
+			case sandbox.ProtSeccomp:
+				ps[i].How = "applied inside gVisor (--oci-seccomp)"
+			case sandbox.ProtPids:
+				ps[i].How = "RLIMIT_NPROC inside gVisor (per sandbox kernel); host pids.max as a backstop"
+			case sandbox.ProtMemory:
+				ps[i].How = "cgroup limit on the whole gVisor sandbox: over it the sandbox is killed, not one process"
+			case sandbox.ProtMasked:
+				ps[i].How = "gVisor's synthetic /proc; /sys not mounted"
+			}
+		}
+	}
+	return ps
+}
+
+// newID returns a fresh execution id for specs that come without one.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "exe_" + hex.EncodeToString(b[:])
+}
+
+// validID accepts ids usable as a container id and a path element.
+func validID(id string) bool {
+	if id == "" || len(id) > 128 || id[0] == '.' || id[0] == '-' {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkImage validates a language's root filesystem once: it must exist and
+// carry the code mount point, so the runtime never writes into the shared
+// image.
+func (d *Driver) checkImage(dir string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err, ok := d.images[dir]; ok {
+		return err
+	}
+	err := func() error {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("image %q: not an absolute root filesystem path", dir)
+		}
+		for _, p := range []string{"", "tmp", strings.TrimPrefix(engine.CodeDir, "/")} {
+			fi, err := os.Stat(filepath.Join(dir, p))
+			if err != nil || !fi.IsDir() {
+				if p == strings.TrimPrefix(engine.CodeDir, "/") && err != nil && errors.Is(err, os.ErrNotExist) {
+					// Older images lack the mount point; adding an empty
+					// directory is the one change we make to an image.
+					if merr := os.Mkdir(filepath.Join(dir, p), 0o755); merr == nil {
+						continue
+					}
+				}
+				return fmt.Errorf("image %q: missing directory /%s", dir, p)
+			}
+		}
+		return nil
+	}()
+	d.images[dir] = err
+	return err
+}

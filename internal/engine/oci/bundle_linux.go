@@ -1,0 +1,159 @@
+package oci
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+)
+
+// initPath is where the init binary appears in the sandbox. /dev is a tmpfs
+// the runtime creates, so the mount point never touches the shared image.
+const initPath = "/dev/init"
+
+// idPlaceholder marks where the execution id goes in a config template.
+const idPlaceholder = "@@VERTAL_EXECUTION_ID@@"
+
+// templateKey identifies everything config.json depends on except the id.
+type templateKey struct {
+	image, file, command string
+	limits               engine.Limits
+}
+
+// template is config.json split around the execution id, so an execution
+// costs a concatenation instead of building and encoding a spec.
+type template struct {
+	prefix, suffix []byte
+}
+
+func (t *template) render(id string) []byte {
+	b := make([]byte, 0, len(t.prefix)+len(id)+len(t.suffix))
+	b = append(b, t.prefix...)
+	b = append(b, id...)
+	return append(b, t.suffix...)
+}
+
+// template returns the cached config template for a language and limits.
+func (d *Driver) template(lang engine.Language, l engine.Limits) (*template, error) {
+	key := templateKey{image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
+	d.mu.Lock()
+	t, ok := d.templates[key]
+	d.mu.Unlock()
+	if ok {
+		return t, nil
+	}
+	spec, err := d.spec(lang, l, idPlaceholder)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding config.json: %w", err)
+	}
+	pre, suf, ok := bytes.Cut(b, []byte(idPlaceholder))
+	if !ok || bytes.Contains(suf, []byte(idPlaceholder)) {
+		return nil, fmt.Errorf("config template: execution id must appear exactly once")
+	}
+	t = &template{prefix: pre, suffix: suf}
+	d.mu.Lock()
+	if len(d.templates) > 256 { // languages × plans is small; bound it anyway
+		clear(d.templates)
+	}
+	d.templates[key] = t
+	d.mu.Unlock()
+	return t, nil
+}
+
+// spec builds the OCI runtime spec of one execution. Paths of bind mount
+// sources are relative to the bundle directory, so only the cgroup path
+// names the execution.
+func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.Spec, error) {
+	if len(lang.Command) == 0 || lang.File == "" || strings.Contains(lang.File, "/") {
+		return nil, fmt.Errorf("language %q: needs a command and a plain file name", lang.Name)
+	}
+	args := append([]string{initPath, "--"}, lang.Command...)
+	args = append(args, path.Join(engine.CodeDir, lang.File))
+
+	var rlimits []specs.POSIXRlimit
+	for _, r := range sandbox.Rlimits(l) {
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: r.Type, Hard: r.Value, Soft: r.Value})
+	}
+	if d.rt.gvisor {
+		// gVisor counts RLIMIT_NPROC per user of its own kernel, i.e. per
+		// sandbox: it is the process limit there (see pidsLimit).
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
+	}
+	tmp := specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: sandbox.TmpfsOptions(l)}
+	if d.rt.gvisor {
+		// gVisor's in-sandbox tmpfs lets the dynamic loader map files
+		// from a noexec mount; a host tmpfs served by the gofer does not
+		// (the host kernel refuses the executable mapping). The driver
+		// mounts it at <bundle>/tmp with the same options.
+		tmp = specs.Mount{Destination: "/tmp", Type: "bind", Source: "tmp", Options: []string{"rbind", "rw", "noexec", "nosuid", "nodev"}}
+	}
+	var namespaces []specs.LinuxNamespace
+	for _, ns := range sandbox.Namespaces() {
+		namespaces = append(namespaces, specs.LinuxNamespace{Type: specs.LinuxNamespaceType(ns)})
+	}
+	oomScore := 1000 // under host memory pressure, user code goes first
+	s := &specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{
+			Args: args,
+			Env:  sandbox.Env(),
+			Cwd:  sandbox.WorkDir,
+			User: specs.User{UID: sandbox.UID, GID: sandbox.GID},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{},
+			},
+			Rlimits:         rlimits,
+			NoNewPrivileges: true,
+			OOMScoreAdj:     &oomScore,
+		},
+		Root:     &specs.Root{Path: lang.Image, Readonly: true},
+		Hostname: sandbox.Hostname,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: initPath, Type: "bind", Source: d.initPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			tmp,
+			{Destination: engine.CodeDir, Type: "bind", Source: "code", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+		},
+		Linux: &specs.Linux{
+			CgroupsPath: "/" + path.Join(d.cg.base, id, sandboxLeaf),
+			// Limits live on the parent cgroup the driver creates; the
+			// runtime only confines the sandbox's devices.
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+			},
+			Namespaces:    namespaces,
+			MaskedPaths:   sandbox.MaskedPaths(),
+			ReadonlyPaths: sandbox.ReadonlyPaths(),
+			Seccomp:       sandbox.Seccomp(d.rt.name),
+		},
+	}
+	return s, nil
+}
+
+// cgLimitsFor derives the parent cgroup's limits. Under runsc the host sees
+// gVisor's own threads (about 25 idle, and several per guest process on the
+// ptrace platform), so its pids.max is only a backstop against runaway
+// growth; the guest's process count is bounded by RLIMIT_NPROC inside.
+func (d *Driver) cgLimitsFor(l engine.Limits) cgLimits {
+	quota, period := sandbox.CPUQuota(l)
+	c := cgLimits{memory: sandbox.MemorySwapBytes(l), cpuQuota: quota, cpuPeriod: period, pids: l.Pids}
+	if d.rt.gvisor {
+		c.pids = l.Pids*8 + 128
+	}
+	return c
+}
+
+// ociVersion is the runtime-spec version config.json declares: the oldest
+// our runtimes accept (crun 1.8 rejects newer ones it does not know).
+const ociVersion = "1.0.2"

@@ -1,0 +1,324 @@
+//go:build linux
+
+package oci
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// TestMain lets the crash test re-execute this binary as a server that
+// gets SIGKILLed mid-execution.
+func TestMain(m *testing.M) {
+	if rt := os.Getenv(crashChildEnv); rt != "" {
+		crashChild(rt, os.Getenv(crashStateEnv))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// leftovers lists what execution id of the driver instance inst (run by
+// rt) left on this machine: bundle, runtime state, cgroups, mounts,
+// processes.
+func leftovers(d *Driver, inst string, rt runtimeKind, id string) []string {
+	var out []string
+	if _, err := os.Stat(filepath.Join(inst, "bundles", id)); err == nil {
+		out = append(out, "bundle dir")
+	}
+	if _, err := os.Stat(statePath(rt, filepath.Join(inst, rt.name), id)); err == nil {
+		out = append(out, "runtime state")
+	}
+	for _, dir := range d.cg.dirs(id) {
+		if _, err := os.Stat(dir); err == nil {
+			out = append(out, "cgroup "+dir)
+		}
+	}
+	if ms, _ := mountsUnder(inst); len(ms) > 0 {
+		out = append(out, fmt.Sprintf("mounts %v", ms))
+	}
+	if ps := processesMentioning(id); len(ps) > 0 {
+		out = append(out, fmt.Sprintf("processes %v", ps))
+	}
+	return out
+}
+
+// processesMentioning describes the processes whose command line holds s.
+func processesMentioning(s string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			out = append(out, e.Name()+":"+string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		}
+	}
+	return out
+}
+
+// TestNothingLeftBehind runs one execution per kind of outcome and checks
+// that none leaves a trace.
+func TestNothingLeftBehind(t *testing.T) {
+	e2e(t)
+	langs := testLanguages()
+	// A root filesystem the runtime cannot set up: /proc is a file.
+	broken := t.TempDir()
+	for _, dir := range []string{"tmp", "code", "dev"} {
+		if err := os.Mkdir(filepath.Join(broken, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(broken, "proc"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	brokenLang := langs["python"]
+	brokenLang.Image = broken
+
+	cases := []struct {
+		name    string
+		lang    engine.Language
+		code    string
+		timeout time.Duration
+		cancel  time.Duration // cancel the context after this long
+		want    engine.Status // "" = the driver returns an error
+		// broken: runc and crun fail to set the sandbox up (an error);
+		// runsc builds /proc in its own kernel and runs, without python.
+		broken bool
+	}{
+		{name: "succeeded", lang: langs["python"], code: "print(1)", want: engine.StatusSucceeded},
+		{name: "failed", lang: langs["bash"], code: "exit 1", want: engine.StatusFailed},
+		{name: "timed_out", lang: langs["python"], code: "import os\nos.fork()\nwhile True: pass", timeout: 2 * time.Second, want: engine.StatusTimedOut},
+		{name: "memory_exceeded", lang: langs["python"], code: "x = [b'x' * (64 << 20) for _ in range(20)]", want: engine.StatusMemoryExceeded},
+		{name: "truncated", lang: langs["python"], code: "print('x' * (1 << 20))", want: engine.StatusSucceeded},
+		{name: "cancelled", lang: langs["python"], code: "import time\ntime.sleep(60)", cancel: 1500 * time.Millisecond},
+		{name: "runtime_error", lang: brokenLang, code: "print(1)", broken: true},
+	}
+	for _, rtName := range allRuntimes {
+		t.Run(rtName, func(t *testing.T) {
+			d := newTestDriver(t, rtName)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx := context.Background()
+					if tc.cancel > 0 {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithTimeout(ctx, tc.cancel)
+						defer cancel()
+					}
+					timeout := tc.timeout
+					if timeout == 0 {
+						timeout = 20 * time.Second
+					}
+					id := newID()
+					res, err := d.Run(ctx, engine.Spec{ID: id, Language: tc.lang, Code: tc.code, Timeout: timeout})
+					if tc.broken {
+						if err == nil && res.Status == engine.StatusSucceeded {
+							t.Errorf("Run on a broken root filesystem succeeded")
+						}
+						t.Logf("outcome: %s, %v", res.Status, err)
+					} else if tc.want == "" {
+						if err == nil {
+							t.Errorf("Run succeeded with status %s; want an error", res.Status)
+						}
+					} else if err != nil || res.Status != tc.want {
+						t.Errorf("Run = %s, %v; want %s", res.Status, err, tc.want)
+					}
+					if diff := cmp.Diff([]string(nil), leftovers(d, d.instance, d.rt, id)); diff != "" {
+						t.Errorf("left behind (-want +got):\n%s", diff)
+					}
+				})
+			}
+			t.Run("parallel", func(t *testing.T) {
+				const n = 4
+				ids := make([]string, n)
+				errs := make(chan error, n)
+				for i := range ids {
+					ids[i] = newID()
+					go func(id string) {
+						res, err := d.Run(context.Background(), engine.Spec{ID: id, Language: langs["python"], Code: "print(6*7)", Timeout: time.Minute})
+						if err == nil && res.Stdout != "42\n" {
+							err = fmt.Errorf("stdout %q", res.Stdout)
+						}
+						errs <- err
+					}(ids[i])
+				}
+				for range ids {
+					if err := <-errs; err != nil {
+						t.Error(err)
+					}
+				}
+				for _, id := range ids {
+					if diff := cmp.Diff([]string(nil), leftovers(d, d.instance, d.rt, id)); diff != "" {
+						t.Errorf("left behind (-want +got):\n%s", diff)
+					}
+				}
+			})
+			for _, dir := range []string{d.bundlesDir, d.runtimeRoot} {
+				if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+					t.Errorf("%s not empty: %v", dir, ents)
+				}
+			}
+		})
+	}
+}
+
+const (
+	crashChildEnv = "VERTAL_OCI_CRASH_CHILD"
+	crashStateEnv = "VERTAL_OCI_CRASH_STATE"
+	crashSleepEnv = "VERTAL_OCI_CRASH_SLEEP"
+)
+
+// crashProgram keeps the sandbox busy with a daemonized, SIGTERM-ignoring
+// grandchild, `sleep <arg>`, and an endless loop.
+func crashProgram(arg string) string {
+	return `
+import os, signal
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.execv("/bin/sleep", ["sleep", "` + arg + `"])
+while True:
+    pass
+`
+}
+
+// crashChild is the server that gets killed: it starts one long execution
+// and waits to be SIGKILLed.
+func crashChild(rt, stateDir string) {
+	d, err := New(context.Background(), Options{Runtime: rt, StateDir: stateDir, CgroupParent: "vertal-test"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(2)
+	}
+	_, err = d.Run(context.Background(), engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: 10 * time.Minute})
+	fmt.Fprintln(os.Stderr, "crash child: Run returned, it should have been killed:", err)
+	os.Exit(3)
+}
+
+// TestReapAfterCrash SIGKILLs a process running the driver mid-execution,
+// then checks that Reap on a new driver removes everything it left.
+func TestReapAfterCrash(t *testing.T) {
+	e2e(t)
+	for _, rtName := range allRuntimes {
+		t.Run(rtName, func(t *testing.T) {
+			stateDir := t.TempDir()
+			// A sleep length unique to this run names the sandbox's daemon.
+			sleepArg := fmt.Sprintf("%d.%d", 80000+time.Now().UnixNano()%9000, os.Getpid()%1000)
+			daemon := "sleep\x00" + sleepArg
+			child := exec.Command(os.Args[0], "-test.run=^$")
+			child.Env = append(os.Environ(), crashChildEnv+"="+rtName, crashStateEnv+"="+stateDir, crashSleepEnv+"="+sleepArg)
+			var stderr bytes.Buffer
+			child.Stderr = &stderr
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Whatever happens below, the sandbox must not outlive the test.
+			t.Cleanup(func() {
+				_ = child.Process.Kill()
+				_ = child.Wait()
+				if d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"}); err == nil {
+					_, _ = d.Reap(context.Background())
+					d.Close()
+				}
+			})
+
+			// Wait until the sandbox runs user code: the daemon is up
+			// (under runsc it is inside gVisor, so count gVisor's processes).
+			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer probe.Close()
+			var inst, id string
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				pids, _ := filepath.Glob(filepath.Join(stateDir, "*", "bundles", "*", "init.pid"))
+				if len(pids) == 1 {
+					id = filepath.Base(filepath.Dir(pids[0]))
+					inst = filepath.Dir(filepath.Dir(filepath.Dir(pids[0])))
+					if rtName == "runsc" && len(probe.cg.procs(id)) >= 3 || len(processesMentioning(daemon)) > 0 {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox did not start; child stderr: %s", stderr.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if rtName == "runsc" {
+				time.Sleep(500 * time.Millisecond) // let the daemon start inside gVisor
+			}
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = child.Wait()
+
+			rt := runtimes[rtName]
+			before := leftovers(probe, inst, rt, id)
+			if len(before) == 0 {
+				t.Fatalf("the killed server left nothing behind; the test proves nothing")
+			}
+			var kinds []string
+			for _, l := range before {
+				kinds = append(kinds, strings.Fields(l)[0])
+			}
+			t.Logf("left by the killed server: %d items (%s)", len(before), strings.Join(slices.Compact(kinds), ", "))
+
+			d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			removed, err := d.Reap(context.Background())
+			if err != nil {
+				t.Errorf("Reap: %v", err)
+			}
+			if removed != 1 {
+				t.Errorf("Reap removed %d sandboxes; want 1", removed)
+			}
+			if diff := cmp.Diff([]string(nil), leftovers(d, inst, rt, id)); diff != "" {
+				t.Errorf("left behind after Reap (-want +got):\n%s", diff)
+			}
+			if ps := processesMentioning(daemon); len(ps) > 0 {
+				t.Errorf("the sandbox's daemon survived: %v", ps)
+			}
+			if ps := processesMentioning(inst); len(ps) > 0 {
+				t.Errorf("runtime processes survived: %v", ps)
+			}
+			ents, _ := os.ReadDir(stateDir)
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			own := filepath.Base(d.instance)
+			if diff := cmp.Diff([]string{own, own + lockSuffix}, names); diff != "" {
+				t.Errorf("state dir after Reap (-want +got):\n%s", diff)
+			}
+			// Reaping again finds nothing, and the live driver still works.
+			if n, err := d.Reap(context.Background()); n != 0 || err != nil {
+				t.Errorf("second Reap = %d, %v; want 0, nil", n, err)
+			}
+			res, err := d.Run(context.Background(), engine.Spec{Language: testLanguages()["python"], Code: "print(6*7)", Timeout: 20 * time.Second})
+			if err != nil || res.Stdout != "42\n" {
+				t.Errorf("Run after Reap = %q, %v", res.Stdout, err)
+			}
+		})
+	}
+}

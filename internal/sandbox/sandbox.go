@@ -1,0 +1,160 @@
+// Package sandbox is the hardening policy every driver applies to every
+// execution: who the code runs as, what it sees of the host, which system
+// calls it may make, and how its scratch space and resources are bounded.
+//
+// The policy is plain data so that the oci driver (an OCI runtime-spec
+// config.json) and the docker driver (Engine API host config) enforce the
+// same thing; a change here changes both. Nothing in the policy is taken
+// from the server's own environment.
+package sandbox
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// UID and GID run all user code: the conventional "nobody", which owns
+// nothing in the image and nothing on the host.
+const (
+	UID = 65534
+	GID = 65534
+)
+
+// Hostname is the sandbox's host name; the real one is not revealed.
+const Hostname = "sandbox"
+
+// WorkDir is the working directory of user code: the only writable place.
+const WorkDir = "/tmp"
+
+// Env is the complete environment of user code. It is fixed, never derived
+// from the server's environment, so secrets (API keys, database URLs) in the
+// server's environment cannot reach the sandbox.
+func Env() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + WorkDir,
+		"LANG=C.UTF-8",
+	}
+}
+
+// MaskedPaths are hidden from user code (bind-mounted over with an empty
+// file or directory): they leak host kernel state or addresses.
+func MaskedPaths() []string {
+	return []string{
+		"/proc/acpi",
+		"/proc/asound",
+		"/proc/interrupts",
+		"/proc/kcore",
+		"/proc/keys",
+		"/proc/latency_stats",
+		"/proc/sched_debug",
+		"/proc/scsi",
+		"/proc/timer_list",
+		"/proc/timer_stats",
+		"/sys/devices/virtual/powercap",
+		"/sys/firmware",
+	}
+}
+
+// ReadonlyPaths are visible but read-only: writing them would change host
+// kernel settings if anything else failed.
+func ReadonlyPaths() []string {
+	return []string{
+		"/proc/bus",
+		"/proc/fs",
+		"/proc/irq",
+		"/proc/sys",
+		"/proc/sysrq-trigger",
+	}
+}
+
+// TmpfsOptions are the mount options of /tmp, the only writable place:
+// bounded in size, and nothing written there can be executed (noexec) or
+// gain privileges (nosuid, nodev).
+func TmpfsOptions(l engine.Limits) []string {
+	l = l.WithDefaults()
+	return []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}
+}
+
+// Rlimit is one POSIX resource limit, soft = hard.
+type Rlimit struct {
+	Type  string // e.g. "RLIMIT_FSIZE"
+	Value uint64
+}
+
+// Rlimits are the per-process limits of user code. Processes, memory and CPU
+// are bounded by the sandbox's cgroup instead: a per-process or per-uid
+// rlimit would be shared by every sandbox running as UID.
+func Rlimits(l engine.Limits) []Rlimit {
+	l = l.WithDefaults()
+	return []Rlimit{
+		{Type: "RLIMIT_FSIZE", Value: uint64(l.FileSizeBytes)},
+		{Type: "RLIMIT_CORE", Value: 0},
+		{Type: "RLIMIT_NOFILE", Value: 1024},
+	}
+}
+
+// Namespaces are the Linux namespaces every sandbox gets of its own. The
+// network namespace has only a loopback interface.
+func Namespaces() []string {
+	return []string{"pid", "ipc", "uts", "mount", "network", "cgroup"}
+}
+
+// MemorySwapBytes is the memory+swap limit: equal to the memory limit, so
+// no swap can be used.
+func MemorySwapBytes(l engine.Limits) int64 { return l.WithDefaults().MemoryBytes }
+
+// CPUQuota returns a CFS quota for a period of 100 ms that grants l.CPUs.
+func CPUQuota(l engine.Limits) (quota int64, period uint64) {
+	l = l.WithDefaults()
+	period = 100_000
+	return int64(l.CPUs * float64(period)), period
+}
+
+// Protection is one item of the hardening policy as a driver enforces it,
+// for `vertal doctor` and the security documentation.
+type Protection struct {
+	Name     string // e.g. "network: loopback only"
+	Enforced bool
+	// How says what enforces it on this driver/runtime, or why it is not.
+	How string
+	// Fix says what an operator can do when Enforced is false.
+	Fix string
+}
+
+// Protection names shared by every driver so their tables line up.
+const (
+	ProtNetwork    = "no network (own netns, loopback only)"
+	ProtReadonly   = "read-only root filesystem"
+	ProtTmp        = "/tmp tmpfs, size-limited, noexec,nosuid,nodev"
+	ProtUser       = "uid/gid 65534"
+	ProtCaps       = "all capabilities dropped"
+	ProtNoNewPrivs = "no-new-privileges"
+	ProtSeccomp    = "seccomp profile (ours)"
+	ProtNamespaces = "own pid, ipc, uts, mount, cgroup namespaces"
+	ProtMasked     = "masked /proc paths, no /sys/firmware"
+	ProtEnv        = "no host environment or file descriptors"
+	ProtMemory     = "memory limit, no swap"
+	ProtCPU        = "CPU quota"
+	ProtPids       = "process limit"
+	ProtFileSize   = "file size limit"
+	ProtTimeout    = "timeout kills every process"
+	ProtInit       = "init as pid 1 (signals, zombies)"
+	ProtKernelIsol = "user-space kernel (gVisor)"
+	ProtCleanup    = "nothing left behind (reaped after a crash)"
+)
+
+// String renders p as one line of a doctor table.
+func (p Protection) String() string {
+	state := "enforced"
+	if !p.Enforced {
+		state = "NOT enforced"
+	}
+	s := fmt.Sprintf("%-46s %-12s %s", p.Name, state, p.How)
+	if !p.Enforced && p.Fix != "" {
+		s += " (fix: " + p.Fix + ")"
+	}
+	return s
+}

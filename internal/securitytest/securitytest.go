@@ -1,0 +1,258 @@
+// Package securitytest is the security and behaviour suite every sandbox
+// driver must pass. Each case runs a small program (often a hostile one)
+// through the driver and asserts what the platform promises: the attack
+// fails, the limit holds, the status and exit code are right.
+//
+// Drivers call Run from their own end-to-end tests:
+//
+//	securitytest.Run(t, driver, languages)
+//
+// The suite talks to the driver only through engine.Driver, so the same
+// cases prove the oci driver (crun, runc, runsc) and the docker driver
+// (runc, runsc). Driver-specific checks are passed in Options.Extra.
+//
+// Network cases only ever aim at addresses of the machine running the
+// test: its loopback, its own interface addresses and, when it has one,
+// the Docker bridge gateway.
+package securitytest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// Case is one program the suite runs and what it must observe.
+type Case struct {
+	Name    string
+	Lang    string // key into the languages map: "python", "javascript", "bash"
+	Code    string
+	Stdin   string
+	Timeout time.Duration // default 20s
+	Limits  engine.Limits // zero fields take the defaults
+	// Check asserts on the outcome. err is the driver's error (nil for
+	// every outcome of user code, including timeouts and OOM kills).
+	Check func(t *testing.T, res engine.Result, err error)
+}
+
+// Options adjust the suite to a driver.
+type Options struct {
+	// Extra cases run after the common ones (e.g. docker-only checks).
+	Extra []Case
+}
+
+// env is what a case may need from the suite's host-side fixtures.
+type env struct {
+	d        engine.Driver
+	langs    map[string]engine.Language
+	secret   string // a value only the test process's environment holds
+	listen   *listeners
+	hostNS   map[string]string // namespace links of the test process
+	hostname string
+}
+
+// Run runs the whole suite against d. langs must hold "python",
+// "javascript" and "bash".
+func Run(t *testing.T, d engine.Driver, langs map[string]engine.Language, opts ...Options) {
+	t.Helper()
+	for _, l := range []string{"python", "javascript", "bash"} {
+		if _, ok := langs[l]; !ok {
+			t.Fatalf("securitytest: language %q missing", l)
+		}
+	}
+	var o Options
+	for _, x := range opts {
+		o.Extra = append(o.Extra, x.Extra...)
+	}
+
+	e := &env{d: d, langs: langs}
+	// A secret in the server's environment must never reach user code.
+	// t.Setenv cannot be used: callers may run suites in parallel.
+	e.secret = "vertal-secret-" + randHex(12)
+	secretVar := "VERTAL_SECURITYTEST_SECRET_" + strings.ToUpper(randHex(4))
+	os.Setenv(secretVar, e.secret)
+	t.Cleanup(func() { os.Unsetenv(secretVar) })
+
+	var err error
+	e.listen, err = startListeners(t)
+	if err != nil {
+		t.Fatalf("securitytest: host listeners: %v", err)
+	}
+	e.hostNS = map[string]string{}
+	for _, ns := range []string{"pid", "ipc", "uts", "mnt", "net", "cgroup"} {
+		if l, err := os.Readlink("/proc/self/ns/" + ns); err == nil {
+			e.hostNS[ns] = l
+		}
+	}
+	e.hostname, _ = os.Hostname()
+
+	// Runtimes chown the sandbox's stdio; a driver that passes host files
+	// as stdio hands them to the sandbox user. /dev/null is the usual one.
+	devNull := ownerOf("/dev/null")
+	t.Cleanup(func() {
+		if got := ownerOf("/dev/null"); got != devNull {
+			t.Errorf("host /dev/null changed from %s to %s during the suite: a runtime was given the host's /dev/null "+
+				"as stdio and chowned it to the sandbox user (runsc does; e.g. a container without stdin attached)", devNull, got)
+		}
+	})
+
+	cases := append(functionalCases(e), attackCases(e)...)
+	cases = append(cases, o.Extra...)
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			res, err := e.run(t, c)
+			c.Check(t, res, err)
+			if t.Failed() {
+				t.Logf("result: status=%s exit=%d truncated=%v stdout=%q stderr=%q err=%v",
+					res.Status, res.ExitCode, res.Truncated, clip(res.Stdout), clip(res.Stderr), err)
+			}
+		})
+	}
+	// Multi-step cases need more than one execution.
+	t.Run("fresh_state", func(t *testing.T) { freshState(t, e) })
+	t.Run("output_flood_memory_flat", func(t *testing.T) { outputFlood(t, e) })
+	t.Run("fork_bomb_then_healthy", func(t *testing.T) { forkBombThenHealthy(t, e) })
+}
+
+// run executes one case through the driver.
+func (e *env) run(t *testing.T, c Case) (engine.Result, error) {
+	t.Helper()
+	lang, ok := e.langs[c.Lang]
+	if !ok {
+		t.Fatalf("unknown language %q", c.Lang)
+	}
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = 20 * time.Second
+	}
+	spec := engine.Spec{
+		ID:       "exe_" + randHex(16),
+		Language: lang,
+		Code:     c.Code,
+		Stdin:    c.Stdin,
+		Timeout:  timeout,
+		Limits:   c.Limits.WithDefaults(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
+	defer cancel()
+	return e.d.Run(ctx, spec)
+}
+
+// ownerOf describes a host file's owner and mode.
+func ownerOf(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("uid %d gid %d mode %o", st.Uid, st.Gid, st.Mode&0o7777)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func clip(s string) string {
+	if len(s) > 2000 {
+		return s[:2000] + "…"
+	}
+	return s
+}
+
+// Assertions shared by cases.
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("driver error: %v", err)
+	}
+}
+
+func wantStatus(t *testing.T, res engine.Result, err error, status engine.Status, exit int) {
+	t.Helper()
+	noErr(t, err)
+	if res.Status != status || res.ExitCode != exit {
+		t.Errorf("status, exit = %s, %d; want %s, %d", res.Status, res.ExitCode, status, exit)
+	}
+}
+
+func wantContains(t *testing.T, s, sub string) {
+	t.Helper()
+	if !strings.Contains(s, sub) {
+		t.Errorf("output does not contain %q", sub)
+	}
+}
+
+// wantNoMarker fails for every output line starting with a marker word
+// the hostile programs print when an attack succeeded.
+func wantNoMarker(t *testing.T, res engine.Result, markers ...string) {
+	t.Helper()
+	for _, line := range strings.Split(res.Stdout+"\n"+res.Stderr, "\n") {
+		for _, m := range markers {
+			if strings.HasPrefix(strings.TrimSpace(line), m) {
+				t.Errorf("attack succeeded: %s", line)
+			}
+		}
+	}
+}
+
+// heapSampler records the peak of the test process's live heap while a
+// case runs, to show a flood of output is discarded as it arrives.
+type heapSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	peak atomic.Uint64
+}
+
+func sampleHeap() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > h.peak.Load() {
+				h.peak.Store(v)
+			}
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) Stop() uint64 {
+	close(h.stop)
+	<-h.done
+	return h.peak.Load()
+}
+
+func heapNow() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+func quoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = fmt.Sprintf("%q", x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
