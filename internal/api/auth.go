@@ -37,8 +37,6 @@ func (s *Server) authed(h authedFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
-		info := infoFrom(r.Context())
-		info.tenant, info.keyID = c.Key.Tenant, c.Key.ID
 		if err := s.rateLimit(w, r, c); err != nil {
 			return err
 		}
@@ -54,19 +52,24 @@ func (s *Server) authOnly(h authedFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
-		info := infoFrom(r.Context())
-		info.tenant, info.keyID = c.Key.Tenant, c.Key.ID
 		return h(w, r, c)
 	}
 }
 
 // authenticate looks the key up on every request (no cache), so a key
-// revoked on any node fails on every node at once.
+// revoked on any node fails on every node at once. A known key's tenant
+// goes into the access log even if the request fails later.
 func (s *Server) authenticate(r *http.Request) (*Caller, error) {
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
+	auths := r.Header.Values("Authorization")
+	if len(auths) == 0 || auths[0] == "" {
 		return nil, errorf(KindUnauthorized, "missing API key: send Authorization: Bearer kubo_sk_...")
 	}
+	if len(auths) > 1 {
+		// Which one counts would depend on who reads the request (a proxy
+		// may take the last); refuse rather than pick.
+		return nil, errorf(KindUnauthorized, "send exactly one Authorization header")
+	}
+	auth := auths[0]
 	scheme, secret, ok := strings.Cut(auth, " ")
 	secret = strings.TrimSpace(secret)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || !wellFormedKey(secret) {
@@ -79,6 +82,8 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 	if err != nil {
 		return nil, internal(err)
 	}
+	info := infoFrom(r.Context())
+	info.tenant, info.keyID = k.Tenant, k.ID
 	plan, ok := s.plans[k.Plan]
 	if !ok {
 		return nil, internal(errors.New("key " + k.ID + " has plan " + k.Plan + ", which is not configured"))

@@ -12,9 +12,11 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
@@ -61,6 +63,7 @@ type executionResponse struct {
 	Language         string    `json:"language"`
 	CreatedAt        int64     `json:"created_at"`
 	IdempotentReplay bool      `json:"idempotent_replay,omitempty"`
+	OutputPurged     bool      `json:"output_purged,omitempty"`
 	RequestID        string    `json:"request_id"`
 }
 
@@ -78,9 +81,10 @@ func toResponse(e store.Execution, requestID string) executionResponse {
 			CPUSeconds:      round3(e.CPUSeconds),
 			PeakMemoryBytes: e.PeakMemoryBytes,
 		},
-		Language:  e.Language,
-		CreatedAt: e.CreatedAt.Unix(),
-		RequestID: requestID,
+		Language:     e.Language,
+		CreatedAt:    e.CreatedAt.Unix(),
+		OutputPurged: e.Purged,
+		RequestID:    requestID,
 	}
 }
 
@@ -236,10 +240,16 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, c *Caller)
 	return s.writeJSON(w, r, http.StatusOK, toResponse(e, info.id))
 }
 
-// maxBodyBytes leaves room for JSON escaping of the largest code and stdin.
+// maxBodyBytes leaves room for the worst JSON escaping of the largest code
+// and stdin (a control character such as \u0001 takes six bytes for one),
+// so a request within the documented limits is never refused for its
+// encoding. Only authenticated callers get this far.
 func (s *Server) maxBodyBytes() int64 {
-	return int64(2*(s.opts.MaxCodeBytes+s.opts.MaxStdinBytes)) + 64<<10
+	return int64(6*(s.opts.MaxCodeBytes+s.opts.MaxStdinBytes)) + 64<<10
 }
+
+// executionFields are the body's fields, spelled exactly so.
+var executionFields = []string{"language", "code", "timeout_s", "stdin"}
 
 // decodeExecution reads and checks the body. Every problem is named, so a
 // client (or an agent) can fix its request without guessing.
@@ -255,8 +265,21 @@ func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if err != nil {
 		return runRequest{}, errorf(KindInvalidRequest, "could not read the request body")
 	}
+	// encoding/json would turn invalid bytes into U+FFFD, silently
+	// changing the program.
+	if i := invalidUTF8At(body); i >= 0 {
+		return runRequest{}, errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
+	}
 	var in executionRequest
 	if err := decodeStrict(body, &in); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) && typ.Field == "timeout_s" && strings.HasPrefix(typ.Value, "number") {
+			// A number too large for a float64.
+			return runRequest{}, errorf(KindInvalidTimeout, "timeout_s must be between 1 and %d seconds on plan %s", c.Plan.MaxTimeoutS, c.Key.Plan)
+		}
+		return runRequest{}, err
+	}
+	if err := checkFieldNames(body, executionFields); err != nil {
 		return runRequest{}, err
 	}
 
@@ -340,7 +363,7 @@ func decodeStrict(body []byte, v any) error {
 		if typ.Field == "" {
 			return errorf(KindInvalidRequest, "request body must be a JSON object")
 		}
-		return errorf(KindInvalidRequest, "field %s must be %s, not %s", typ.Field, jsonTypeName(typ.Type.String()), typ.Value)
+		return &Error{Kind: KindInvalidRequest, Msg: fmt.Sprintf("field %s must be %s, not %s", typ.Field, jsonTypeName(typ.Type.String()), typ.Value), Err: err}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return errorf(KindInvalidRequest, "unknown field %s; allowed: language, code, timeout_s, stdin", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	default:
@@ -350,6 +373,52 @@ func decodeStrict(body []byte, v any) error {
 		return errorf(KindInvalidJSON, "request body has data after the JSON object")
 	}
 	return nil
+}
+
+// checkFieldNames refuses what encoding/json lets through in a valid
+// object: a field named in another case ("Language") and a field given
+// twice, of which it silently keeps the last. A proxy or log that reads
+// the first "code" must not see another program than the one that runs.
+func checkFieldNames(body []byte, allowed []string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil // not an object: decodeStrict has said so
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return errorf(KindInvalidJSON, "request body is not valid JSON")
+		}
+		name, _ := t.(string)
+		switch {
+		case !slices.Contains(allowed, name):
+			return errorf(KindInvalidRequest, "unknown field %q; allowed: %s (lower case)", clip(name, 40), strings.Join(allowed, ", "))
+		case seen[name]:
+			return errorf(KindInvalidRequest, "field %s is given more than once", name)
+		}
+		seen[name] = true
+		if err := dec.Decode(&json.RawMessage{}); err != nil {
+			return errorf(KindInvalidJSON, "request body is not valid JSON")
+		}
+	}
+	return nil
+}
+
+// invalidUTF8At returns the offset of the first byte that is not valid
+// UTF-8, or -1.
+func invalidUTF8At(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
 }
 
 func jsonTypeName(goType string) string {

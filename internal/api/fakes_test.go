@@ -151,9 +151,9 @@ func (s *countingStore) KeyByHash(ctx context.Context, h [32]byte) (store.Key, e
 	return s.Store.KeyByHash(ctx, h)
 }
 
-func (s *countingStore) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+func (s *countingStore) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore, abandonedBefore time.Time) (store.Idempotency, bool, error) {
 	s.claims.Add(1)
-	return s.Store.ClaimIdempotency(ctx, tenant, key, bodyHash, now, staleBefore)
+	return s.Store.ClaimIdempotency(ctx, tenant, key, bodyHash, now, staleBefore, abandonedBefore)
 }
 
 // testEnv is one server over a fake driver and a store.
@@ -260,7 +260,9 @@ type request struct {
 	key    string // "" → env.key; "-" → none
 	body   string
 	header map[string]string
-	ctype  *string
+	// add appends header values after the others, for repeated headers.
+	add   [][2]string
+	ctype *string
 }
 
 type response struct {
@@ -298,6 +300,9 @@ func (e *testEnv) do(r request) response {
 	}
 	for k, v := range r.header {
 		req.Header.Set(k, v)
+	}
+	for _, kv := range r.add {
+		req.Header.Add(kv[0], kv[1])
 	}
 	res, err := e.http.Client().Do(req)
 	if err != nil {

@@ -13,6 +13,10 @@ import (
 // IdempotencyTTL is how long an Idempotency-Key is remembered.
 const IdempotencyTTL = 24 * time.Hour
 
+// abandonMargin is the slack past the longest a request can hold a claim,
+// for store writes and clock skew between nodes.
+const abandonMargin = time.Minute
+
 var idempotencyKeyPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,255}$`)
 
 // idempotencyKey returns the request's Idempotency-Key, "" when absent.
@@ -38,6 +42,19 @@ func (s *Server) idempotencyWait(c *Caller) time.Duration {
 	return time.Duration(c.Plan.MaxTimeoutS)*time.Second + s.opts.QueueTimeout + 15*time.Second
 }
 
+// claimAbandonAfter is the age at which a claim that is still running
+// counts as abandoned: no request holds one longer than the wait for a
+// slot plus the longest timeout of any plan (not the caller's, which may
+// have changed since) plus runMargin. Only a request whose process died
+// leaves one behind; without this its key would answer 409 for a day.
+func (s *Server) claimAbandonAfter() time.Duration {
+	maxT := 0
+	for _, p := range s.plans {
+		maxT = max(maxT, p.MaxTimeoutS)
+	}
+	return s.opts.QueueTimeout + time.Duration(maxT)*time.Second + runMargin + abandonMargin
+}
+
 // claimIdempotency claims key for this request. It returns (nil, nil) when
 // this request now owns the key and must run, or the stored execution to
 // replay. While another request with the same key and body is running it
@@ -48,7 +65,7 @@ func (s *Server) claimIdempotency(ctx context.Context, c *Caller, key, hash stri
 	pause := 10 * time.Millisecond
 	for {
 		now := s.now()
-		rec, claimed, err := s.store.ClaimIdempotency(ctx, c.Key.Tenant, key, hash, now, now.Add(-IdempotencyTTL))
+		rec, claimed, err := s.store.ClaimIdempotency(ctx, c.Key.Tenant, key, hash, now, now.Add(-IdempotencyTTL), now.Add(-s.claimAbandonAfter()))
 		if err != nil {
 			return nil, internal(err)
 		}

@@ -169,7 +169,7 @@ func TestIdempotencyWaiterTakesOverReleasedClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An earlier request with this body holds the key.
-	if _, claimed, err := env.store.ClaimIdempotency(ctx, "acme", "k1", req.hash, time.Now(), time.Now().Add(-time.Hour)); err != nil || !claimed {
+	if _, claimed, err := env.store.ClaimIdempotency(ctx, "acme", "k1", req.hash, env.clock.Now(), time.Time{}, time.Time{}); err != nil || !claimed {
 		t.Fatal(claimed, err)
 	}
 	done := make(chan response, 1)
@@ -211,7 +211,7 @@ func TestIdempotencyReleasedOnQuotaAndOverload(t *testing.T) {
 	if r.status != 429 {
 		t.Fatalf("quota: %d %s", r.status, r.body)
 	}
-	if _, claimed, _ := env.store.ClaimIdempotency(context.Background(), "one", "q", "other", time.Now(), time.Now().Add(-time.Hour)); !claimed {
+	if _, claimed, _ := env.store.ClaimIdempotency(context.Background(), "one", "q", "other", time.Now(), time.Now().Add(-time.Hour), time.Time{}); !claimed {
 		t.Errorf("quota refusal kept the key claimed")
 	}
 
@@ -225,7 +225,66 @@ func TestIdempotencyReleasedOnQuotaAndOverload(t *testing.T) {
 	if r.status != 503 {
 		t.Fatalf("overload: %d %s", r.status, r.body)
 	}
-	if _, claimed, _ := env.store.ClaimIdempotency(context.Background(), "acme", "o", "other", time.Now(), time.Now().Add(-time.Hour)); !claimed {
+	if _, claimed, _ := env.store.ClaimIdempotency(context.Background(), "acme", "o", "other", time.Now(), time.Now().Add(-time.Hour), time.Time{}); !claimed {
 		t.Errorf("overload refusal kept the key claimed")
+	}
+}
+
+// TestIdempotencyAbandonedClaim: a claim left running by a server process
+// that was killed blocks its key only until no request could still hold
+// it (queue wait + longest plan timeout + margins), not for the 24 h a
+// completed key is kept; a completed key keeps replaying for those 24 h.
+func TestIdempotencyAbandonedClaim(t *testing.T) {
+	env := newEnv(t, withOptions(func(o *Options) { o.IdempotencyWait = 20 * time.Millisecond }))
+	ctx := context.Background()
+	body := `{"language":"python","code":"print(6 * 7)"}`
+	req, err := env.srv.decodeForTest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead process's claim: never completed, never released.
+	if _, claimed, err := env.store.ClaimIdempotency(ctx, "acme", "orphan", req.hash, env.clock.Now(), time.Time{}, time.Time{}); err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	hdr := map[string]string{"Idempotency-Key": "orphan"}
+	post := func() response {
+		return env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
+	}
+	abandon := env.srv.claimAbandonAfter()
+	// enterprise allows 300 s; the server was given a 1 s queue timeout.
+	if want := time.Second + 300*time.Second + runMargin + abandonMargin; abandon != want {
+		t.Errorf("claimAbandonAfter = %v, want %v", abandon, want)
+	}
+
+	steps := []struct {
+		name       string
+		advance    time.Duration // clock jump before the request
+		wantStatus int
+		wantCode   string
+		wantReplay bool
+		wantRuns   int64
+	}{
+		{name: "young claim", advance: abandon - 5*time.Second, wantStatus: 409, wantCode: "idempotency_in_progress"},
+		{name: "abandoned claim", advance: 10 * time.Second, wantStatus: 200, wantRuns: 1},
+		{name: "replay", advance: time.Second, wantStatus: 200, wantReplay: true, wantRuns: 1},
+		{name: "completed key, 23 h on", advance: 23 * time.Hour, wantStatus: 200, wantReplay: true, wantRuns: 1},
+		{name: "completed key, 24 h on", advance: time.Hour, wantStatus: 200, wantRuns: 2},
+	}
+	for _, st := range steps {
+		env.clock.Advance(st.advance)
+		r := post()
+		if r.status != st.wantStatus {
+			t.Fatalf("%s: status %d %s, want %d", st.name, r.status, r.body, st.wantStatus)
+		}
+		if st.wantCode != "" {
+			if code := errCode(t, r); code != st.wantCode {
+				t.Errorf("%s: code %s, want %s", st.name, code, st.wantCode)
+			}
+		} else if replay := decode(t, r)["idempotent_replay"] == true; replay != st.wantReplay {
+			t.Errorf("%s: idempotent_replay %v, want %v", st.name, replay, st.wantReplay)
+		}
+		if n := env.driver.runs.Load(); n != st.wantRuns {
+			t.Errorf("%s: %d runs, want %d", st.name, n, st.wantRuns)
+		}
 	}
 }

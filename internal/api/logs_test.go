@@ -2,10 +2,14 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // logLines parses the JSON log, failing on a line that is not JSON.
@@ -46,6 +50,8 @@ func TestLogsNeverContainKeysOrCode(t *testing.T) {
 	env.do(request{path: "/v1/usage", key: wrong})
 	env.do(request{path: "/v1/usage", key: "-", header: map[string]string{"Authorization": "Bearer " + env.key + "x"}})
 	env.do(request{path: "/v1/usage?api_key=" + env.key})
+	env.do(request{path: "/v1/executions/" + env.key})
+	env.do(request{path: "/" + env.key, key: "-"})
 	rot := decode(t, env.do(request{method: "POST", path: "/v1/keys/rotate"}))
 	newKey := rot["api_key"].(string)
 	env.do(request{path: "/v1/usage", key: newKey})
@@ -90,5 +96,49 @@ func TestAccessLogStatus(t *testing.T) {
 	}
 	if line["status"] != float64(http.StatusInternalServerError) || line["error_code"] != "sandbox_error" || line["level"] != "ERROR" || !strings.Contains(line["error"].(string), "exploded") {
 		t.Errorf("log line %v", line)
+	}
+}
+
+// TestAccessLogLevelAndTenant: failures are ERROR, overload (the server
+// working as designed) is WARN, and a request whose key was found names
+// its tenant even when it fails after the lookup.
+func TestAccessLogLevelAndTenant(t *testing.T) {
+	env := newEnv(t, withEngine(engine.Options{MaxConcurrent: 1, MaxQueue: 5, QueueTimeout: 20 * time.Millisecond}))
+	ghost, _, err := CreateKey(context.Background(), env.store, "ghost", "retired-plan", env.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	overload := func() response {
+		env.driver.started = make(chan string, 1)
+		first := make(chan response, 1)
+		go func() { first <- env.run("python", "block", nil) }()
+		<-env.driver.started
+		defer func() { env.driver.release(); <-first }()
+		return env.run("python", "print(6 * 7)", nil)
+	}
+	for _, tc := range []struct {
+		name       string
+		do         func() response
+		wantStatus float64
+		wantLevel  string
+		wantTenant any
+	}{
+		{"platform failure", func() response { return env.run("python", "crash", nil) }, 500, "ERROR", "acme"},
+		{"overload", overload, 503, "WARN", "acme"},
+		{"plan no longer configured", func() response { return env.do(request{path: "/v1/usage", key: ghost}) }, 500, "ERROR", "ghost"},
+	} {
+		r := tc.do()
+		var line map[string]any
+		for _, l := range logLines(t, env.logs.String()) {
+			if l["request_id"] == r.header.Get("X-Request-ID") && l["msg"] == "request" {
+				line = l
+			}
+		}
+		if line == nil {
+			t.Fatalf("%s: no access log line", tc.name)
+		}
+		if line["status"] != tc.wantStatus || line["level"] != tc.wantLevel || line["tenant"] != tc.wantTenant {
+			t.Errorf("%s: status %v level %v tenant %v; want %v %v %v", tc.name, line["status"], line["level"], line["tenant"], tc.wantStatus, tc.wantLevel, tc.wantTenant)
+		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -193,7 +195,7 @@ func (s *Server) InProcess() http.Handler {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, checkEdge bool) {
 	info := &requestInfo{id: newRequestID(), start: s.now()}
-	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
+	r = cleanAPIPath(r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 	sw := &statusWriter{ResponseWriter: w}
 	h := sw.Header()
 	h.Set("X-Request-ID", info.id)
@@ -234,7 +236,7 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 	attrs := []slog.Attr{
 		slog.String("request_id", info.id),
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", keyInPath.ReplaceAllString(r.URL.Path, "[redacted-key]")),
 		slog.String("route", info.route),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
@@ -252,7 +254,12 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 	}
 	level := slog.LevelInfo
 	if info.err != nil && status >= 500 {
+		// Overload is the server working as designed; an operator's
+		// alert on ERROR should fire for failures only.
 		level = slog.LevelError
+		if status == http.StatusServiceUnavailable {
+			level = slog.LevelWarn
+		}
 		attrs = append(attrs, slog.String("error", info.err.Error()))
 	}
 	s.log.LogAttrs(context.Background(), level, "request", attrs...)
@@ -293,6 +300,33 @@ func (s *Server) allowedMethods(r *http.Request) []string {
 	}
 	sort.Strings(allow)
 	return allow
+}
+
+// keyInPath finds an API key pasted into a URL path by mistake, so that
+// it never reaches the access log.
+var keyInPath = regexp.MustCompile(`kubo_sk_[0-9A-Za-z]*`)
+
+// cleanAPIPath collapses repeated slashes and dot segments in an API path.
+// ServeMux would answer those with an HTML redirect, which a POST client
+// rarely follows; a base URL ending in "/" joined with "/v1/..." should
+// simply work. A trailing slash is kept: it stays a 404 like any other
+// unknown path.
+func cleanAPIPath(r *http.Request) *http.Request {
+	p := r.URL.Path
+	if r.URL.RawPath != "" || !strings.HasPrefix(p, "/") {
+		return r
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	if c == p || !isAPIPath(c) {
+		return r
+	}
+	u := *r.URL
+	u.Path = c
+	r.URL = &u
+	return r
 }
 
 func isAPIPath(p string) bool {

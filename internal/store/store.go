@@ -60,6 +60,9 @@ type Execution struct {
 	CPUSeconds      float64
 	PeakMemoryBytes int64
 	CreatedAt       time.Time
+	// Purged is set by Purge, which blanked Stdout and Stderr; SaveExecution
+	// ignores it.
+	Purged bool
 }
 
 // DayUsage is one tenant's metering for one UTC day.
@@ -123,7 +126,11 @@ type Store interface {
 	// this caller now owns it and must Complete or Release it. Otherwise rec
 	// is the existing record (ExecutionID empty while it is still running).
 	// Records created before staleBefore count as absent and are replaced.
-	ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (rec Idempotency, claimed bool, err error)
+	// So do running claims (ExecutionID empty) created before
+	// abandonedBefore: their request can no longer be alive (its process
+	// was killed), and they would otherwise block the key until
+	// staleBefore. A completed record is judged by staleBefore alone.
+	ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore, abandonedBefore time.Time) (rec Idempotency, claimed bool, err error)
 	// CompleteIdempotency attaches the finished execution to the claim.
 	CompleteIdempotency(ctx context.Context, tenant, key, executionID string) error
 	// ReleaseIdempotency drops a claim whose request ran nothing (refused

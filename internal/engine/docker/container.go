@@ -20,7 +20,6 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int) (*co
 	if img == "" {
 		img = d.opts.Image
 	}
-	hasStdin := spec.Stdin != ""
 
 	cfg := &container.Config{
 		Image:      img,
@@ -30,11 +29,12 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int) (*co
 		User:       d.policy.User,
 		WorkingDir: d.policy.WorkDir,
 		Hostname:   d.policy.Hostname,
-		// Stdin is opened only when there is some; otherwise the process
-		// reads /dev/null and cannot hang waiting for input.
-		AttachStdin:  hasStdin,
-		OpenStdin:    hasStdin,
-		StdinOnce:    hasStdin,
+		// Stdin is always a pipe, closed after spec.Stdin is written (so a
+		// read never hangs). Without one, runsc (2022-12) hands the sandbox
+		// the host's /dev/null and chowns it to the sandbox user.
+		AttachStdin:  true,
+		OpenStdin:    true,
+		StdinOnce:    true,
 		AttachStdout: true,
 		AttachStderr: true,
 		Labels: map[string]string{

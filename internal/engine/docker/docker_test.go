@@ -27,7 +27,6 @@ func TestContainerConfig(t *testing.T) {
 		runtime   string
 		spec      engine.Spec
 		wantImage string
-		wantStdin bool
 		wantMem   int64
 		wantPids  int64
 		wantNproc bool
@@ -46,7 +45,6 @@ func TestContainerConfig(t *testing.T) {
 			spec: engine.Spec{ID: "exe_2", Stdin: "x", Limits: engine.Limits{MemoryBytes: 512 << 20},
 				Language: engine.Language{Name: "python", Image: "python:3.12", File: "main.py", Command: []string{"python3", "/code/main.py"}}},
 			wantImage: "python:3.12",
-			wantStdin: true,
 			wantMem:   512 << 20,
 			wantPids:  engine.DefaultPids,
 		},
@@ -84,9 +82,9 @@ func TestContainerConfig(t *testing.T) {
 				User:         "65534:65534",
 				WorkingDir:   "/tmp",
 				Hostname:     "sandbox",
-				AttachStdin:  tc.wantStdin,
-				OpenStdin:    tc.wantStdin,
-				StdinOnce:    tc.wantStdin,
+				AttachStdin:  true, // always a pipe: see containerConfig
+				OpenStdin:    true,
+				StdinOnce:    true,
 				AttachStdout: true,
 				AttachStderr: true,
 				Labels: map[string]string{

@@ -356,10 +356,10 @@ func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Executi
 		stdout, stderr []byte
 	)
 	err := s.pool.QueryRow(ctx, `SELECT id, tenant, key_id, request_id, language, status, stdout, stderr,
-		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at
+		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, purged
 		FROM executions WHERE id = $1 AND tenant = $2`, id, tenant).Scan(
 		&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
-		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes, &e.CreatedAt)
+		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes, &e.CreatedAt, &e.Purged)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -412,18 +412,19 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 }
 
 // ClaimIdempotency implements store.Store.
-func (s *Store) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+func (s *Store) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash string, now, staleBefore, abandonedBefore time.Time) (store.Idempotency, bool, error) {
 	for range claimAttempts {
-		// Insert, or take over a stale record; a live record is left alone
-		// and the statement returns nothing. Parallel claimers queue on the
-		// row lock, and the WHERE is re-checked against the winner's row.
+		// Insert, or take over a stale or abandoned record; a live record
+		// is left alone and the statement returns nothing. Parallel
+		// claimers queue on the row lock, and the WHERE is re-checked
+		// against the winner's row.
 		rec, err := scanIdempotency(s.pool.QueryRow(ctx, `INSERT INTO idempotency (tenant, idem_key, body_hash, execution_id, created_at)
 			VALUES ($1, $2, $3, '', $4)
 			ON CONFLICT (tenant, idem_key) DO UPDATE SET
 				body_hash = excluded.body_hash, execution_id = '', created_at = excluded.created_at
-			WHERE idempotency.created_at < $5
+			WHERE idempotency.created_at < $5 OR (idempotency.execution_id = '' AND idempotency.created_at < $6)
 			RETURNING tenant, idem_key, body_hash, execution_id, created_at`,
-			tenant, key, bodyHash, ts(now), ts(staleBefore)))
+			tenant, key, bodyHash, ts(now), ts(staleBefore), ts(abandonedBefore)))
 		if err == nil {
 			return rec, true, nil
 		}

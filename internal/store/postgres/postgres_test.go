@@ -174,7 +174,7 @@ func TestNodes(t *testing.T) {
 		claimed := make([]bool, n)
 		errs := storetest.Parallel(n, func(i int) error {
 			var err error
-			_, claimed[i], err = node(i).ClaimIdempotency(ctx, "acme", "order-1", "hash", t0, t0.Add(-24*time.Hour))
+			_, claimed[i], err = node(i).ClaimIdempotency(ctx, "acme", "order-1", "hash", t0, t0.Add(-24*time.Hour), t0.Add(-3*time.Minute))
 			return err
 		})
 		winner := -1
@@ -202,7 +202,7 @@ func TestNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		other := node(winner + 1)
-		rec, again, err := other.ClaimIdempotency(ctx, "acme", "order-1", "hash", t0, t0.Add(-24*time.Hour))
+		rec, again, err := other.ClaimIdempotency(ctx, "acme", "order-1", "hash", t0, t0.Add(-24*time.Hour), t0.Add(-3*time.Minute))
 		if err != nil || again || rec.ExecutionID != e.ID {
 			t.Fatalf("replay on another node = %+v, claimed %v, %v; want %s", rec, again, err, e.ID)
 		}

@@ -228,6 +228,7 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
 	}
 	e.CreatedAt = ts(e.CreatedAt)
+	e.Purged = false
 	s.executions[e.ID] = e
 	k := dayKey{e.Tenant, e.CreatedAt.UTC().Format("2006-01-02")}
 	u := s.usage[k]
@@ -261,8 +262,8 @@ func (s *Store) Purge(_ context.Context, before time.Time) (int64, error) {
 	defer s.mu.Unlock()
 	var n int64
 	for id, e := range s.executions {
-		if e.CreatedAt.Before(before) && (e.Stdout != "" || e.Stderr != "") {
-			e.Stdout, e.Stderr = "", ""
+		if e.CreatedAt.Before(before) && !e.Purged {
+			e.Stdout, e.Stderr, e.Purged = "", "", true
 			s.executions[id] = e
 			n++
 		}
@@ -280,12 +281,16 @@ func (s *Store) Purge(_ context.Context, before time.Time) (int64, error) {
 	return n, nil
 }
 
-func (s *Store) ClaimIdempotency(_ context.Context, tenant, key, bodyHash string, now, staleBefore time.Time) (store.Idempotency, bool, error) {
+func (s *Store) ClaimIdempotency(_ context.Context, tenant, key, bodyHash string, now, staleBefore, abandonedBefore time.Time) (store.Idempotency, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := idemKey{tenant, key}
-	if r, ok := s.idem[k]; ok && !r.CreatedAt.Before(ts(staleBefore)) {
-		return r, false, nil
+	if r, ok := s.idem[k]; ok {
+		stale := r.CreatedAt.Before(ts(staleBefore))
+		abandoned := r.ExecutionID == "" && r.CreatedAt.Before(ts(abandonedBefore))
+		if !stale && !abandoned {
+			return r, false, nil
+		}
 	}
 	r := store.Idempotency{Tenant: tenant, Key: key, BodyHash: bodyHash, CreatedAt: ts(now)}
 	s.idem[k] = r

@@ -62,6 +62,7 @@ var cases = []struct {
 	{"Purge", testPurge},
 	{"ClaimIdempotency", testClaimIdempotency},
 	{"ClaimIdempotencyStale", testClaimIdempotencyStale},
+	{"ClaimIdempotencyAbandoned", testClaimIdempotencyAbandoned},
 	{"ReleaseIdempotency", testReleaseIdempotency},
 	{"CompleteIdempotencyUnknown", testCompleteIdempotencyUnknown},
 	{"ClaimIdempotencyConcurrent", testClaimIdempotencyConcurrent},
@@ -676,9 +677,9 @@ func testPurge(t *testing.T, s store.Store) {
 	oldDay, newDay := old.Format(time.DateOnly), recent.Format(time.DateOnly)
 	usageBefore := []store.DayUsage{usage(t, s, "acme", oldDay), usage(t, s, "acme", newDay)}
 
-	_, _, err := s.ClaimIdempotency(ctx, "acme", "old-key", "h", old, time.Time{})
+	_, _, err := s.ClaimIdempotency(ctx, "acme", "old-key", "h", old, time.Time{}, time.Time{})
 	must(t, "ClaimIdempotency", err)
-	_, _, err = s.ClaimIdempotency(ctx, "acme", "new-key", "h", recent, time.Time{})
+	_, _, err = s.ClaimIdempotency(ctx, "acme", "new-key", "h", recent, time.Time{}, time.Time{})
 	must(t, "ClaimIdempotency", err)
 	oldWindow, newWindow := old.Truncate(time.Minute), recent.Truncate(time.Minute)
 	for range 3 {
@@ -701,7 +702,7 @@ func testPurge(t *testing.T, s store.Store) {
 	got, err := s.Execution(ctx, "acme", oldExe.ID)
 	must(t, "Execution of a purged execution", err)
 	want := oldExe
-	want.Stdout, want.Stderr, want.CreatedAt = "", "", us(old)
+	want.Stdout, want.Stderr, want.CreatedAt, want.Purged = "", "", us(old), true
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("purged execution (-want +got):\n%s", diff)
 	}
@@ -717,12 +718,12 @@ func testPurge(t *testing.T, s store.Store) {
 
 	// The old idempotency record is gone even to a caller that never
 	// considers records stale; the recent one stays.
-	_, claimed, err := s.ClaimIdempotency(ctx, "acme", "old-key", "h", t0, time.Time{})
+	_, claimed, err := s.ClaimIdempotency(ctx, "acme", "old-key", "h", t0, time.Time{}, time.Time{})
 	must(t, "ClaimIdempotency", err)
 	if !claimed {
 		t.Errorf("old idempotency key survived Purge")
 	}
-	_, claimed, err = s.ClaimIdempotency(ctx, "acme", "new-key", "h", t0, time.Time{})
+	_, claimed, err = s.ClaimIdempotency(ctx, "acme", "new-key", "h", t0, time.Time{}, time.Time{})
 	must(t, "ClaimIdempotency", err)
 	if claimed {
 		t.Errorf("recent idempotency key was purged")
@@ -736,9 +737,15 @@ func testPurge(t *testing.T, s store.Store) {
 	}
 }
 
+// claim never treats a running claim as abandoned; claimAbandoned does.
 func claim(t *testing.T, s store.Store, tenant, key, hash string, now, staleBefore time.Time) (store.Idempotency, bool) {
 	t.Helper()
-	rec, claimed, err := s.ClaimIdempotency(t.Context(), tenant, key, hash, now, staleBefore)
+	return claimAbandoned(t, s, tenant, key, hash, now, staleBefore, time.Time{})
+}
+
+func claimAbandoned(t *testing.T, s store.Store, tenant, key, hash string, now, staleBefore, abandonedBefore time.Time) (store.Idempotency, bool) {
+	t.Helper()
+	rec, claimed, err := s.ClaimIdempotency(t.Context(), tenant, key, hash, now, staleBefore, abandonedBefore)
 	must(t, "ClaimIdempotency", err)
 	return rec, claimed
 }
@@ -804,6 +811,49 @@ func testClaimIdempotencyStale(t *testing.T, s store.Store) {
 	}
 }
 
+// testClaimIdempotencyAbandoned: a running claim older than abandonedBefore
+// belongs to a request that died; it is replaced long before a completed
+// record of the same age would be, which stays until staleBefore.
+func testClaimIdempotencyAbandoned(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const abandonAfter = 3 * time.Minute
+	stale := func(now time.Time) time.Time { return now.Add(-24 * time.Hour) }
+	abandoned := func(now time.Time) time.Time { return now.Add(-abandonAfter) }
+	claim(t, s, "acme", "running", "hash-a", t0, time.Time{})
+	claim(t, s, "acme", "done", "hash-a", t0, time.Time{})
+	must(t, "CompleteIdempotency", s.CompleteIdempotency(ctx, "acme", "done", "exe_1"))
+
+	steps := []struct {
+		name        string
+		key         string
+		now         time.Time
+		wantClaimed bool
+		wantRec     store.Idempotency
+	}{
+		{name: "running, exactly at the threshold", key: "running", now: t0.Add(abandonAfter),
+			wantRec: store.Idempotency{Tenant: "acme", Key: "running", BodyHash: "hash-a", CreatedAt: us(t0)}},
+		{name: "completed, past the running threshold", key: "done", now: t0.Add(abandonAfter + time.Second),
+			wantRec: store.Idempotency{Tenant: "acme", Key: "done", BodyHash: "hash-a", ExecutionID: "exe_1", CreatedAt: us(t0)}},
+		{name: "completed, 23 h later", key: "done", now: t0.Add(23 * time.Hour),
+			wantRec: store.Idempotency{Tenant: "acme", Key: "done", BodyHash: "hash-a", ExecutionID: "exe_1", CreatedAt: us(t0)}},
+		{name: "running, past the threshold", key: "running", now: t0.Add(abandonAfter + time.Second), wantClaimed: true,
+			wantRec: store.Idempotency{Tenant: "acme", Key: "running", BodyHash: "hash-b", CreatedAt: us(t0.Add(abandonAfter + time.Second))}},
+		{name: "the new claim is live", key: "running", now: t0.Add(abandonAfter + 2*time.Second),
+			wantRec: store.Idempotency{Tenant: "acme", Key: "running", BodyHash: "hash-b", CreatedAt: us(t0.Add(abandonAfter + time.Second))}},
+		{name: "completed, past staleBefore", key: "done", now: t0.Add(24*time.Hour + time.Second), wantClaimed: true,
+			wantRec: store.Idempotency{Tenant: "acme", Key: "done", BodyHash: "hash-b", CreatedAt: us(t0.Add(24*time.Hour + time.Second))}},
+	}
+	for _, st := range steps {
+		rec, claimed := claimAbandoned(t, s, "acme", st.key, "hash-b", st.now, stale(st.now), abandoned(st.now))
+		if claimed != st.wantClaimed {
+			t.Errorf("%s: claimed = %v, want %v", st.name, claimed, st.wantClaimed)
+		}
+		if diff := cmp.Diff(st.wantRec, rec); diff != "" {
+			t.Errorf("%s: record (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
 func testReleaseIdempotency(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	claim(t, s, "acme", "k", "hash-a", t0, time.Time{})
@@ -847,12 +897,15 @@ func testClaimIdempotencyConcurrent(t *testing.T, s store.Store) {
 		{"stale record", func(t *testing.T) {
 			claim(t, s, "acme", "stale record", "old", t0.Add(-48*time.Hour), time.Time{})
 		}},
+		{"abandoned claim", func(t *testing.T) {
+			claim(t, s, "acme", "abandoned claim", "old", t0.Add(-time.Hour), time.Time{})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.setup(t)
 			claimed := make([]bool, n)
 			errs := Parallel(n, func(i int) error {
-				rec, c, err := s.ClaimIdempotency(t.Context(), "acme", tc.name, "hash", t0, t0.Add(-24*time.Hour))
+				rec, c, err := s.ClaimIdempotency(t.Context(), "acme", tc.name, "hash", t0, t0.Add(-24*time.Hour), t0.Add(-3*time.Minute))
 				if err == nil && !c && (rec.BodyHash != "hash" || rec.ExecutionID != "") {
 					err = fmt.Errorf("losing claimer saw %+v", rec)
 				}
