@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestCappedBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		max       int
+		writes    []string
+		want      string
+		truncated bool
+	}{
+		{"empty", 4, nil, "", false},
+		{"under", 4, []string{"ab"}, "ab", false},
+		{"exactly", 4, []string{"ab", "cd"}, "abcd", false},
+		{"split write over", 4, []string{"abc", "def"}, "abcd", true},
+		{"after full", 4, []string{"abcd", "e"}, "abcd", true},
+		{"empty write after full is not truncation", 2, []string{"ab", ""}, "ab", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &CappedBuffer{Max: tc.max}
+			for _, w := range tc.writes {
+				n, err := b.Write([]byte(w))
+				if n != len(w) || err != nil {
+					t.Fatalf("Write(%q) = %d, %v; want %d, nil", w, n, err, len(w))
+				}
+			}
+			if got := b.String(); got != tc.want {
+				t.Errorf("String() = %q, want %q", got, tc.want)
+			}
+			if got := b.Truncated(); got != tc.truncated {
+				t.Errorf("Truncated() = %v, want %v", got, tc.truncated)
+			}
+		})
+	}
+}
+
+func TestCappedBufferFloodKeepsCap(t *testing.T) {
+	b := &CappedBuffer{Max: DefaultOutputBytes}
+	chunk := []byte(strings.Repeat("x", 32<<10))
+	for range 3200 { // 100 MiB
+		b.Write(chunk)
+	}
+	if len(b.String()) != DefaultOutputBytes || !b.Truncated() {
+		t.Fatalf("kept %d bytes, truncated=%v; want %d, true", len(b.String()), b.Truncated(), DefaultOutputBytes)
+	}
+	if c := cap(b.buf); c > 2*DefaultOutputBytes {
+		t.Fatalf("buffer grew to %d bytes of capacity", c)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		exit          int
+		timedOut, oom bool
+		want          Status
+	}{
+		{0, false, false, StatusSucceeded},
+		{1, false, false, StatusFailed},
+		{137, false, false, StatusFailed},
+		{137, false, true, StatusMemoryExceeded},
+		{137, true, false, StatusTimedOut},
+		{137, true, true, StatusTimedOut}, // the deadline decides first
+	} {
+		if got := Classify(tc.exit, tc.timedOut, tc.oom); got != tc.want {
+			t.Errorf("Classify(%d, %v, %v) = %s, want %s", tc.exit, tc.timedOut, tc.oom, got, tc.want)
+		}
+	}
+}
+
+func TestLimitsWithDefaults(t *testing.T) {
+	got := Limits{MemoryBytes: 512 << 20}.WithDefaults()
+	want := Limits{MemoryBytes: 512 << 20, CPUs: 1, Pids: 64, FileSizeBytes: 1 << 20, TmpBytes: 16 << 20, OutputBytes: 64 << 10}
+	if got != want {
+		t.Fatalf("WithDefaults() = %+v, want %+v", got, want)
+	}
+}
+
+// blockingDriver holds every Run until release is closed.
+type blockingDriver struct {
+	release chan struct{}
+	mu      sync.Mutex
+	specs   []Spec
+}
+
+func (d *blockingDriver) Run(ctx context.Context, s Spec) (Result, error) {
+	d.mu.Lock()
+	d.specs = append(d.specs, s)
+	d.mu.Unlock()
+	select {
+	case <-d.release:
+		return Result{Status: StatusSucceeded}, nil
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+func (d *blockingDriver) Reap(context.Context) (int, error) { return 0, nil }
+func (d *blockingDriver) Name() string                      { return "blocking" }
+
+func TestEngineBusyWhenQueueFull(t *testing.T) {
+	d := &blockingDriver{release: make(chan struct{})}
+	e := New(d, Options{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Hour})
+	done := make(chan error, 2)
+	go func() { _, err := e.Run(context.Background(), Spec{}); done <- err }()
+	waitFor(t, func() bool { return e.Stats().Running == 1 })
+	go func() { _, err := e.Run(context.Background(), Spec{}); done <- err }()
+	waitFor(t, func() bool { return e.Stats().Waiting == 1 })
+
+	// The queue is full: the third caller is refused at once, not after
+	// the hour-long queue timeout.
+	if _, err := e.Run(context.Background(), Spec{}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third Run error = %v, want ErrBusy", err)
+	}
+	close(d.release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("queued Run: %v", err)
+		}
+	}
+	if s := e.Stats(); s.Running != 0 || s.Waiting != 0 {
+		t.Fatalf("after all runs: %+v", s)
+	}
+}
+
+func TestEngineQueueTimeout(t *testing.T) {
+	d := &blockingDriver{release: make(chan struct{})}
+	defer close(d.release)
+	e := New(d, Options{MaxConcurrent: 1, QueueTimeout: 10 * time.Millisecond})
+	go e.Run(context.Background(), Spec{})
+	waitFor(t, func() bool { return e.Stats().Running == 1 })
+	if _, err := e.Run(context.Background(), Spec{}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Run error = %v, want ErrBusy after the queue timeout", err)
+	}
+}
+
+func TestEngineCancelledWaiterLeavesQueue(t *testing.T) {
+	d := &blockingDriver{release: make(chan struct{})}
+	defer close(d.release)
+	e := New(d, Options{MaxConcurrent: 1, QueueTimeout: time.Hour})
+	go e.Run(context.Background(), Spec{})
+	waitFor(t, func() bool { return e.Stats().Running == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := e.Run(ctx, Spec{}); errc <- err }()
+	waitFor(t, func() bool { return e.Stats().Waiting == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run error = %v, want context.Canceled", err)
+	}
+	if w := e.Stats().Waiting; w != 0 {
+		t.Fatalf("Waiting = %d after cancel, want 0", w)
+	}
+}
+
+func TestExecuteAppliesDefaults(t *testing.T) {
+	d := &blockingDriver{release: make(chan struct{})}
+	close(d.release)
+	e := New(d, Options{})
+	if _, err := e.Run(context.Background(), Spec{ID: "exe_1"}); err != nil {
+		t.Fatal(err)
+	}
+	got := d.specs[0]
+	if got.Timeout != DefaultTimeout || got.Limits != (Limits{}).WithDefaults() {
+		t.Fatalf("driver saw timeout %v limits %+v; want defaults", got.Timeout, got.Limits)
+	}
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	e := New(&blockingDriver{}, Options{MaxConcurrent: 1})
+	release, err := e.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	release() // a second call must not free a slot someone else holds
+	r2, err := e.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.Acquire(ctx); err == nil {
+		t.Fatal("a second slot was handed out with MaxConcurrent 1")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
