@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every test of Vertal Run against real components: OCI runtimes (crun,
+# runc, runsc), a Docker engine with gVisor, SQLite and PostgreSQL, headless
+# Chromium and the official MCP TypeScript client. Installs and starts what is
+# missing first (scripts/setup.sh test). Needs root. Fails if any test skips.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+
+scripts/setup.sh test
+
+export VERTAL_E2E=1
+export VERTAL_ROOTFS=${VERTAL_ROOTFS:-/var/lib/vertal/images/default/rootfs}
+export VERTAL_IMAGE_DIR=${VERTAL_IMAGE_DIR:-/var/lib/vertal/images/default}
+export VERTAL_DOCKER_IMAGE=${VERTAL_DOCKER_IMAGE:-vertal/default:latest}
+export VERTAL_TEST_DATABASE_URL=${VERTAL_TEST_DATABASE_URL:-postgres://vertal:vertal@127.0.0.1:5432/vertal?sslmode=disable}
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+set +e
+go test -count=1 -timeout 25m -v ./... >"$out/go.log" 2>&1
+go_rc=$?
+set -e
+grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' "$out/go.log" | grep -v '^=== RUN' | grep -vE '^\s*--- PASS' || true
+if [ $go_rc -ne 0 ]; then
+  echo "== go test failed; failing tests' output:"
+  grep -B2 -A40 -E '^\s*--- FAIL' "$out/go.log" | head -400
+fi
+skips=$(grep -cE '^\s*--- SKIP' "$out/go.log" || true)
+go_pass=$(grep -cE '^\s*--- PASS' "$out/go.log" || true)
+go_fail=$(grep -cE '^\s*--- FAIL' "$out/go.log" || true)
+
+echo
+echo "go: $go_pass passed, $go_fail failed, $skips skipped"
+if [ "$skips" -ne 0 ]; then
+  echo "skipped tests are not allowed in CI:"; grep -E '^\s*--- SKIP' -A3 "$out/go.log" | head -60
+fi
+if [ $go_rc -ne 0 ] || [ "$skips" -ne 0 ]; then
+  echo "tests: FAILED"
+  exit 1
+fi
+echo "tests: OK"
