@@ -33,13 +33,23 @@ type Language struct {
 	// File is the name the code is stored under inside the sandbox, in
 	// CodeDir (e.g. "main.py"). Tracebacks show CodeDir/File.
 	File string
-	// Command is the complete argv that runs the code file: its last
-	// argument is CodeDir + "/" + File (e.g. python3 /code/main.py).
-	// Drivers run it as given.
+	// Command runs the code file. Its last argument may be the code path
+	// (CodeDir/File, as the built-in languages have it) or be left out;
+	// drivers run Argv, which has it exactly once.
 	Command []string
 	// Version is the interpreter's real version, as recorded when the
 	// image was built (e.g. "3.11.2"). Empty when unknown.
 	Version string
+}
+
+// Argv is the command a sandbox runs: Command ending with the code path.
+func (l Language) Argv() []string {
+	file := CodeDir + "/" + l.File
+	argv := append([]string(nil), l.Command...)
+	if len(argv) == 0 || argv[len(argv)-1] != file {
+		argv = append(argv, file)
+	}
+	return argv
 }
 
 // CodeDir is where the code file is mounted, read-only, in every sandbox.

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"path"
 	"slices"
 	"strconv"
 
@@ -110,11 +109,4 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int) (*co
 
 // command is the language's command line, ending with the code file. The
 // code file is appended unless the configured command already ends with it.
-func command(l engine.Language) []string {
-	file := path.Join(engine.CodeDir, l.File)
-	cmd := slices.Clone(l.Command)
-	if len(cmd) == 0 || cmd[len(cmd)-1] != file {
-		cmd = append(cmd, file)
-	}
-	return cmd
-}
+func command(l engine.Language) []string { return l.Argv() }

@@ -77,8 +77,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 	if len(lang.Command) == 0 || lang.File == "" || strings.Contains(lang.File, "/") {
 		return nil, fmt.Errorf("language %q: needs a command and a plain file name", lang.Name)
 	}
-	args := append([]string{initPath, "--"}, lang.Command...)
-	args = append(args, path.Join(engine.CodeDir, lang.File))
+	args := append([]string{initPath, "--"}, lang.Argv()...)
 
 	var rlimits []specs.POSIXRlimit
 	for _, r := range sandbox.Rlimits(l) {

@@ -1,0 +1,466 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool/launcher"
+)
+
+// Prestarter creates warm sandboxes for package pool. A warm sandbox is
+// the cold path's bundle, cgroup and runtime invocation, with the
+// language's launcher waiting in it (see package launcher): the same
+// config.json but for the command line (node gets --require) and, for
+// python, one more read-only file mount (the shadowed sitecustomize).
+type Prestarter struct {
+	d *Driver
+
+	mu        sync.Mutex
+	templates map[templateKey]*warmTemplate
+}
+
+// NewPrestarter returns the warm-sandbox capability of d. Its sandboxes
+// live in d's instance directory and cgroups, so d's Close and Reap
+// remove them like cold ones.
+func NewPrestarter(d *Driver) *Prestarter {
+	return &Prestarter{d: d, templates: map[templateKey]*warmTemplate{}}
+}
+
+var _ pool.Prestarter = (*Prestarter)(nil)
+
+// warmTemplate is a language's warm config.json and launcher.
+type warmTemplate struct {
+	tpl      *template
+	launcher launcher.Launcher
+	err      error // the language cannot be pre-started
+}
+
+// template returns the warm config of a language and limits, built once
+// from the cold path's spec.
+func (p *Prestarter) template(lang engine.Language, l engine.Limits) (*warmTemplate, error) {
+	key := templateKey{image: lang.Image, file: lang.File, command: fmt.Sprint(lang.Command), limits: l}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if wt, ok := p.templates[key]; ok {
+		return wt, wt.err
+	}
+	wt := &warmTemplate{}
+	wt.tpl, wt.launcher, wt.err = p.build(lang, l)
+	if len(p.templates) > 256 {
+		clear(p.templates)
+	}
+	p.templates[key] = wt
+	return wt, wt.err
+}
+
+func (p *Prestarter) build(lang engine.Language, l engine.Limits) (*template, launcher.Launcher, error) {
+	d := p.d
+	s, err := d.spec(lang, l, idPlaceholder)
+	if err != nil {
+		return nil, launcher.Launcher{}, err
+	}
+	// Process.Args is [init, "--", the cold command line...].
+	cold := s.Process.Args[2:]
+	ln, err := launcher.For(lang, cold, os.DirFS(lang.Image))
+	if err != nil {
+		return nil, launcher.Launcher{}, fmt.Errorf("%w: %s: %w", pool.ErrUnsupported, lang.Name, err)
+	}
+	s.Process.Args = append(s.Process.Args[:2:2], ln.Args...)
+	for _, f := range ln.Files {
+		src, err := p.writeShared(f.Content)
+		if err != nil {
+			return nil, launcher.Launcher{}, err
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: f.Target, Type: "bind", Source: src,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		})
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, launcher.Launcher{}, fmt.Errorf("encoding config.json: %w", err)
+	}
+	pre, suf, ok := bytes.Cut(b, []byte(idPlaceholder))
+	if !ok || bytes.Contains(suf, []byte(idPlaceholder)) {
+		return nil, launcher.Launcher{}, errors.New("config template: execution id must appear exactly once")
+	}
+	return &template{prefix: pre, suffix: suf}, ln, nil
+}
+
+// writeShared stores a launcher file once in the driver's instance
+// directory; every sandbox of the language mounts it read-only.
+func (p *Prestarter) writeShared(content []byte) (string, error) {
+	dir := filepath.Join(p.d.instance, "launchers")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating launcher dir: %w", err)
+	}
+	sum := sha256.Sum256(content)
+	path := filepath.Join(dir, hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, content, 0o644); err != nil {
+		return "", fmt.Errorf("writing launcher: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("writing launcher: %w", err)
+	}
+	return path, nil
+}
+
+// warmSandbox is one pre-started sandbox.
+type warmSandbox struct {
+	d      *Driver
+	id     string
+	lang   engine.Language
+	bundle string
+	cg     *execCgroup
+	cmd    *startedCmd
+	mem    int64
+
+	stdin          *os.File // write end: the go line, then the user's stdin
+	stdout, stderr *os.File // read ends
+
+	used    atomic.Bool
+	discard sync.Once
+	derr    error
+}
+
+// startedCmd is the runtime process and its exit.
+type startedCmd struct {
+	proc *os.Process
+	done chan struct{}
+	ps   *os.ProcessState
+	err  error
+}
+
+// Prestart creates a sandbox for lang with limits, starts its launcher and
+// returns once the interpreter waits for code.
+func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ pool.Warm, err error) {
+	d := p.d
+	limits = limits.WithDefaults()
+	if err := d.checkImage(lang.Image); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	wt, err := p.template(lang, limits)
+	if err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	var tok [12]byte
+	_, _ = rand.Read(tok[:])
+	s := &warmSandbox{d: d, id: "warm_" + hex.EncodeToString(tok[:]), lang: lang}
+	s.bundle = filepath.Join(d.bundlesDir, s.id)
+	if err := os.Mkdir(s.bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("oci: creating bundle: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Discard(context.Background())
+		}
+	}()
+	spec := engine.Spec{ID: s.id, Language: lang, Code: string(wt.launcher.Program), Limits: limits}
+	if err := d.writeBundle(s.bundle, wt.tpl, spec); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if wt.launcher.Program == nil {
+		// The code file appears at hand-over only.
+		if err := os.Remove(s.codePath()); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
+	if s.cg, err = d.cg.create(s.id, d.cgLimitsFor(limits)); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	// While it starts, the sandbox yields the CPU to executions that are
+	// running (cgroup v1 CPU weight; the quota is unchanged). Exec gives
+	// it the default weight back, the cold path's, before the code runs.
+	if err := s.setCPUShares(prestartShares); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+
+	// Wait for the launcher's Ready, the sandbox dying, or ctx.
+	ready := make(chan error, 1)
+	go func() {
+		buf := make([]byte, len(launcher.Ready))
+		_, err := io.ReadFull(s.stdout, buf)
+		if err == nil && string(buf) != launcher.Ready {
+			err = fmt.Errorf("launcher wrote %q before it was ready", buf)
+		}
+		ready <- err
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return nil, fmt.Errorf("oci: pre-started %s sandbox: %w%s", lang.Name, err, s.failure())
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.mem, _ = readInt(filepath.Join(s.cg.path("memory"), "memory.usage_in_bytes"))
+	return s, nil
+}
+
+// CPU weights (cpu.shares): the kernel's minimum while pre-starting, its
+// default, which every cold sandbox has, once the code runs.
+const (
+	prestartShares = 2
+	defaultShares  = 1024
+)
+
+func (s *warmSandbox) setCPUShares(n int) error {
+	err := os.WriteFile(filepath.Join(s.cg.path("cpu"), "cpu.shares"), []byte(strconv.Itoa(n)), 0)
+	if err != nil {
+		return fmt.Errorf("setting cpu.shares: %w", err)
+	}
+	return nil
+}
+
+func (s *warmSandbox) codePath() string {
+	return filepath.Join(s.bundle, "code", s.lang.File)
+}
+
+// start runs `<runtime> run` on the bundle with pipes for stdio.
+func (s *warmSandbox) start() error {
+	d := s.d
+	var child [3]*os.File
+	var ours [3]*os.File
+	for i := range 3 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for j := range i {
+				child[j].Close()
+				ours[j].Close()
+			}
+			return fmt.Errorf("oci: pipe: %w", err)
+		}
+		if i == 0 {
+			child[i], ours[i] = r, w
+		} else {
+			child[i], ours[i] = w, r
+		}
+	}
+	s.stdin, s.stdout, s.stderr = ours[0], ours[1], ours[2]
+	// Not CommandContext: ending a context must kill the sandbox (Discard
+	// does), not orphan it by killing only the runtime process.
+	cmd := d.runtimeCmd(context.Background(), filepath.Join(s.bundle, "runtime.log"),
+		"run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid"), s.id)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = child[0], child[1], child[2]
+	err := cmd.Start()
+	for _, f := range child {
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("oci: starting %s: %w", d.rt.name, err)
+	}
+	c := &startedCmd{proc: cmd.Process, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		c.ps = cmd.ProcessState
+		close(c.done)
+	}()
+	s.cmd = c
+	return nil
+}
+
+// failure describes why a sandbox ended before it was ready.
+func (s *warmSandbox) failure() string {
+	select {
+	case <-s.cmd.done:
+	case <-time.After(time.Second):
+		return ""
+	}
+	msg := runtimeError(filepath.Join(s.bundle, "runtime.log"))
+	if msg == "" {
+		msg = "exit status " + strconv.Itoa(exitCode(s.cmd.ps))
+	}
+	var b [512]byte
+	_ = s.stderr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	n, _ := s.stderr.Read(b[:])
+	if n > 0 {
+		msg += ", stderr: " + string(bytes.TrimSpace(b[:n]))
+	}
+	return " (" + msg + ")"
+}
+
+func (s *warmSandbox) Done() <-chan struct{} { return s.cmd.done }
+
+func (s *warmSandbox) MemoryBytes() int64 { return s.mem }
+
+// Exec hands the code over and waits for it, as Driver.execute does for a
+// cold sandbox; time, CPU and peak memory count from the hand-over.
+func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result, error) {
+	if !s.used.CompareAndSwap(false, true) {
+		return engine.Result{}, fmt.Errorf("oci: warm sandbox %s already used", s.id)
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = engine.DefaultTimeout
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	select {
+	case <-s.cmd.done:
+		return engine.Result{}, fmt.Errorf("%w: sandbox ended before the hand-over", pool.ErrNotStarted)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return engine.Result{}, err
+	}
+	// Write-and-rename: the launcher's file (node, shell) is replaced
+	// atomically, and the interpreter never sees a partial file.
+	tmp := filepath.Join(s.bundle, "code", ".vertal-handover")
+	if err := os.WriteFile(tmp, []byte(spec.Code), 0o644); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
+	}
+	if err := os.Rename(tmp, s.codePath()); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
+	}
+	if err := s.setCPUShares(defaultShares); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: %v", pool.ErrNotStarted, err)
+	}
+	memDir, cpuDir := s.cg.path("memory"), s.cg.path("cpuacct")
+	cpu0, _ := readInt(filepath.Join(cpuDir, "cpuacct.usage"))
+	// Peak memory from here on; what the interpreter holds already counts,
+	// as it does on the cold path.
+	_ = os.WriteFile(filepath.Join(memDir, "memory.max_usage_in_bytes"), []byte("0"), 0)
+
+	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
+	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
+	var copies sync.WaitGroup
+	for _, c := range []struct {
+		dst io.Writer
+		src *os.File
+	}{{stdout, s.stdout}, {stderr, s.stderr}} {
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(c.dst, c.src)
+		}()
+	}
+
+	start := time.Now()
+	// The go line fits the empty pipe, so this write does not block; if
+	// it fails the launcher is gone and no user code ran. stdin stays a
+	// pipe, as on the cold path, which never hands a host file to the
+	// sandbox.
+	if _, err := s.stdin.Write(launcher.GoLine(false)); err != nil {
+		s.d.kill(s.id, s.cmd.proc)
+		return engine.Result{}, fmt.Errorf("%w: go line: %v", pool.ErrNotStarted, err)
+	}
+	go func() {
+		// Errors mean the code exited without reading all its stdin.
+		_, _ = io.WriteString(s.stdin, spec.Stdin)
+		s.stdin.Close()
+	}()
+
+	var (
+		mu       sync.Mutex
+		timedOut bool
+		canceled bool
+	)
+	stop := func(reason *bool) {
+		mu.Lock()
+		*reason = true
+		mu.Unlock()
+		s.d.kill(s.id, s.cmd.proc)
+	}
+	timer := time.AfterFunc(spec.Timeout, func() { stop(&timedOut) })
+	watch := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop(&canceled)
+		case <-watch:
+		}
+	}()
+	<-s.cmd.done
+	duration := time.Since(start)
+	timer.Stop()
+	close(watch)
+	// Output ends when the last sandbox process is gone; if something
+	// kept a pipe open, Discard's cgroup kill ends it.
+	drained := make(chan struct{})
+	go func() { copies.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		s.d.kill(s.id, s.cmd.proc)
+		s.stdout.SetReadDeadline(time.Now())
+		s.stderr.SetReadDeadline(time.Now())
+		<-drained
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if canceled && !timedOut {
+		return engine.Result{}, ctx.Err()
+	}
+	var exitErr interface{ ExitCode() int }
+	if s.cmd.err != nil && !errors.As(s.cmd.err, &exitErr) {
+		return engine.Result{}, fmt.Errorf("oci: waiting for %s: %w", s.d.rt.name, s.cmd.err)
+	}
+	code := exitCode(s.cmd.ps)
+	oom := s.cg.oomKilled()
+	cpu1, peak := s.cg.usage()
+	cpu := cpu1 - float64(cpu0)/1e9
+	if timedOut {
+		code = 128 + int(syscall.SIGKILL)
+	}
+	return engine.Result{
+		Status:    engine.Classify(code, timedOut, oom),
+		Stdout:    stdout.String(),
+		Stderr:    stderr.String(),
+		ExitCode:  code,
+		Duration:  duration,
+		Truncated: stdout.Truncated() || stderr.Truncated(),
+		Usage: engine.Usage{
+			SandboxSeconds:  duration.Seconds(),
+			CPUSeconds:      max(cpu, 0),
+			PeakMemoryBytes: peak,
+		},
+	}, nil
+}
+
+// Discard kills what still runs and removes the bundle, runtime state and
+// cgroups, as the cold path's cleanup does.
+func (s *warmSandbox) Discard(ctx context.Context) error {
+	s.discard.Do(func() {
+		if s.cmd != nil {
+			select {
+			case <-s.cmd.done:
+			default:
+				s.d.kill(s.id, s.cmd.proc)
+				select {
+				case <-s.cmd.done:
+				case <-ctx.Done():
+				}
+			}
+		}
+		for _, f := range []*os.File{s.stdin, s.stdout, s.stderr} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		s.derr = s.d.cleanup(s.id, s.bundle, s.cg)
+	})
+	return s.derr
+}
