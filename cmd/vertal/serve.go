@@ -21,6 +21,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
@@ -74,7 +75,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	defer st.Close()
 
-	driver, closeDriver, err := newDriver(ctx, cfg, logger)
+	driver, pre, closeDriver, err := newDriver(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -96,8 +97,24 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		}
 	}
 
-	eng := engine.New(driver, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
 	metrics := api.NewMetrics()
+	runner := driver
+	if cfg.PoolMax > 0 {
+		p := pool.New(driver, pre, pool.Options{
+			Min:         cfg.PoolMin,
+			Max:         cfg.PoolMax,
+			MemoryBytes: int64(cfg.PoolMemoryMB) << 20,
+			Languages:   langs,
+			Limits:      engine.Limits{MemoryBytes: cfg.Plans[cfg.PoolPlan].MemoryBytes()},
+			Logger:      logger,
+		})
+		// Deferred after closeDriver, so it runs first: warm sandboxes are
+		// destroyed while the driver can still do it.
+		defer p.Close()
+		metrics.Add(p)
+		runner = p
+	}
+	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
 
 	// The MCP tools call the API in process, behind the edge check they
 	// already passed; the API handler exists only after api.New, which
@@ -172,7 +189,11 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(e.Stdout, "Vertal Run %s listening on %s\n", version, base)
-	fmt.Fprintf(e.Stdout, "  sandboxes: %s, %d at once; store: %s\n", driver.Name(), cfg.MaxConcurrent, storeDesc)
+	warm := "warm pool off"
+	if cfg.PoolMax > 0 {
+		warm = fmt.Sprintf("warm pool %d..%d per language", cfg.PoolMin, cfg.PoolMax)
+	}
+	fmt.Fprintf(e.Stdout, "  sandboxes: %s, %d at once, %s; store: %s\n", driver.Name(), cfg.MaxConcurrent, warm, storeDesc)
 	fmt.Fprintf(e.Stdout, "  playground: %s/   API: %s/api/v1 (also %s/v1)   OpenAPI: %s/v1/openapi.json\n", base, base, base, base)
 	if cfg.Dev {
 		if err := devKey(ctx, e, st, base); err != nil {
@@ -227,24 +248,25 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, string, err
 	return st, "sqlite " + path, nil
 }
 
-// newDriver builds the configured sandbox driver.
-func newDriver(ctx context.Context, cfg config.Config, logger *slog.Logger) (engine.Driver, func(), error) {
+// newDriver builds the configured sandbox driver and the pre-starter the
+// warm pool uses with it.
+func newDriver(ctx context.Context, cfg config.Config, logger *slog.Logger) (engine.Driver, pool.Prestarter, func(), error) {
 	switch cfg.Driver {
 	case "docker":
 		d, err := docker.New(ctx, docker.Options{Runtime: cfg.Runtime, Image: cfg.DockerImage, Logger: logger})
 		if err != nil {
-			return nil, nil, fmt.Errorf("docker driver: %w", err)
+			return nil, nil, nil, fmt.Errorf("docker driver: %w", err)
 		}
-		return d, func() { _ = d.Close() }, nil
+		return d, docker.NewPrestarter(d), func() { _ = d.Close() }, nil
 	default:
 		if fi, err := os.Stat(cfg.RootFS()); err != nil || !fi.IsDir() {
-			return nil, nil, fmt.Errorf("no sandbox root filesystem at %s: build it with `vertal image build` or point --image-dir at one", cfg.RootFS())
+			return nil, nil, nil, fmt.Errorf("no sandbox root filesystem at %s: build it with `vertal image build` or point --image-dir at one", cfg.RootFS())
 		}
 		d, err := oci.New(ctx, oci.Options{Runtime: cfg.Runtime, Logger: logger})
 		if err != nil {
-			return nil, nil, fmt.Errorf("oci driver: %w", err)
+			return nil, nil, nil, fmt.Errorf("oci driver: %w", err)
 		}
-		return d, func() { _ = d.Close() }, nil
+		return d, oci.NewPrestarter(d), func() { _ = d.Close() }, nil
 	}
 }
 

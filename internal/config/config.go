@@ -48,6 +48,15 @@ type Config struct {
 	MaxConcurrent int      `json:"max_concurrent"`
 	QueueTimeout  Duration `json:"queue_timeout"`
 	MaxQueue      int      `json:"max_queue"`
+	// The warm pool keeps sandboxes pre-started per language: at least
+	// PoolMin ready when idle, at most PoolMax per language and limits,
+	// all of them holding at most PoolMemoryMB. PoolMax 0 turns it off.
+	// PoolPlan names the plan whose limits the idle pool is kept for;
+	// other plans get a pool when their traffic asks for one.
+	PoolMin      int    `json:"pool_min"`
+	PoolMax      int    `json:"pool_max"`
+	PoolMemoryMB int    `json:"pool_memory_mb"`
+	PoolPlan     string `json:"pool_plan"`
 	// Driver is "oci" (default, no daemon) or "docker"; Runtime is crun,
 	// runc or runsc, empty for the best one installed.
 	Driver  string `json:"driver"`
@@ -86,6 +95,10 @@ func Default() Config {
 		Port:          DefaultPort,
 		MaxConcurrent: max(2, runtime.NumCPU()),
 		QueueTimeout:  Duration(DefaultQueue),
+		PoolMin:       1,
+		PoolMax:       4,
+		PoolMemoryMB:  1024,
+		PoolPlan:      "pro",
 		Driver:        "oci",
 		DataDir:       DefaultDataDir,
 		ImageDir:      DefaultImageDir,
@@ -126,6 +139,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxQueue < 0 {
 		bad("max-queue must not be negative")
+	}
+	if c.PoolMin < 0 || c.PoolMax < 0 || c.PoolMax > 64 || c.PoolMin > c.PoolMax {
+		bad("pool-min %d and pool-max %d must satisfy 0 <= pool-min <= pool-max <= 64", c.PoolMin, c.PoolMax)
+	}
+	if c.PoolMax > 0 && c.PoolMemoryMB < 1 {
+		bad("pool-memory-mb must be positive while the pool is on")
+	}
+	if _, ok := c.Plans[c.PoolPlan]; c.PoolMax > 0 && !ok {
+		bad("pool-plan %q is not a plan", c.PoolPlan)
 	}
 	switch c.Driver {
 	case "oci":
