@@ -15,8 +15,9 @@ export VERTAL_IMAGE_DIR=${VERTAL_IMAGE_DIR:-/var/lib/vertal/images/default}
 export VERTAL_DOCKER_IMAGE=${VERTAL_DOCKER_IMAGE:-vertal/default:latest}
 export VERTAL_TEST_DATABASE_URL=${VERTAL_TEST_DATABASE_URL:-postgres://vertal:vertal@127.0.0.1:5432/vertal?sslmode=disable}
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# Logs stay after the run, for a look at what failed.
+out=${VERTAL_TEST_LOGS:-/tmp/vertal-test-logs}
+rm -rf "$out" && mkdir -p "$out"
 
 echo "== go vet"
 go vet ./...
@@ -28,8 +29,8 @@ go_rc=$?
 set -e
 grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' "$out/go.log" | grep -v '^=== RUN' | grep -vE '^\s*--- PASS' || true
 if [ $go_rc -ne 0 ]; then
-  echo "== go test failed; failing tests' output:"
-  grep -B2 -A40 -E '^\s*--- FAIL' "$out/go.log" | head -400
+  echo "== go test failed; test output other than progress lines (full log: $out/go.log):"
+  grep -vE '^\s*(=== (RUN|PAUSE|CONT|NAME)|--- PASS)' "$out/go.log" | grep -vE '^(ok|PASS)\s' | tail -800
 fi
 skips=$(grep -cE '^\s*--- SKIP' "$out/go.log" || true)
 go_pass=$(grep -cE '^\s*--- PASS' "$out/go.log" || true)

@@ -1,6 +1,315 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
-// cmdBench is a placeholder until its owner lands it.
-func cmdBench(_ context.Context, _ *env, _ []string) error { return errNotYet }
+	"github.com/kuboprotocol/vertal2kubo/internal/bench"
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+)
+
+func cmdBench(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal bench", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	b := config.Bind(fs, "image-dir", "docker-image")
+	n := fs.Int("n", 50, "executions per target, language and parallel level")
+	warmup := fs.Int("warmup", 3, "unmeasured executions before each measurement")
+	rounds := fs.Int("rounds", 5, "interleave the targets in this many rounds, so a load spike on a shared host hits them all alike")
+	drivers := fs.String("drivers", "oci/crun,oci/runc,oci/runsc,docker/runc,docker/runsc", "driver/runtime pairs to measure; unavailable ones are reported and skipped")
+	langs := fs.String("langs", "python,javascript,bash", "languages to measure")
+	parallel := fs.String("parallel", "1,2", "parallel levels (executions in flight at once)")
+	rawDocker := fs.Bool("raw-docker", true, "also time a raw docker run with the docker driver's hardening, for each docker runtime measured")
+	httpSelf := fs.Bool("http", false, "also measure end to end through the HTTP API: starts two private vertal serve processes (oci driver, the first oci runtime of --drivers; one with the warm pool off, one with it on) on free local ports, each with its own data directory and a plan without limits")
+	httpURL := fs.String("http-url", "", "also measure through an already running API, e.g. http://127.0.0.1:8080/api (key in --api-key or KUBO_API_KEY; its plan's rate limit must allow the load)")
+	apiKey := fs.String("api-key", "", "API key for --http-url (default $KUBO_API_KEY)")
+	stateDir := fs.String("state-dir", "/run/vertal/bench", "private state directory for the bench's sandboxes")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: vertal bench [flags]\n\n"+
+			"Runs print(6*7), console.log(6*7) and echo 42 N times through every available\n"+
+			"driver/runtime and, in the same run, with the bare interpreter on the host; prints\n"+
+			"p50/p95, executions per second at each parallel level, and the ratios to bare.\n"+
+			"Needs root for the oci driver.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	cfg, err := b.Resolve(e.Getenv)
+	if err != nil {
+		return err
+	}
+	levels, err := parseInts(*parallel)
+	if err != nil {
+		return fmt.Errorf("--parallel: %w", err)
+	}
+	opts := bench.Options{N: *n, Warmup: *warmup, Rounds: *rounds, Parallel: levels, Langs: splitList(*langs)}
+	for _, l := range opts.Langs {
+		if _, ok := bench.Programs[l]; !ok {
+			return fmt.Errorf("--langs: unknown language %q (python, javascript, bash)", l)
+		}
+	}
+	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	imageNode := filepath.Join(cfg.RootFS(), "usr/local/bin/node")
+	if _, err := os.Stat(imageNode); err != nil {
+		imageNode = ""
+	}
+	targets := []bench.Target{bench.BareTarget(bench.BareCommands(imageNode))}
+	var skipped []bench.Row
+	work, err := os.MkdirTemp("", "vertal-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil {
+		return err
+	}
+
+	for _, pair := range splitList(*drivers) {
+		kind, rt, _ := strings.Cut(pair, "/")
+		c := cfg
+		c.Driver, c.Runtime = kind, rt
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("--drivers %s: %w", pair, err)
+		}
+		d, closeDriver, err := openDriver(ctx, c, *stateDir, log)
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "bench: skipping %s: %v\n", pair, err)
+			skipped = append(skipped, bench.Row{Target: pair, Skipped: firstClause(err.Error())})
+			continue
+		}
+		defer closeDriver()
+		ls, err := c.ResolveLanguages()
+		if err != nil {
+			return err
+		}
+		targets = append(targets, bench.DriverTarget(d, ls))
+		if kind == "docker" && *rawDocker {
+			cli, err := exec.LookPath("docker")
+			if err != nil {
+				skipped = append(skipped, bench.Row{Target: "docker run " + rt + " (CLI)", Skipped: "no docker CLI in PATH"})
+				continue
+			}
+			t, err := bench.DockerCLITarget(bench.DockerCLI{Docker: cli, Image: c.DockerImage, Runtime: c.Runtime, Languages: ls, WorkDir: work})
+			if err != nil {
+				return err
+			}
+			targets = append(targets, t)
+		}
+	}
+	if *httpURL != "" {
+		key := *apiKey
+		if key == "" {
+			key = e.Getenv("KUBO_API_KEY")
+		}
+		if key == "" {
+			return errors.New("--http-url needs an API key: --api-key or KUBO_API_KEY")
+		}
+		targets = append(targets, bench.HTTPTarget(*httpURL, key, nil))
+	}
+	if *httpSelf {
+		rt := "crun"
+		for _, pair := range splitList(*drivers) {
+			if k, r, _ := strings.Cut(pair, "/"); k == "oci" && r != "" {
+				rt = r
+				break
+			}
+		}
+		// Pool off: the API's own cost on top of a cold sandbox. Pool on:
+		// what a client of a default server sees.
+		for _, mode := range []struct {
+			name string
+			env  []string
+		}{
+			{bench.APIPoolOff, []string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}},
+			{bench.APIWarmPool, []string{"VERTAL_POOL_PLAN=bench"}},
+		} {
+			srv, err := startBenchServer(ctx, cfg, rt, slices.Max(levels), filepath.Join(work, mode.name), mode.env)
+			if err != nil {
+				return fmt.Errorf("--http: %w", err)
+			}
+			defer srv.stop()
+			t := bench.HTTPTarget(srv.base, srv.key, nil)
+			t.Name = mode.name + " (oci/" + rt + ")"
+			targets = append(targets, t)
+		}
+	}
+
+	total := len(targets) * len(opts.Langs) * len(levels)
+	step := 0
+	began := time.Now()
+	opts.Progress = func(target, lang string, p int) {
+		step++
+		fmt.Fprintf(e.Stderr, "bench: [%d/%d] %s %s ×%d (%s elapsed)\n", step, total, target, lang, p, time.Since(began).Round(time.Second))
+	}
+	machine := bench.Machine(ctx)
+	rows := bench.Run(ctx, targets, skipped, opts)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(e.Stdout, "vertal bench: n=%d per cell in %d interleaved rounds, warm-up %d, parallel %s, %s\n",
+		*n, *rounds, *warmup, *parallel, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	for _, l := range machine {
+		fmt.Fprintln(e.Stdout, l)
+	}
+	fmt.Fprintln(e.Stdout)
+	if err := bench.WriteMarkdown(e.Stdout, rows, levels); err != nil {
+		return err
+	}
+	if r := bench.Ratios(rows); len(r) > 0 {
+		fmt.Fprintln(e.Stdout)
+		bench.WriteRatios(e.Stdout, r)
+	}
+	for _, o := range bench.APIOverhead(rows) {
+		fmt.Fprintln(e.Stdout, "- "+o)
+	}
+	return nil
+}
+
+// benchServer is a private `vertal serve` the bench measures through.
+type benchServer struct {
+	base, key string
+	cmd       *exec.Cmd
+	log       string
+}
+
+func (s *benchServer) stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// startBenchServer runs this binary's `serve` on a free port with its own
+// data directory, a plan without practical limits (so quotas and rate
+// limits do not shape the numbers) and a key for it, all through the
+// public CLI and environment variables.
+func startBenchServer(ctx context.Context, cfg config.Config, runtime string, concurrent int, dir string, extraEnv []string) (*benchServer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	plan := `{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256}}}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(plan), 0o600); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	env := append(os.Environ(),
+		"VERTAL_CONFIG="+filepath.Join(dir, "config.json"),
+		"VERTAL_DATA_DIR="+filepath.Join(dir, "data"),
+		"VERTAL_HOST=127.0.0.1", "VERTAL_PORT="+strconv.Itoa(port),
+		"VERTAL_DRIVER=oci", "VERTAL_RUNTIME="+runtime,
+		"VERTAL_IMAGE_DIR="+cfg.ImageDir,
+		"VERTAL_MAX_CONCURRENT="+strconv.Itoa(max(2, concurrent)),
+		"VERTAL_DATABASE_URL=", "VERTAL_DEV=", "VERTAL_EDGE_SECRET=", "VERTAL_METRICS_ADDR=")
+	env = append(env, extraEnv...)
+	key := exec.CommandContext(ctx, exe, "create-key", "bench", "--plan", "bench")
+	key.Env = env
+	var stderr strings.Builder
+	key.Stderr = &stderr
+	out, err := key.Output()
+	if err != nil {
+		return nil, fmt.Errorf("vertal create-key: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	s := &benchServer{base: fmt.Sprintf("http://127.0.0.1:%d/api", port), key: strings.TrimSpace(string(out)),
+		log: filepath.Join(dir, "serve.log")}
+	logf, err := os.Create(s.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(exe, "serve")
+	s.cmd.Env = env
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting vertal serve: %w", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/health", port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.stop()
+			tail, _ := os.ReadFile(s.log)
+			return nil, fmt.Errorf("vertal serve did not answer /health within 60s: %s", lastLines(string(tail), 10))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 || v > 64 {
+			return nil, fmt.Errorf("%q is not a number in 1..64", f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty")
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// firstClause shortens a driver error for a table cell.
+func firstClause(s string) string {
+	s = strings.TrimPrefix(s, "engine: sandbox driver unavailable: ")
+	if len(s) > 90 {
+		s = s[:89] + "…"
+	}
+	return s
+}

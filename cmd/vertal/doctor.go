@@ -1,6 +1,138 @@
 package main
 
-import "context"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 
-// cmdDoctor is a placeholder until its owner lands it.
-func cmdDoctor(_ context.Context, _ *env, _ []string) error { return errNotYet }
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/doctor"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
+)
+
+func cmdDoctor(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("vertal doctor", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	b := config.Bind(fs, "driver", "runtime", "image-dir", "docker-image")
+	stateDir := fs.String("state-dir", "/run/vertal/doctor", "private state directory for the doctor's sandboxes (never a server's: it is reaped)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	verbose := fs.Bool("verbose", false, "log every probe's output to stderr")
+	hostOnly := fs.Bool("host-only", false, "check the host and image only; run no sandbox")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: vertal doctor [flags]\n\n"+
+			"Checks that the driver, runtime, cgroups and image are usable, then runs small hostile\n"+
+			"programs in real sandboxes and prints which protections are enforced, with a fix for\n"+
+			"each gap. Exits 1 when an essential check fails.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	cfg, err := b.Resolve(e.Getenv)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
+
+	host := doctor.HostChecks(ctx, doctor.HostOptions{Driver: cfg.Driver, Runtime: cfg.Runtime, ImageDir: cfg.ImageDir})
+	langs, err := cfg.ResolveLanguages()
+	if err != nil {
+		return err
+	}
+	opts := doctor.Options{Host: host, Languages: langs, Logger: log, DriverName: driverLabel(cfg.Driver, cfg.Runtime)}
+	if *hostOnly {
+		opts.HostOnly = true
+	} else {
+		// The sandbox must not see this process's environment: plant a
+		// value the environment probe looks for.
+		penv := doctor.HostProbeEnv()
+		penv.CanaryName, penv.CanaryValue = "VERTAL_DOCTOR_CANARY", randomHex(16)
+		os.Setenv(penv.CanaryName, penv.CanaryValue)
+		defer os.Unsetenv(penv.CanaryName)
+		opts.Probes = doctor.DefaultProbes(penv)
+
+		d, closeDriver, err := openDriver(ctx, cfg, *stateDir, log)
+		if err != nil {
+			opts.DriverErr = err
+		} else {
+			defer closeDriver()
+			opts.Driver = d
+		}
+	}
+	if !*asJSON {
+		fmt.Fprintf(e.Stdout, "vertal doctor: driver %s, image %s\n\n", opts.DriverName, cfg.ImageDir)
+	}
+	rep := doctor.Run(ctx, opts)
+	if *asJSON {
+		err = rep.WriteJSON(e.Stdout)
+	} else {
+		err = rep.WriteTable(e.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if len(rep.Failed()) > 0 {
+		return exitCode(1)
+	}
+	return nil
+}
+
+func driverLabel(driver, runtime string) string {
+	if runtime == "" {
+		if driver == "docker" {
+			return "docker/runc"
+		}
+		return driver + "/(best installed)"
+	}
+	return driver + "/" + runtime
+}
+
+// openDriver creates the driver the config names for an operator command
+// (doctor, bench). Its state directory is the command's own, so reaping
+// never touches a running server's sandboxes.
+func openDriver(ctx context.Context, cfg config.Config, stateDir string, log *slog.Logger) (engine.Driver, func(), error) {
+	switch cfg.Driver {
+	case "oci":
+		d, err := oci.New(ctx, oci.Options{Runtime: cfg.Runtime, StateDir: filepath.Join(stateDir, "oci"), Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return d, func() { closeIfCloser(d) }, nil
+	case "docker":
+		d, err := docker.New(ctx, docker.Options{Runtime: cfg.Runtime, StateDir: filepath.Join(stateDir, "docker"),
+			Image: cfg.DockerImage, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return d, func() { d.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown driver %q", cfg.Driver)
+}
+
+func closeIfCloser(v any) {
+	if c, ok := v.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

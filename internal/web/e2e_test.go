@@ -36,11 +36,13 @@ func TestPlaygroundWithRealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	common := []string{"--config", config, "--data-dir", filepath.Join(dir, "data")}
+	serveArgs := append([]string{"serve", "--dev", "--host", "127.0.0.1", "--port", "0"}, common...)
 	if rootfs := os.Getenv("VERTAL_ROOTFS"); rootfs != "" {
-		common = append(common, "--image-dir", filepath.Dir(rootfs))
+		// Only serve runs sandboxes; the operator commands take store flags.
+		serveArgs = append(serveArgs, "--image-dir", filepath.Dir(rootfs))
 	}
 
-	srv := startServer(t, bin, append([]string{"serve", "--dev", "--host", "127.0.0.1", "--port", "0"}, common...))
+	srv := startServer(t, bin, serveArgs)
 
 	// A tenant whose one execution of the day is used up.
 	out, err := exec.Command(bin, append([]string{"create-key", "quota-test", "--plan", "one-a-day"}, common...)...).Output()

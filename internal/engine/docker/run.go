@@ -38,6 +38,13 @@ const cleanupTimeout = 30 * time.Second
 // so this only matters if the engine misbehaves.
 const drainTimeout = 5 * time.Second
 
+// A SIGKILLed container is inspected up to 1+oomEventRetries times,
+// oomEventWait apart, for the engine's OOM mark.
+const (
+	oomEventRetries = 10
+	oomEventWait    = 20 * time.Millisecond
+)
+
 // Run executes spec in a fresh container and removes it. API round trips:
 // create, attach, wait, start, remove; inspect is added only when the exit
 // status (137, SIGKILL) could be an OOM kill.
@@ -183,11 +190,9 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 	// Only a SIGKILL can be the OOM killer; ask the engine which it was
 	// instead of guessing.
 	if !timedOut && exitCode == 128+9 {
-		ins, err := d.cli.ContainerInspect(ctx, s.id)
-		if err != nil {
-			return engine.Result{}, fmt.Errorf("docker: inspecting container: %w", err)
+		if oomKilled, err = d.oomKilled(ctx, s.id); err != nil {
+			return engine.Result{}, err
 		}
-		oomKilled = ins.State != nil && ins.State.OOMKilled
 	}
 
 	drain := time.NewTimer(drainTimeout)
@@ -266,4 +271,28 @@ func (s *execution) cleanup() error {
 // containerName makes leftovers easy to recognise in `docker ps -a`.
 func containerName(instance, id string) string {
 	return "vertal_" + instance + "_" + id
+}
+
+// oomKilled asks the engine whether a SIGKILLed container was killed by the
+// OOM killer. containerd may deliver the task's OOM event after its exit
+// event (seen under load), so a kill not yet marked as an OOM kill is asked
+// about again for a short while before it counts as a plain SIGKILL.
+func (d *Driver) oomKilled(ctx context.Context, id string) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		ins, err := d.cli.ContainerInspect(ctx, id)
+		if err != nil {
+			return false, fmt.Errorf("docker: inspecting container: %w", err)
+		}
+		if ins.State != nil && ins.State.OOMKilled {
+			return true, nil
+		}
+		if attempt == oomEventRetries {
+			return false, nil
+		}
+		select {
+		case <-time.After(oomEventWait):
+		case <-ctx.Done():
+			return false, fmt.Errorf("docker: %w", ctx.Err())
+		}
+	}
 }

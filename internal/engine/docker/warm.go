@@ -334,11 +334,10 @@ func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Resu
 	elapsed := d.opts.Now().Sub(start)
 	oomKilled := false
 	if !timedOut && exitCode == 128+9 {
-		ins, err := d.cli.ContainerInspect(ctx, w.cid)
-		if err != nil {
-			return engine.Result{}, fmt.Errorf("docker: inspecting container: %w", err)
+		var err error
+		if oomKilled, err = d.oomKilled(ctx, w.cid); err != nil {
+			return engine.Result{}, err
 		}
-		oomKilled = ins.State != nil && ins.State.OOMKilled
 	}
 	select {
 	case <-w.copied:

@@ -1,0 +1,228 @@
+// Package bench measures how long one execution takes and how many run per
+// second, through each sandbox driver and, in the same run, with the bare
+// interpreter on the host, so the cost of the sandbox shows as a ratio.
+//
+// The programs are the smallest that prove a round trip: print(6*7),
+// console.log(6*7) and echo 42. What is measured is therefore almost
+// entirely sandbox creation, interpreter start-up and teardown.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Programs are the code each language runs; all print "42\n".
+var Programs = map[string]string{
+	"python":     "print(6*7)",
+	"javascript": "console.log(6*7)",
+	"bash":       "echo 42",
+}
+
+// Want is what every program prints.
+const Want = "42\n"
+
+// RunFunc performs one execution of lang's program and returns an error
+// unless it printed Want.
+type RunFunc func(ctx context.Context, lang string) error
+
+// Target is one way of running the programs: the bare interpreter, a
+// driver, a raw `docker run`, or the HTTP API.
+type Target struct {
+	// Name is the table's first column, e.g. "bare", "oci/crun".
+	Name string
+	// Bare marks the baseline the other targets are compared with.
+	Bare bool
+	Run  RunFunc
+}
+
+// Sample is one measurement: N executions with Parallel workers.
+type Sample struct {
+	Parallel  int
+	Latencies []time.Duration // of the successful executions
+	Wall      time.Duration   // from the first start to the last end
+	Errors    int
+	FirstErr  error
+}
+
+// Measure runs fn n times with parallel workers after warmup unmeasured
+// runs, and records each latency and the total wall time.
+func Measure(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int) Sample {
+	if parallel < 1 {
+		parallel = 1
+	}
+	for i := 0; i < warmup && ctx.Err() == nil; i++ {
+		fn(ctx)
+	}
+	s := Sample{Parallel: parallel}
+	var (
+		mu   sync.Mutex
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				t0 := time.Now()
+				err := fn(ctx)
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					s.Errors++
+					if s.FirstErr == nil {
+						s.FirstErr = err
+					}
+				} else {
+					s.Latencies = append(s.Latencies, d)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	s.Wall = time.Since(start)
+	return s
+}
+
+// Stats summarise a Sample.
+type Stats struct {
+	N, Parallel, Errors int
+	P50, P95, P99       time.Duration
+	PerSecond           float64 // successful executions per second of wall time
+	FirstErr            string
+}
+
+// Summarize computes percentiles (nearest rank) and throughput.
+func Summarize(s Sample) Stats {
+	st := Stats{N: len(s.Latencies) + s.Errors, Parallel: s.Parallel, Errors: s.Errors}
+	if s.FirstErr != nil {
+		st.FirstErr = s.FirstErr.Error()
+	}
+	if len(s.Latencies) == 0 {
+		return st
+	}
+	lat := slices.Clone(s.Latencies)
+	slices.Sort(lat)
+	st.P50, st.P95, st.P99 = Percentile(lat, 50), Percentile(lat, 95), Percentile(lat, 99)
+	if s.Wall > 0 {
+		st.PerSecond = float64(len(lat)) / s.Wall.Seconds()
+	}
+	return st
+}
+
+// Percentile is the nearest-rank percentile of sorted durations.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted)) + 0.999999)
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// Row is one target and language across the parallel levels.
+type Row struct {
+	Target string
+	Bare   bool
+	Lang   string
+	// Stats by parallel level, in the order of Options.Parallel.
+	Stats []Stats
+	// Skipped says why the target could not run at all.
+	Skipped string
+}
+
+// Options configure a benchmark run.
+type Options struct {
+	N        int
+	Warmup   int
+	Parallel []int
+	Langs    []string
+	// Rounds interleaves the targets (see Run); 1 measures each target's
+	// N executions in one go.
+	Rounds int
+	// Progress, if set, is told what is being measured.
+	Progress func(target, lang string, parallel int)
+}
+
+// ErrNoSamples means every execution of a measurement failed.
+var ErrNoSamples = errors.New("every execution failed")
+
+// Run measures every target for every language and parallel level. On a
+// shared or busy host the load drifts, so the measurements are interleaved:
+// each cell's N executions are split into Rounds blocks, and every round
+// measures one block of every target in turn. A slow minute then costs
+// every target alike instead of whichever ran during it.
+func Run(ctx context.Context, targets []Target, skipped []Row, opts Options) []Row {
+	if opts.N <= 0 {
+		opts.N = 50
+	}
+	if len(opts.Parallel) == 0 {
+		opts.Parallel = []int{1, 2}
+	}
+	rounds := min(max(opts.Rounds, 1), opts.N)
+	var rows []Row
+	for _, lang := range opts.Langs {
+		first := len(rows)
+		for _, t := range targets {
+			rows = append(rows, Row{Target: t.Name, Bare: t.Bare, Lang: lang, Stats: make([]Stats, len(opts.Parallel))})
+		}
+		for pi, p := range opts.Parallel {
+			samples := make([]Sample, len(targets))
+			for round := 0; round < rounds; round++ {
+				n := opts.N / rounds
+				if round < opts.N%rounds {
+					n++
+				}
+				for ti, t := range targets {
+					if ctx.Err() != nil {
+						return rows
+					}
+					if opts.Progress != nil && round == 0 {
+						opts.Progress(t.Name, lang, p)
+					}
+					warm := 0
+					if round == 0 {
+						warm = opts.Warmup
+					}
+					run := t.Run
+					s := Measure(ctx, func(ctx context.Context) error { return run(ctx, lang) }, n, p, warm)
+					samples[ti] = merge(samples[ti], s)
+				}
+			}
+			for ti := range targets {
+				rows[first+ti].Stats[pi] = Summarize(samples[ti])
+			}
+		}
+		for _, s := range skipped {
+			s.Lang = lang
+			rows = append(rows, s)
+		}
+	}
+	return rows
+}
+
+// merge adds block b to the sample a: latencies pooled, wall times summed
+// (throughput is executions per second while that target ran).
+func merge(a, b Sample) Sample {
+	a.Parallel = b.Parallel
+	a.Latencies = append(a.Latencies, b.Latencies...)
+	a.Wall += b.Wall
+	a.Errors += b.Errors
+	if a.FirstErr == nil {
+		a.FirstErr = b.FirstErr
+	}
+	return a
+}
+
+// fmtMs renders a latency in milliseconds.
+func fmtMs(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}

@@ -1,0 +1,226 @@
+// Package doctor checks that a host can run Vertal Run sandboxes and proves,
+// by running small hostile programs through the real driver, which
+// protections are enforced on it.
+//
+// The checks are in two groups. Host checks read the machine: root,
+// cgroups, the runtime binary, the image. Isolation probes run code in a
+// sandbox exactly as an execution would (through engine.Driver) and look
+// at what it could and could not do: reach the network, write outside
+// /tmp, run as root, exceed its memory, processes or time. The result is a
+// table of what is enforced and, for every gap, how to fix it.
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+const (
+	StatusOK      Status = "ok"      // works or is enforced
+	StatusFail    Status = "FAIL"    // broken or not enforced
+	StatusWarn    Status = "warn"    // works, with a caveat worth reading
+	StatusSkipped Status = "skipped" // could not be checked here (e.g. no driver)
+)
+
+// Check is one row of the doctor's table.
+type Check struct {
+	Group  string `json:"group"` // "host", "image", "driver", "isolation"
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	// Detail is what was observed.
+	Detail string `json:"detail,omitempty"`
+	// Fix says how to close the gap; set when Status is FAIL or warn.
+	Fix string `json:"fix,omitempty"`
+	// Essential marks checks without which Vertal Run must not serve.
+	Essential bool `json:"essential"`
+}
+
+// Report is the whole result.
+type Report struct {
+	Driver string  `json:"driver"`
+	Checks []Check `json:"checks"`
+}
+
+// Failed returns the essential checks that failed: any makes the command
+// exit non-zero.
+func (r Report) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if c.Essential && c.Status == StatusFail {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Counts tallies the checks by status.
+func (r Report) Counts() map[Status]int {
+	m := map[Status]int{}
+	for _, c := range r.Checks {
+		m[c.Status]++
+	}
+	return m
+}
+
+// Options configure Run.
+type Options struct {
+	// Driver runs the isolation probes; nil when it could not be created,
+	// in which case DriverErr says why and the probes are skipped.
+	Driver    engine.Driver
+	DriverErr error
+	// DriverName is shown when Driver is nil (e.g. "oci/crun").
+	DriverName string
+	// Languages are the configured languages; probes pick theirs by name.
+	Languages []engine.Language
+	// Host are checks made before the probes (see HostChecks).
+	Host []Check
+	// Probes run through the driver; nil means DefaultProbes(ProbeEnv{}).
+	Probes []Probe
+	// HostOnly skips the driver and the probes.
+	HostOnly bool
+	// ProbeTimeout bounds each probe execution unless the probe says
+	// otherwise.
+	ProbeTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Run performs the checks and returns the report. It never stops early:
+// an operator wants every gap at once.
+func Run(ctx context.Context, opts Options) Report {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 20 * time.Second
+	}
+	if opts.Probes == nil {
+		opts.Probes = DefaultProbes(ProbeEnv{})
+	}
+	rep := Report{Driver: opts.DriverName}
+	rep.Checks = append(rep.Checks, opts.Host...)
+	if opts.HostOnly {
+		return rep
+	}
+
+	if opts.Driver == nil {
+		detail := "not created"
+		if opts.DriverErr != nil {
+			detail = opts.DriverErr.Error()
+		}
+		rep.Checks = append(rep.Checks, Check{Group: "driver", Name: "driver " + opts.DriverName, Status: StatusFail,
+			Detail: detail, Fix: fixFromError(opts.DriverErr), Essential: true})
+		for _, p := range opts.Probes {
+			rep.Checks = append(rep.Checks, Check{Group: "isolation", Name: p.Name, Status: StatusSkipped,
+				Detail: "no working driver", Essential: p.Essential})
+		}
+		return rep
+	}
+	rep.Driver = opts.Driver.Name()
+	rep.Checks = append(rep.Checks, Check{Group: "driver", Name: "driver " + rep.Driver, Status: StatusOK, Detail: "created", Essential: true})
+	if n, err := opts.Driver.Reap(ctx); err != nil {
+		rep.Checks = append(rep.Checks, Check{Group: "driver", Name: "reap leftovers", Status: StatusWarn,
+			Detail: err.Error(), Fix: "see the error; leftovers of a crashed server may remain"})
+	} else {
+		rep.Checks = append(rep.Checks, Check{Group: "driver", Name: "reap leftovers", Status: StatusOK,
+			Detail: fmt.Sprintf("%d removed", n)})
+	}
+
+	langs := map[string]engine.Language{}
+	for _, l := range opts.Languages {
+		langs[l.Name] = l
+	}
+	for _, p := range opts.Probes {
+		rep.Checks = append(rep.Checks, runProbe(ctx, opts, langs, p))
+	}
+	return rep
+}
+
+// fixFromError turns a driver construction error into a fix. The drivers'
+// ErrUnavailable messages already say what to install; the fix repeats the
+// part after the last colon that reads like an instruction.
+func fixFromError(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	for _, sep := range []string{": install ", ": build ", " (apt-get install "} {
+		if i := strings.LastIndex(msg, sep); i >= 0 {
+			return strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(msg[i+1:]), "("), ")")
+		}
+	}
+	return "see the error above"
+}
+
+// WriteTable renders the report for a terminal or a log: one section per
+// group, one line per check, then the fixes for every gap.
+func (r Report) WriteTable(w io.Writer) error {
+	width := 0
+	for _, c := range r.Checks {
+		width = max(width, len(c.Name))
+	}
+	var b strings.Builder
+	group := ""
+	for _, c := range r.Checks {
+		if c.Group != group {
+			if group != "" {
+				b.WriteString("\n")
+			}
+			group = c.Group
+			b.WriteString(strings.ToUpper(groupTitle(group, r.Driver)) + "\n")
+		}
+		mark := string(c.Status)
+		if c.Status == StatusFail && !c.Essential {
+			mark = "GAP" // not enforced, but not a reason to refuse to serve
+		}
+		fmt.Fprintf(&b, "  %-7s %-*s  %s\n", mark, width, c.Name, oneLine(c.Detail, 140))
+	}
+	var fixes []Check
+	for _, c := range r.Checks {
+		if (c.Status == StatusFail || c.Status == StatusWarn) && c.Fix != "" {
+			fixes = append(fixes, c)
+		}
+	}
+	if len(fixes) > 0 {
+		b.WriteString("\nHOW TO FIX\n")
+		for _, c := range fixes {
+			fmt.Fprintf(&b, "  - %s: %s\n", c.Name, c.Fix)
+		}
+	}
+	n := r.Counts()
+	fmt.Fprintf(&b, "\n%d ok, %d failed or not enforced (%d essential), %d warnings, %d skipped\n",
+		n[StatusOK], n[StatusFail], len(r.Failed()), n[StatusWarn], n[StatusSkipped])
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON renders the report as JSON for scripts.
+func (r Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func groupTitle(g, driver string) string {
+	if g == "isolation" && driver != "" {
+		return "isolation (live, through " + driver + ")"
+	}
+	return g
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}

@@ -1,0 +1,83 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
+)
+
+func requireE2E(t *testing.T) {
+	t.Helper()
+	if os.Getenv("VERTAL_E2E") != "1" {
+		t.Skip("set VERTAL_E2E=1 to run the doctor against real OCI runtimes (root, crun, runc, the rootfs)")
+	}
+}
+
+func imageDir() string {
+	if d := os.Getenv("VERTAL_IMAGE_DIR"); d != "" {
+		return d
+	}
+	if r := os.Getenv("VERTAL_ROOTFS"); r != "" {
+		return filepath.Dir(r)
+	}
+	return config.DefaultImageDir
+}
+
+// TestDoctorE2E runs the whole doctor, every probe, through the real
+// drivers: on oci with crun and runc, and on docker with runc, every
+// essential protection must hold.
+func TestDoctorE2E(t *testing.T) {
+	requireE2E(t)
+	for _, pair := range []struct{ driver, rt string }{{"oci", "crun"}, {"oci", "runc"}, {"docker", "runc"}} {
+		rt := pair.rt
+		t.Run(pair.driver+"/"+rt, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := config.Default()
+			cfg.Driver, cfg.Runtime, cfg.ImageDir = pair.driver, rt, imageDir()
+			if img := os.Getenv("VERTAL_DOCKER_IMAGE"); img != "" {
+				cfg.DockerImage = img
+			}
+			langs, err := cfg.ResolveLanguages()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d engine.Driver
+			if pair.driver == "oci" {
+				d, err = oci.New(ctx, oci.Options{Runtime: rt, StateDir: t.TempDir()})
+			} else {
+				var dd *docker.Driver
+				dd, err = docker.New(ctx, docker.Options{Runtime: rt, StateDir: t.TempDir(), Image: cfg.DockerImage})
+				if err == nil {
+					defer dd.Close()
+					d = dd
+				}
+			}
+			if err != nil {
+				t.Fatalf("creating %s/%s: %v", pair.driver, rt, err)
+			}
+			env := HostProbeEnv()
+			env.CanaryName, env.CanaryValue = "VERTAL_DOCTOR_CANARY", "e2e-"+newExecutionID()
+			t.Setenv(env.CanaryName, env.CanaryValue)
+			host := HostChecks(ctx, HostOptions{Driver: pair.driver, Runtime: rt, ImageDir: cfg.ImageDir})
+			rep := Run(ctx, Options{Driver: d, Languages: langs, Host: host, Probes: DefaultProbes(env)})
+			var buf bytes.Buffer
+			rep.WriteTable(&buf)
+			t.Logf("\n%s", buf.String())
+			for _, c := range rep.Failed() {
+				t.Errorf("essential check failed on %s: %s: %s", d.Name(), c.Name, c.Detail)
+			}
+			for _, c := range rep.Checks {
+				if c.Group == "isolation" && c.Status == StatusSkipped {
+					t.Errorf("probe %q skipped: %s", c.Name, c.Detail)
+				}
+			}
+		})
+	}
+}

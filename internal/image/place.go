@@ -1,0 +1,170 @@
+package image
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotAnImage means --out names an existing directory that is not a
+// previous image, which we refuse to replace.
+var ErrNotAnImage = errors.New("exists and is not a vertal image directory")
+
+// checkOut validates the output directory before a long build starts. An
+// existing directory is only replaced when it is empty or looks like an
+// image (has rootfs/ or versions.json): a typo such as --out /tmp must not
+// swap away a system directory.
+func checkOut(out string) error {
+	if !filepath.IsAbs(out) {
+		return fmt.Errorf("output directory %q must be absolute", out)
+	}
+	clean := filepath.Clean(out)
+	if clean == "/" || filepath.Dir(clean) == "/" {
+		return fmt.Errorf("output directory %s: refusing a top-level directory", clean)
+	}
+	entries, err := os.ReadDir(clean)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("output directory: %w", err)
+	case len(entries) == 0:
+		return nil
+	}
+	for _, e := range entries {
+		if e.Name() == RootfsDir || e.Name() == VersionsFile {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s %w (no %s/ or %s inside); choose another --out", clean, ErrNotAnImage, RootfsDir, VersionsFile)
+}
+
+// buildPrefix names the temporary build directory next to the output, on
+// the same filesystem so the final rename is atomic.
+func buildPrefix(out string) string { return "." + filepath.Base(out) + ".build-" }
+
+// placeImage moves the finished build at tmp to out. With an existing image
+// the two are exchanged in one renameat2(RENAME_EXCHANGE), so a reader of
+// out sees either the old image or the new one, never a mix or nothing;
+// the old one is then deleted.
+func placeImage(tmp, out string) error {
+	if _, err := os.Lstat(out); errors.Is(err, fs.ErrNotExist) {
+		return os.Rename(tmp, out)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, out, unix.RENAME_EXCHANGE); err != nil {
+		return fmt.Errorf("swapping the new image into %s: %w", out, err)
+	}
+	// tmp now holds the previous image.
+	if err := removeBuildDir(tmp); err != nil {
+		return fmt.Errorf("new image in place; removing the previous one at %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// cleanStaleBuilds removes build directories left by an interrupted build.
+func cleanStaleBuilds(out string) error {
+	matches, err := filepath.Glob(filepath.Join(filepath.Dir(out), buildPrefix(out)+"*"))
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		if err := removeBuildDir(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeBuildDir deletes a build tree. debootstrap mounts /proc and /sys
+// inside its target, and a killed run leaves them mounted: deleting
+// through such a mount would delete host files, so every mount under dir
+// is detached first, and nothing is deleted while one remains.
+func removeBuildDir(dir string) error {
+	dir = filepath.Clean(dir)
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmounting %s: %w", m, err)
+		}
+	}
+	if left, err := mountsUnder(dir); err != nil {
+		return err
+	} else if len(left) > 0 {
+		return fmt.Errorf("not deleting %s: still mounted: %s", dir, strings.Join(left, ", "))
+	}
+	return os.RemoveAll(dir)
+}
+
+// mountsUnder lists mount points at or below dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	defer f.Close()
+	mounts, err := parseMountPoints(bufio.NewScanner(f), dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	return mounts, nil
+}
+
+func parseMountPoints(sc *bufio.Scanner, dir string) ([]string, error) {
+	var out []string
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		di, dj := strings.Count(out[i], "/"), strings.Count(out[j], "/")
+		if di != dj {
+			return di > dj
+		}
+		return out[i] < out[j]
+	})
+	return out, sc.Err()
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + (c - '0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
