@@ -88,7 +88,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("--drivers %s: %w", pair, err)
 		}
-		d, closeDriver, err := openDriver(ctx, c, *stateDir, log)
+		d, _, closeDriver, err := newDriver(ctx, c, *stateDir, log)
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "bench: skipping %s: %v\n", pair, err)
 			skipped = append(skipped, bench.Row{Target: pair, Skipped: firstClause(err.Error())})

@@ -7,22 +7,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/doctor"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 )
 
 func cmdDoctor(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("vertal doctor", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
-	b := config.Bind(fs, "driver", "runtime", "image-dir", "docker-image")
+	b := config.Bind(fs, "driver", "runtime", "image-dir", "docker-image", "pool-max")
 	stateDir := fs.String("state-dir", "/run/vertal/doctor", "private state directory for the doctor's sandboxes (never a server's: it is reaped)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("verbose", false, "log every probe's output to stderr")
@@ -67,12 +63,18 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 		defer os.Unsetenv(penv.CanaryName)
 		opts.Probes = doctor.DefaultProbes(penv)
 
-		d, closeDriver, err := openDriver(ctx, cfg, *stateDir, log)
+		d, pre, closeDriver, err := newDriver(ctx, cfg, *stateDir, log)
 		if err != nil {
 			opts.DriverErr = err
 		} else {
 			defer closeDriver()
 			opts.Driver = d
+			if cfg.PoolMax > 0 {
+				// The same pool serve builds, with one sandbox per language.
+				p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, Languages: langs, Logger: log})
+				defer p.Close()
+				opts.Pool = p
+			}
 		}
 	}
 	if !*asJSON {
@@ -101,34 +103,6 @@ func driverLabel(driver, runtime string) string {
 		return driver + "/(best installed)"
 	}
 	return driver + "/" + runtime
-}
-
-// openDriver creates the driver the config names for an operator command
-// (doctor, bench). Its state directory is the command's own, so reaping
-// never touches a running server's sandboxes.
-func openDriver(ctx context.Context, cfg config.Config, stateDir string, log *slog.Logger) (engine.Driver, func(), error) {
-	switch cfg.Driver {
-	case "oci":
-		d, err := oci.New(ctx, oci.Options{Runtime: cfg.Runtime, StateDir: filepath.Join(stateDir, "oci"), Logger: log})
-		if err != nil {
-			return nil, nil, err
-		}
-		return d, func() { closeIfCloser(d) }, nil
-	case "docker":
-		d, err := docker.New(ctx, docker.Options{Runtime: cfg.Runtime, StateDir: filepath.Join(stateDir, "docker"),
-			Image: cfg.DockerImage, Logger: log})
-		if err != nil {
-			return nil, nil, err
-		}
-		return d, func() { d.Close() }, nil
-	}
-	return nil, nil, fmt.Errorf("unknown driver %q", cfg.Driver)
-}
-
-func closeIfCloser(v any) {
-	if c, ok := v.(io.Closer); ok {
-		c.Close()
-	}
 }
 
 func randomHex(n int) string {

@@ -75,7 +75,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	defer st.Close()
 
-	driver, pre, closeDriver, err := newDriver(ctx, cfg, logger)
+	driver, pre, closeDriver, err := newDriver(ctx, cfg, "", logger)
 	if err != nil {
 		return err
 	}
@@ -249,11 +249,19 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, string, err
 }
 
 // newDriver builds the configured sandbox driver and the pre-starter the
-// warm pool uses with it.
-func newDriver(ctx context.Context, cfg config.Config, logger *slog.Logger) (engine.Driver, pool.Prestarter, func(), error) {
+// warm pool uses with it. stateDir "" is the driver's default; operator
+// commands (doctor, bench) pass their own, so their Reap never touches a
+// running server's sandboxes.
+func newDriver(ctx context.Context, cfg config.Config, stateDir string, logger *slog.Logger) (engine.Driver, pool.Prestarter, func(), error) {
+	sub := func(name string) string {
+		if stateDir == "" {
+			return ""
+		}
+		return filepath.Join(stateDir, name)
+	}
 	switch cfg.Driver {
 	case "docker":
-		d, err := docker.New(ctx, docker.Options{Runtime: cfg.Runtime, Image: cfg.DockerImage, Logger: logger})
+		d, err := docker.New(ctx, docker.Options{Runtime: cfg.Runtime, Image: cfg.DockerImage, StateDir: sub("docker"), Logger: logger})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("docker driver: %w", err)
 		}
@@ -262,7 +270,7 @@ func newDriver(ctx context.Context, cfg config.Config, logger *slog.Logger) (eng
 		if fi, err := os.Stat(cfg.RootFS()); err != nil || !fi.IsDir() {
 			return nil, nil, nil, fmt.Errorf("no sandbox root filesystem at %s: build it with `vertal image build` or point --image-dir at one", cfg.RootFS())
 		}
-		d, err := oci.New(ctx, oci.Options{Runtime: cfg.Runtime, Logger: logger})
+		d, err := oci.New(ctx, oci.Options{Runtime: cfg.Runtime, StateDir: sub("oci"), Logger: logger})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("oci driver: %w", err)
 		}

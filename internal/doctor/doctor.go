@@ -88,6 +88,11 @@ type Options struct {
 	Probes []Probe
 	// HostOnly skips the driver and the probes.
 	HostOnly bool
+	// Pool, when set, is a warm pool over Driver: the doctor checks that
+	// each language runs warm and reports the pool's state.
+	Pool WarmPool
+	// PoolWait bounds the wait for a pre-started sandbox. Default 30s.
+	PoolWait time.Duration
 	// ProbeTimeout bounds each probe execution unless the probe says
 	// otherwise.
 	ProbeTimeout time.Duration
@@ -141,6 +146,12 @@ func Run(ctx context.Context, opts Options) Report {
 	}
 	for _, p := range opts.Probes {
 		rep.Checks = append(rep.Checks, runProbe(ctx, opts, langs, p))
+	}
+	if opts.Pool != nil {
+		if opts.PoolWait <= 0 {
+			opts.PoolWait = 30 * time.Second
+		}
+		rep.Checks = append(rep.Checks, poolChecks(ctx, opts.Pool, opts.Languages, opts.PoolWait)...)
 	}
 	return rep
 }

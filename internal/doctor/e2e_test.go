@@ -11,6 +11,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 )
 
 func requireE2E(t *testing.T) {
@@ -49,14 +50,20 @@ func TestDoctorE2E(t *testing.T) {
 				t.Fatal(err)
 			}
 			var d engine.Driver
+			var pre pool.Prestarter
 			if pair.driver == "oci" {
-				d, err = oci.New(ctx, oci.Options{Runtime: rt, StateDir: t.TempDir()})
+				var od *oci.Driver
+				od, err = oci.New(ctx, oci.Options{Runtime: rt, StateDir: t.TempDir()})
+				if err == nil {
+					defer od.Close()
+					d, pre = od, oci.NewPrestarter(od)
+				}
 			} else {
 				var dd *docker.Driver
 				dd, err = docker.New(ctx, docker.Options{Runtime: rt, StateDir: t.TempDir(), Image: cfg.DockerImage})
 				if err == nil {
 					defer dd.Close()
-					d = dd
+					d, pre = dd, docker.NewPrestarter(dd)
 				}
 			}
 			if err != nil {
@@ -66,17 +73,29 @@ func TestDoctorE2E(t *testing.T) {
 			env.CanaryName, env.CanaryValue = "VERTAL_DOCTOR_CANARY", "e2e-"+newExecutionID()
 			t.Setenv(env.CanaryName, env.CanaryValue)
 			host := HostChecks(ctx, HostOptions{Driver: pair.driver, Runtime: rt, ImageDir: cfg.ImageDir})
-			rep := Run(ctx, Options{Driver: d, Languages: langs, Host: host, Probes: DefaultProbes(env)})
+			p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, Languages: langs})
+			defer p.Close()
+			rep := Run(ctx, Options{Driver: d, Languages: langs, Host: host, Probes: DefaultProbes(env), Pool: p})
 			var buf bytes.Buffer
 			rep.WriteTable(&buf)
 			t.Logf("\n%s", buf.String())
 			for _, c := range rep.Failed() {
 				t.Errorf("essential check failed on %s: %s: %s", d.Name(), c.Name, c.Detail)
 			}
+			warm := 0
 			for _, c := range rep.Checks {
+				if c.Group == "warm pool" && c.Name != "pool state" {
+					warm++
+					if c.Status != StatusOK {
+						t.Errorf("%s on %s: %s: %s", c.Name, d.Name(), c.Status, c.Detail)
+					}
+				}
 				if c.Group == "isolation" && c.Status == StatusSkipped {
 					t.Errorf("probe %q skipped: %s", c.Name, c.Detail)
 				}
+			}
+			if warm != len(langs) {
+				t.Errorf("%d warm pool checks, want one per language (%d)", warm, len(langs))
 			}
 		})
 	}
