@@ -36,6 +36,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	httpURL := fs.String("http-url", "", "also measure through an already running API, e.g. http://127.0.0.1:8080/api (key in --api-key or KUBO_API_KEY; its plan's rate limit must allow the load)")
 	apiKey := fs.String("api-key", "", "API key for --http-url (default $KUBO_API_KEY)")
 	stateDir := fs.String("state-dir", "/run/vertal/bench", "private state directory for the bench's sandboxes")
+	sustain := fs.Duration("sustain", 0, "with --http: after the table, load the warm-pool server with as many clients as the highest --parallel level for this long per language (e.g. 60s), against the bare interpreter for as long, and report throughput, p99/p50 and the server's memory before and after")
+	settle := fs.Duration("settle", 10*time.Second, "with --sustain: how long after the load the server's memory is read again")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: vertal bench [flags]\n\n"+
 			"Runs print(6*7), console.log(6*7) and echo 42 N times through every available\n"+
@@ -113,6 +115,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			targets = append(targets, t)
 		}
 	}
+	if *sustain > 0 && !*httpSelf {
+		return errors.New("--sustain needs --http")
+	}
+	var warmServer *benchServer
 	if *httpURL != "" {
 		key := *apiKey
 		if key == "" {
@@ -145,6 +151,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 				return fmt.Errorf("--http: %w", err)
 			}
 			defer srv.stop()
+			if mode.name == bench.APIWarmPool {
+				warmServer = srv
+			}
 			t := bench.HTTPTarget(srv.base, srv.key, nil)
 			t.Name = mode.name + " (oci/" + rt + ")"
 			targets = append(targets, t)
@@ -180,7 +189,47 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	for _, o := range bench.APIOverhead(rows) {
 		fmt.Fprintln(e.Stdout, "- "+o)
 	}
+	if *sustain > 0 && warmServer != nil {
+		results, err := sustainedLoad(ctx, e, targets[0], warmServer, opts.Langs, slices.Max(levels), *warmup, *sustain, *settle)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "\nSustained load through the API with the warm pool (oci), %d clients, against the bare interpreter:\n\n", slices.Max(levels))
+		bench.WriteSustain(e.Stdout, results)
+	}
 	return nil
+}
+
+// sustainedLoad runs each language for d on the bare interpreter, then for
+// d through the warm-pool server with as many clients, reading the
+// server's memory before the load, right after it and after settle.
+func sustainedLoad(ctx context.Context, e *env, bare bench.Target, srv *benchServer, langs []string, clients, warmup int, d, settle time.Duration) ([]bench.SustainResult, error) {
+	api := bench.HTTPTarget(srv.base, srv.key, nil)
+	pid := srv.cmd.Process.Pid
+	var out []bench.SustainResult
+	for _, lang := range langs {
+		fmt.Fprintf(e.Stderr, "bench: sustained load, %s: bare %s, then the API %s\n", lang, d, d)
+		r := bench.SustainResult{Lang: lang, Duration: d, Clients: clients, Settle: settle}
+		r.Bare = bench.Summarize(bench.MeasureFor(ctx, func(ctx context.Context) error { return bare.Run(ctx, lang) }, clients, warmup, d))
+		var err error
+		if r.RSSBefore, err = bench.ProcessRSS(pid); err != nil {
+			return nil, err
+		}
+		r.API = bench.Summarize(bench.MeasureFor(ctx, func(ctx context.Context) error { return api.Run(ctx, lang) }, clients, warmup, d))
+		if r.RSSAfter, err = bench.ProcessRSS(pid); err != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(settle):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if r.RSSSettled, err = bench.ProcessRSS(pid); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // benchServer is a private `vertal serve` the bench measures through.

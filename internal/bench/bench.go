@@ -226,3 +226,46 @@ func merge(a, b Sample) Sample {
 func fmtMs(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 }
+
+// MeasureFor runs fn with parallel workers for d (after warmup unmeasured
+// runs per worker) and records every latency: a sustained load, where
+// Measure is a fixed count.
+func MeasureFor(ctx context.Context, fn func(context.Context) error, parallel, warmup int, d time.Duration) Sample {
+	if parallel < 1 {
+		parallel = 1
+	}
+	for i := 0; i < warmup && ctx.Err() == nil; i++ {
+		fn(ctx)
+	}
+	s := Sample{Parallel: parallel}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	start := time.Now()
+	end := start.Add(d)
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t0 := time.Now()
+				err := fn(ctx)
+				lat := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					s.Errors++
+					if s.FirstErr == nil {
+						s.FirstErr = err
+					}
+				} else {
+					s.Latencies = append(s.Latencies, lat)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	s.Wall = time.Since(start)
+	return s
+}

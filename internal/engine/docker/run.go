@@ -236,13 +236,24 @@ func (s *execution) remove() error {
 	if ref == "" || s.removed {
 		return nil
 	}
+	if err := s.d.forceRemove(ref); err != nil {
+		return err
+	}
+	s.removed = true
+	return nil
+}
+
+// forceRemove removes a container by id or name with its anonymous
+// volumes, killing what still runs in it; a container already gone is not
+// an error. It runs on a context of its own, since cleanup must happen
+// even when the caller's context is what ended the execution.
+func (d *Driver) forceRemove(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	err := s.d.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	err := d.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errNotFound(err) {
 		return fmt.Errorf("docker: removing container %s: %w", ref, err)
 	}
-	s.removed = true
 	return nil
 }
 

@@ -372,11 +372,8 @@ func (w *warmContainer) remove() error {
 	if ref == "" || w.removed {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	err := w.d.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !errNotFound(err) {
-		return fmt.Errorf("docker: removing container %s: %w", ref, err)
+	if err := w.d.forceRemove(ref); err != nil {
+		return err
 	}
 	w.removed = true
 	return nil
