@@ -19,9 +19,10 @@ fi
 
 log() { printf '\n== setup: %s\n' "$*"; }
 
-pkgs=(crun runc runsc tini debootstrap ca-certificates iproute2)
+# npm fetches the official Node.js build for the sandbox image (vertal image build).
+pkgs=(crun runc runsc tini debootstrap ca-certificates iproute2 nodejs npm)
 if [ "$mode" = test ]; then
-  pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest nodejs npm curl)
+  pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
