@@ -53,24 +53,43 @@ type Sample struct {
 // Measure runs fn n times with parallel workers after warmup unmeasured
 // runs, and records each latency and the total wall time.
 func Measure(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int) Sample {
+	var next atomic.Int64
+	return measure(ctx, fn, parallel, warmup, nil, func() bool { return next.Add(1) <= int64(n) })
+}
+
+// MeasureFor runs fn with parallel workers for d (after warmup unmeasured
+// runs) and records every latency: a sustained load, where Measure is a
+// fixed count.
+func MeasureFor(ctx context.Context, fn func(context.Context) error, parallel, warmup int, d time.Duration) Sample {
+	var end time.Time
+	return measure(ctx, fn, parallel, warmup,
+		func() { end = time.Now().Add(d) },
+		func() bool { return time.Now().Before(end) })
+}
+
+// measure runs fn on parallel workers while more says so. start, if not
+// nil, runs once after the warm-up, before the workers begin.
+func measure(ctx context.Context, fn func(context.Context) error, parallel, warmup int, start func(), more func() bool) Sample {
 	if parallel < 1 {
 		parallel = 1
 	}
 	for i := 0; i < warmup && ctx.Err() == nil; i++ {
 		fn(ctx)
 	}
+	if start != nil {
+		start()
+	}
 	s := Sample{Parallel: parallel}
 	var (
-		mu   sync.Mutex
-		next atomic.Int64
-		wg   sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
-	start := time.Now()
+	began := time.Now()
 	for w := 0; w < parallel; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+			for ctx.Err() == nil && more() {
 				t0 := time.Now()
 				err := fn(ctx)
 				d := time.Since(t0)
@@ -88,7 +107,7 @@ func Measure(ctx context.Context, fn func(context.Context) error, n, parallel, w
 		}()
 	}
 	wg.Wait()
-	s.Wall = time.Since(start)
+	s.Wall = time.Since(began)
 	return s
 }
 
@@ -225,47 +244,4 @@ func merge(a, b Sample) Sample {
 // fmtMs renders a latency in milliseconds.
 func fmtMs(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-}
-
-// MeasureFor runs fn with parallel workers for d (after warmup unmeasured
-// runs per worker) and records every latency: a sustained load, where
-// Measure is a fixed count.
-func MeasureFor(ctx context.Context, fn func(context.Context) error, parallel, warmup int, d time.Duration) Sample {
-	if parallel < 1 {
-		parallel = 1
-	}
-	for i := 0; i < warmup && ctx.Err() == nil; i++ {
-		fn(ctx)
-	}
-	s := Sample{Parallel: parallel}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	start := time.Now()
-	end := start.Add(d)
-	for w := 0; w < parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t0 := time.Now()
-				err := fn(ctx)
-				lat := time.Since(t0)
-				mu.Lock()
-				if err != nil {
-					s.Errors++
-					if s.FirstErr == nil {
-						s.FirstErr = err
-					}
-				} else {
-					s.Latencies = append(s.Latencies, lat)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	s.Wall = time.Since(start)
-	return s
 }
