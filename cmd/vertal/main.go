@@ -103,4 +103,3 @@ func realMain(args []string) int {
 	return 2
 }
 
-var errNotYet = errors.New("not available in this build yet")

@@ -75,7 +75,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	defer st.Close()
 
-	driver, pre, closeDriver, err := newDriver(ctx, cfg, "", logger)
+	driver, pre, closeDriver, err := newDriver(ctx, cfg, cfg.StateDir, logger)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 // Default locations and values.
 const (
 	DefaultDataDir     = "/var/lib/vertal"
+	DefaultStateDir    = "/run/vertal"
 	DefaultImageDir    = "/var/lib/vertal/images/default"
 	DefaultDockerImage = "vertal/default:latest"
 	DefaultHost        = "127.0.0.1"
@@ -61,8 +63,13 @@ type Config struct {
 	// runc or runsc, empty for the best one installed.
 	Driver  string `json:"driver"`
 	Runtime string `json:"runtime"`
-	// DataDir holds the SQLite database and sandbox state.
+	// DataDir holds the SQLite database. It must survive restarts.
 	DataDir string `json:"data_dir"`
+	// StateDir holds sandbox runtime state (OCI bundles, runtime state,
+	// the docker driver's instance locks): one locked instance directory
+	// per server under StateDir/<driver>, so servers may share it. It
+	// should be a tmpfs (/run): nothing in it outlives a reboot.
+	StateDir string `json:"state_dir"`
 	// DatabaseURL, when it is a postgres:// URL, selects PostgreSQL instead
 	// of SQLite at DataDir/vertal.db.
 	DatabaseURL string `json:"database_url"`
@@ -101,6 +108,7 @@ func Default() Config {
 		PoolPlan:      "pro",
 		Driver:        "oci",
 		DataDir:       DefaultDataDir,
+		StateDir:      DefaultStateDir,
 		ImageDir:      DefaultImageDir,
 		DockerImage:   DefaultDockerImage,
 		MaxCodeBytes:  DefaultMaxCodeBytes,
@@ -140,8 +148,10 @@ func (c Config) Validate() error {
 	if c.MaxQueue < 0 {
 		bad("max-queue must not be negative")
 	}
-	if c.PoolMin < 0 || c.PoolMax < 0 || c.PoolMax > 64 || c.PoolMin > c.PoolMax {
-		bad("pool-min %d and pool-max %d must satisfy 0 <= pool-min <= pool-max <= 64", c.PoolMin, c.PoolMax)
+	// pool-max 0 turns the pool off whatever pool-min says, so
+	// `--pool-max 0` alone works although pool-min defaults to 1.
+	if c.PoolMin < 0 || c.PoolMax < 0 || c.PoolMax > 64 || (c.PoolMax > 0 && c.PoolMin > c.PoolMax) {
+		bad("pool-min %d and pool-max %d must satisfy 0 <= pool-min <= pool-max <= 64 (pool-max 0 turns the pool off)", c.PoolMin, c.PoolMax)
 	}
 	if c.PoolMax > 0 && c.PoolMemoryMB < 1 {
 		bad("pool-memory-mb must be positive while the pool is on")
@@ -163,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		bad("data-dir must not be empty")
+	}
+	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
+		bad("state-dir %q must be an absolute path", c.StateDir)
 	}
 	if c.DatabaseURL != "" && !c.UsesPostgres() {
 		bad("database-url must start with postgres:// or postgresql:// (leave it empty for SQLite)")

@@ -94,6 +94,18 @@ func TestBindSubset(t *testing.T) {
 	}
 }
 
+// TestPoolOff checks that --pool-max 0 alone turns the pool off, as its
+// help says, although pool-min defaults to 1.
+func TestPoolOff(t *testing.T) {
+	c, err := resolve(t, []string{"--pool-max", "0"}, nil)
+	if err != nil {
+		t.Fatalf("--pool-max 0: %v", err)
+	}
+	if c.PoolMax != 0 {
+		t.Errorf("PoolMax = %d, want 0", c.PoolMax)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -122,6 +134,8 @@ func TestInvalid(t *testing.T) {
 		{"unknown language", nil, nil, `{"languages": {"ruby": {"image": "ruby:3"}}}`, `language "ruby"`},
 		{"file with path", nil, nil, `{"languages": {"python": {"file": "../main.py"}}}`, "plain file name"},
 		{"bad duration in file", nil, nil, `{"queue_timeout": true}`, "duration"},
+		{"relative state dir", []string{"--state-dir", "run/vertal"}, nil, "", "state-dir"},
+		{"pool min over max", []string{"--pool-min", "3", "--pool-max", "2"}, nil, "", "pool-min 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args

@@ -188,7 +188,7 @@ func (h *httpHandler) clientFor(ctx context.Context, req *mcp.CallToolRequest) (
 		ctx = context.WithValue(ctx, forwardContextKey{}, h.forwarded(req.Extra.Header))
 	}
 	if key == "" {
-		return nil, errors.New("missing API key: send Authorization: Bearer kubo_sk_...")
+		return nil, errors.New("missing API key: send the header Authorization: Bearer kubo_sk_<key>")
 	}
 	return h.newClient(ctx, key)
 }

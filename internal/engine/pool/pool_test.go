@@ -28,14 +28,13 @@ func (d *fakeCold) Name() string                          { return "fake/cold" }
 
 // fakePre pre-starts fakeWarm sandboxes.
 type fakePre struct {
-	mu      sync.Mutex
-	n       int
-	all     []*fakeWarm
-	mem     int64
-	err     error         // returned by Prestart when set
-	gate    chan struct{} // when set, Prestart waits for a receive
-	calls   atomic.Int64
-	started chan *fakeWarm
+	mu    sync.Mutex
+	n     int
+	all   []*fakeWarm
+	mem   int64
+	err   error         // returned by Prestart when set
+	gate  chan struct{} // when set, Prestart waits for a receive
+	calls atomic.Int64
 }
 
 func (f *fakePre) Prestart(ctx context.Context, lang engine.Language, l engine.Limits) (Warm, error) {
