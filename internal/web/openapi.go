@@ -623,12 +623,6 @@ func (r *refRenderer) describe(desc string, s *oaSchema) string {
 	return b.String()
 }
 
-// inlineMarkdown renders a one-paragraph description without the <p>.
-func inlineMarkdown(s string) string {
-	m := &markdown{ids: map[string]int{}}
-	return m.inline(s)
-}
-
 func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 func jsonText(raw json.RawMessage) string {
