@@ -6,23 +6,32 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // This file checks the server against its OpenAPI document: every
 // response of every test passes through conformance, and
 // TestOpenAPICoverage makes the server produce every documented response.
-// The validator implements the part of JSON Schema (2020-12) the document
-// uses: $ref, type, properties, required, additionalProperties, items,
-// enum, const, pattern, minimum, minLength.
+// Schemas are checked by a complete JSON Schema 2020-12 validator (the
+// dialect of OpenAPI 3.1), with formats asserted, so a keyword the
+// document uses is never silently ignored.
+
+// docURL names the document for the schema compiler; schemas are
+// compiled by JSON pointer into it, so $refs resolve as in the document.
+const docURL = "https://vertal.invalid/openapi.json"
 
 type openAPIDoc struct {
-	raw   map[string]any
-	paths []docPath
+	raw      map[string]any
+	paths    []docPath
+	compiler *jsonschema.Compiler
+
+	mu      sync.Mutex
+	schemas map[string]*jsonschema.Schema // by pointer
 }
 
 type docPath struct {
@@ -44,7 +53,19 @@ func loadDoc(t testing.TB) *openAPIDoc {
 		if docErr = json.Unmarshal(openAPISpec, &raw); docErr != nil {
 			return
 		}
-		d := &openAPIDoc{raw: raw}
+		c := jsonschema.NewCompiler()
+		c.DefaultDraft(jsonschema.Draft2020)
+		c.AssertFormat()
+		c.AssertContent()
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(openAPISpec))
+		if err != nil {
+			docErr = err
+			return
+		}
+		if docErr = c.AddResource(docURL, inst); docErr != nil {
+			return
+		}
+		d := &openAPIDoc{raw: raw, compiler: c, schemas: map[string]*jsonschema.Schema{}}
 		for tmpl, item := range raw["paths"].(map[string]any) {
 			re := regexp.MustCompile("^" + regexp.MustCompile(`\\\{[a-z_]+\\\}`).ReplaceAllString(regexp.QuoteMeta(tmpl), `[^/]+`) + "$")
 			p := docPath{template: tmpl, re: re, methods: map[string]map[string]any{}}
@@ -68,12 +89,69 @@ func (d *openAPIDoc) resolve(v map[string]any) map[string]any {
 		if !ok {
 			return v
 		}
-		var cur any = d.raw
-		for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
-			cur = cur.(map[string]any)[part]
-		}
-		v = cur.(map[string]any)
+		_, v = d.at(ref)
 	}
+}
+
+// at returns the object at a JSON pointer ("#/a/b") of the document,
+// following the $ref of an OpenAPI object (a response, a header), with
+// the pointer it ends at.
+func (d *openAPIDoc) at(ptr string) (string, map[string]any) {
+	for {
+		v := d.lookup(ptr)
+		ref, ok := v["$ref"].(string)
+		if !ok {
+			return ptr, v
+		}
+		ptr = ref
+	}
+}
+
+// lookup returns the object at a JSON pointer, or nil.
+func (d *openAPIDoc) lookup(ptr string) map[string]any {
+	var cur any = d.raw
+	for _, part := range strings.Split(strings.TrimPrefix(ptr, "#/"), "/") {
+		part = strings.NewReplacer("~1", "/", "~0", "~").Replace(part)
+		m, _ := cur.(map[string]any)
+		cur = m[part]
+	}
+	v, _ := cur.(map[string]any)
+	return v
+}
+
+// pointer joins escaped JSON pointer tokens.
+func pointer(base string, tokens ...string) string {
+	for _, t := range tokens {
+		base += "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(t)
+	}
+	return base
+}
+
+// schema compiles the schema at ptr once.
+func (d *openAPIDoc) schema(ptr string) (*jsonschema.Schema, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.schemas[ptr]; ok {
+		return s, nil
+	}
+	s, err := d.compiler.Compile(docURL + ptr)
+	if err != nil {
+		return nil, err
+	}
+	d.schemas[ptr] = s
+	return s, nil
+}
+
+// validate checks v against the schema at ptr and returns every violation.
+func (d *openAPIDoc) validate(ptr string, v any, at string) []string {
+	s, err := d.schema(ptr)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: compiling schema %s: %v", at, ptr, err)}
+	}
+	if err := s.Validate(v); err != nil {
+		return []string{fmt.Sprintf("%s: %v", at, err)}
+	}
+	return nil
 }
 
 // operation finds the documented operation for a request; path is taken
@@ -108,21 +186,21 @@ func (d *openAPIDoc) checkResponse(method, path string, status int, h http.Heade
 		if status == http.StatusMethodNotAllowed && h.Get("Allow") == "" {
 			errs = append(errs, "405 without Allow")
 		}
-		return "", append(errs, d.checkBody(map[string]any{"$ref": "#/components/schemas/Error"}, h, body)...)
+		return "", append(errs, d.checkBody("#/components/schemas/Error", h, body)...)
 	}
 	key := fmt.Sprintf("%s %s %d", strings.ToUpper(methodOf(method)), tmpl, status)
 	resps := op["responses"].(map[string]any)
-	r, ok := resps[strconv.Itoa(status)]
-	if !ok {
-		r, ok = resps["default"]
+	code := strconv.Itoa(status)
+	if _, ok := resps[code]; !ok {
+		code = "default"
 	}
-	if !ok {
+	if _, ok := resps[code]; !ok {
 		return key, []string{fmt.Sprintf("%s: status not documented", key)}
 	}
-	resp := d.resolve(r.(map[string]any))
+	ptr, resp := d.at(pointer("#/paths", tmpl, strings.ToLower(methodOf(method)), "responses", code))
 	if hs, ok := resp["headers"].(map[string]any); ok {
-		for name, hv := range hs {
-			hdef := d.resolve(hv.(map[string]any))
+		for name := range hs {
+			hptr, hdef := d.at(pointer(ptr, "headers", name))
 			val := h.Get(name)
 			if val == "" {
 				if req, _ := hdef["required"].(bool); req {
@@ -130,22 +208,24 @@ func (d *openAPIDoc) checkResponse(method, path string, status int, h http.Heade
 				}
 				continue
 			}
+			// A header is text; one whose schema is numeric is judged as
+			// the number it spells.
 			var v any = val
-			if s := hdef["schema"].(map[string]any); s["type"] == "integer" {
-				if _, err := strconv.ParseInt(val, 10, 64); err != nil {
-					errs = append(errs, fmt.Sprintf("%s: header %s=%q is not an integer", key, name, val))
+			if s, _ := hdef["schema"].(map[string]any); s["type"] == "integer" || s["type"] == "number" {
+				n, err := jsonschema.UnmarshalJSON(strings.NewReader(val))
+				if _, isNum := n.(json.Number); err != nil || !isNum {
+					errs = append(errs, fmt.Sprintf("%s: header %s=%q is not a number", key, name, val))
 					continue
 				}
-				v = json.Number(val)
+				v = n
 			}
-			for _, e := range d.validate(hdef["schema"].(map[string]any), v, "header "+name) {
+			for _, e := range d.validate(pointer(hptr, "schema"), v, "header "+name) {
 				errs = append(errs, key+": "+e)
 			}
 		}
 	}
-	if content, ok := resp["content"].(map[string]any); ok && method != http.MethodHead {
-		mt := content["application/json"].(map[string]any)
-		for _, e := range d.checkBody(mt["schema"].(map[string]any), h, body) {
+	if _, ok := resp["content"].(map[string]any); ok && method != http.MethodHead {
+		for _, e := range d.checkBody(pointer(ptr, "content", "application/json", "schema"), h, body) {
 			errs = append(errs, key+": "+e)
 		}
 	}
@@ -159,138 +239,15 @@ func methodOf(m string) string {
 	return m
 }
 
-func (d *openAPIDoc) checkBody(schema map[string]any, h http.Header, body []byte) []string {
+func (d *openAPIDoc) checkBody(ptr string, h http.Header, body []byte) []string {
 	if ct := h.Get("Content-Type"); ct != "application/json" {
 		return []string{fmt.Sprintf("content type %q", ct)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
 		return []string{fmt.Sprintf("body is not JSON: %v", err)}
 	}
-	return d.validate(schema, v, "body")
-}
-
-// validate checks v against schema and returns every violation.
-func (d *openAPIDoc) validate(schema map[string]any, v any, at string) []string {
-	schema = d.resolve(schema)
-	var errs []string
-	bad := func(format string, args ...any) { errs = append(errs, at+": "+fmt.Sprintf(format, args...)) }
-	if t, ok := schema["type"]; ok {
-		var types []string
-		switch t := t.(type) {
-		case string:
-			types = []string{t}
-		case []any:
-			for _, x := range t {
-				types = append(types, x.(string))
-			}
-		}
-		match := false
-		for _, typ := range types {
-			if jsonType(v, typ) {
-				match = true
-			}
-		}
-		if !match {
-			bad("%v is not of type %v", v, types)
-			return errs
-		}
-	}
-	if c, ok := schema["const"]; ok && fmt.Sprint(c) != fmt.Sprint(v) {
-		bad("%v is not the constant %v", v, c)
-	}
-	if enum, ok := schema["enum"].([]any); ok {
-		found := false
-		for _, e := range enum {
-			if fmt.Sprint(e) == fmt.Sprint(v) {
-				found = true
-			}
-		}
-		if !found {
-			bad("%v is not one of %v", v, enum)
-		}
-	}
-	switch v := v.(type) {
-	case string:
-		if p, ok := schema["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(v) {
-			bad("%q does not match %s", v, p)
-		}
-		if n, ok := schema["minLength"].(float64); ok && float64(len([]rune(v))) < n {
-			bad("shorter than %v", n)
-		}
-	case json.Number:
-		f, _ := v.Float64()
-		if m, ok := schema["minimum"].(float64); ok && f < m {
-			bad("%v is below the minimum %v", v, m)
-		}
-	case map[string]any:
-		props, _ := schema["properties"].(map[string]any)
-		if req, ok := schema["required"].([]any); ok {
-			for _, r := range req {
-				if _, ok := v[r.(string)]; !ok {
-					bad("missing required property %s", r)
-				}
-			}
-		}
-		names := make([]string, 0, len(v))
-		for k := range v {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			if ps, ok := props[k]; ok {
-				errs = append(errs, d.validate(ps.(map[string]any), v[k], at+"."+k)...)
-				continue
-			}
-			switch ap := schema["additionalProperties"].(type) {
-			case bool:
-				if !ap {
-					bad("unexpected property %s", k)
-				}
-			case map[string]any:
-				errs = append(errs, d.validate(ap, v[k], at+"."+k)...)
-			}
-		}
-	case []any:
-		if items, ok := schema["items"].(map[string]any); ok {
-			for i, x := range v {
-				errs = append(errs, d.validate(items, x, fmt.Sprintf("%s[%d]", at, i))...)
-			}
-		}
-	}
-	return errs
-}
-
-func jsonType(v any, typ string) bool {
-	switch typ {
-	case "object":
-		_, ok := v.(map[string]any)
-		return ok
-	case "array":
-		_, ok := v.([]any)
-		return ok
-	case "string":
-		_, ok := v.(string)
-		return ok
-	case "boolean":
-		_, ok := v.(bool)
-		return ok
-	case "null":
-		return v == nil
-	case "number":
-		_, ok := v.(json.Number)
-		return ok
-	case "integer":
-		n, ok := v.(json.Number)
-		if !ok {
-			return false
-		}
-		_, err := strconv.ParseInt(n.String(), 10, 64)
-		return err == nil
-	}
-	return false
+	return d.validate(ptr, v, "body")
 }
 
 // conformance checks every response h gives against the document and
@@ -358,5 +315,170 @@ func TestOpenAPIDocumentForWeb(t *testing.T) {
 	}
 	if _, err := OpenAPIDocument("1", "/nope"); err == nil {
 		t.Errorf("unknown mount accepted")
+	}
+}
+
+// schemaKeywords are the keywords of JSON Schema 2020-12 (core, applicator,
+// unevaluated, validation, meta-data, format, content) and the ones
+// OpenAPI 3.1 adds. A validator ignores any other key, so a typo such as
+// "minimun" would check nothing; TestOpenAPISchemas refuses it.
+var schemaKeywords = map[string]bool{
+	"$schema": true, "$id": true, "$ref": true, "$anchor": true, "$dynamicRef": true, "$dynamicAnchor": true,
+	"$vocabulary": true, "$comment": true, "$defs": true,
+	"allOf": true, "anyOf": true, "oneOf": true, "not": true, "if": true, "then": true, "else": true,
+	"dependentSchemas": true, "prefixItems": true, "items": true, "contains": true, "properties": true,
+	"patternProperties": true, "additionalProperties": true, "propertyNames": true,
+	"unevaluatedItems": true, "unevaluatedProperties": true,
+	"type": true, "enum": true, "const": true, "multipleOf": true, "maximum": true, "exclusiveMaximum": true,
+	"minimum": true, "exclusiveMinimum": true, "maxLength": true, "minLength": true, "pattern": true,
+	"maxItems": true, "minItems": true, "uniqueItems": true, "maxContains": true, "minContains": true,
+	"maxProperties": true, "minProperties": true, "required": true, "dependentRequired": true,
+	"title": true, "description": true, "default": true, "deprecated": true, "readOnly": true, "writeOnly": true,
+	"examples": true, "format": true, "contentEncoding": true, "contentMediaType": true, "contentSchema": true,
+	"discriminator": true, "xml": true, "externalDocs": true, "example": true,
+}
+
+// subschemas lists the pointers of the schemas directly inside schema s at ptr.
+func subschemas(ptr string, s map[string]any) []string {
+	var out []string
+	for k, v := range s {
+		switch k {
+		case "properties", "patternProperties", "$defs", "dependentSchemas":
+			for name := range v.(map[string]any) {
+				out = append(out, pointer(ptr, k, name))
+			}
+		case "allOf", "anyOf", "oneOf", "prefixItems":
+			for i := range v.([]any) {
+				out = append(out, pointer(ptr, k, strconv.Itoa(i)))
+			}
+		case "items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+			"unevaluatedItems", "unevaluatedProperties", "contentSchema":
+			if _, ok := v.(map[string]any); ok {
+				out = append(out, pointer(ptr, k))
+			}
+		}
+	}
+	return out
+}
+
+// TestOpenAPISchemas compiles every schema of the document (which checks
+// it against the 2020-12 meta-schema), refuses keys no validator would
+// act on, and checks each schema's examples against the schema.
+func TestOpenAPISchemas(t *testing.T) {
+	d := loadDoc(t)
+	var roots []string
+	for name := range d.raw["components"].(map[string]any)["schemas"].(map[string]any) {
+		roots = append(roots, pointer("#/components/schemas", name))
+	}
+	for _, p := range d.paths {
+		for m, op := range p.methods {
+			opPtr := pointer("#/paths", p.template, strings.ToLower(m))
+			if rb, ok := op["requestBody"].(map[string]any); ok {
+				for mt := range rb["content"].(map[string]any) {
+					roots = append(roots, pointer(opPtr, "requestBody", "content", mt, "schema"))
+				}
+			}
+			for status := range op["responses"].(map[string]any) {
+				rptr, resp := d.at(pointer(opPtr, "responses", status))
+				for name := range resp["headers"].(map[string]any) {
+					hptr, _ := d.at(pointer(rptr, "headers", name))
+					roots = append(roots, pointer(hptr, "schema"))
+				}
+				for mt := range resp["content"].(map[string]any) {
+					roots = append(roots, pointer(rptr, "content", mt, "schema"))
+				}
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for len(roots) > 0 {
+		ptr := roots[0]
+		roots = roots[1:]
+		if seen[ptr] {
+			continue
+		}
+		seen[ptr] = true
+		s := d.lookup(ptr)
+		if s == nil {
+			t.Errorf("%s: no schema there", ptr)
+			continue
+		}
+		sch, err := d.schema(ptr)
+		if err != nil {
+			t.Errorf("%s: %v", ptr, err)
+			continue
+		}
+		for k := range s {
+			if !schemaKeywords[k] {
+				t.Errorf("%s: %q is not a JSON Schema keyword; a validator would ignore it", ptr, k)
+			}
+		}
+		if ex, ok := s["examples"].([]any); ok {
+			for i := range ex {
+				v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(mustJSON(t, ex[i])))
+				if err := sch.Validate(v); err != nil {
+					t.Errorf("%s: example %d does not match its schema: %v", ptr, i, err)
+				}
+			}
+		}
+		roots = append(roots, subschemas(ptr, s)...)
+		if ref, ok := s["$ref"].(string); ok {
+			roots = append(roots, ref)
+		}
+	}
+	if len(seen) < 20 {
+		t.Errorf("only %d schemas found; the walk is broken", len(seen))
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestOpenAPIValidatorRefuses feeds answers that break the document in
+// ways the server must never answer, and expects the conformance check
+// to name each one.
+func TestOpenAPIValidatorRefuses(t *testing.T) {
+	d := loadDoc(t)
+	good := `{"id":"exe_0123456789abcdef0123456789abcdef","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":5,` +
+		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"request_id":"req_0123456789abcdef0123456789abcdef"}`
+	for _, tc := range []struct {
+		name, body, want string
+		header           func(http.Header)
+	}{
+		{"valid", good, "", nil},
+		{"unknown property", strings.Replace(good, `"stderr":""`, `"stderr":"","extra":1`, 1), "additional properties 'extra'", nil},
+		{"bad enum", strings.Replace(good, `"succeeded"`, `"done"`, 1), "status", nil},
+		{"not an integer", strings.Replace(good, `"exit_code":0`, `"exit_code":0.5`, 1), "exit_code", nil},
+		{"below minimum", strings.Replace(good, `"duration_ms":5`, `"duration_ms":-1`, 1), "duration_ms", nil},
+		{"pattern", strings.Replace(good, `"id":"exe_`, `"id":"run_`, 1), "id", nil},
+		{"const", strings.Replace(good, `"truncated":false`, `"truncated":false,"idempotent_replay":false`, 1), "idempotent_replay", nil},
+		{"missing required", strings.Replace(good, `"stdout":"42\n",`, ``, 1), "stdout", nil},
+		{"nested ref", strings.Replace(good, `"sandbox_seconds":0.005`, `"sandbox_seconds":"0.005"`, 1), "sandbox_seconds", nil},
+		{"header missing", good, "missing header X-RateLimit-Limit", func(h http.Header) { h.Del("X-RateLimit-Limit") }},
+		{"header not a number", good, "header X-RateLimit-Remaining=\"many\" is not a number", func(h http.Header) { h.Set("X-RateLimit-Remaining", "many") }},
+		{"header below minimum", good, "header X-RateLimit-Remaining", func(h http.Header) { h.Set("X-RateLimit-Remaining", "-1") }},
+		{"wrong content type", good, "content type", func(h http.Header) { h.Set("Content-Type", "text/plain") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req_0123456789abcdef0123456789abcdef"},
+				"X-Ratelimit-Limit": {"120"}, "X-Ratelimit-Remaining": {"119"}, "X-Ratelimit-Reset": {"1700000000"}}
+			if tc.header != nil {
+				tc.header(h)
+			}
+			_, errs := d.checkResponse("GET", "/v1/executions/exe_0123456789abcdef0123456789abcdef", 200, h, []byte(tc.body))
+			got := strings.Join(errs, "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("valid answer refused: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("errors %q, want one naming %q", got, tc.want)
+			}
+		})
 	}
 }
