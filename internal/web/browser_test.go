@@ -1,11 +1,13 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -695,8 +697,11 @@ func TestPlaygroundWithFakeAPI(t *testing.T) {
 }
 
 // TestScreenshots renders the pages at a laptop's and a phone's size, after
-// a run, for a person to look at. VERTAL_SCREENSHOTS names the directory
-// (default: a temporary one).
+// a run and after a refused key, and checks what a person would look for:
+// each screenshot is a PNG of the viewport's size (the full-page ones as
+// wide as the viewport) that is not blank, the elements that matter are
+// visible in it, and no page scrolls sideways. VERTAL_SCREENSHOTS names a
+// directory to keep the images in (default: a temporary one).
 func TestScreenshots(t *testing.T) {
 	requireE2E(t)
 	mux := http.NewServeMux()
@@ -711,6 +716,16 @@ func TestScreenshots(t *testing.T) {
 	takeScreenshots(t, dir, srv.URL, fakeKey)
 }
 
+// visibleJS reports which of the selectors match no element that is
+// rendered with a size and, unless whole is set, inside the viewport.
+const visibleJS = `((sels, whole) => sels.filter((sel) => {
+  const el = document.querySelector(sel);
+  if (!el || el.closest('[hidden]')) return true;
+  const r = el.getBoundingClientRect(), st = getComputedStyle(el);
+  if (r.width < 1 || r.height < 1 || st.visibility === 'hidden' || st.display === 'none' || Number(st.opacity) === 0) return true;
+  return !whole && (r.bottom <= 0 || r.right <= 0 || r.top >= innerHeight || r.left >= innerWidth);
+}))`
+
 func takeScreenshots(t *testing.T, dir, url, key string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -720,39 +735,92 @@ func takeScreenshots(t *testing.T, dir, url, key string) {
 		w, h int64
 	}{{"laptop", 1366, 768}, {"phone", 390, 844}} {
 		b := newBrowser(t, size.w, size.h)
-		save := func(name string, full bool) {
-			var png []byte
+		save := func(name string, full bool, visible ...string) {
+			t.Helper()
+			var shot []byte
 			var err error
 			if full {
-				png, err = chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+				shot, err = chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 			} else {
-				png, err = chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+				shot, err = chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
 			}
 			if err != nil {
 				t.Fatalf("screenshot: %v", err)
 			}
 			path := filepath.Join(dir, size.name+"-"+name+".png")
-			if err := os.WriteFile(path, png, 0o644); err != nil {
+			if err := os.WriteFile(path, shot, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("wrote %s", path)
+			checkScreenshot(t, path, shot, int(size.w), int(size.h), full)
+			if hidden := eval[[]string](b, fmt.Sprintf("%s(%s, %v)", visibleJS, mustJSON(t, visible), full)); len(hidden) > 0 {
+				t.Errorf("%s: not visible: %q", path, hidden)
+			}
+			if over := eval[int](b, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); over > 0 {
+				t.Errorf("%s: the page scrolls sideways by %d px", path, over)
+			}
 		}
 		b.open(url + "/")
 		b.typeKey(key)
 		b.setLanguage("python")
-		b.setCode(programs[3].code)
-		b.clickRun()
-		save("playground", false)
-		save("playground-full", true)
+		b.setCode(programs[3].code) // hostile output, to see it shown as text
+		if v := b.clickRun(); v.Status != statusOf(programs[3]) || v.Stdout != programs[3].stdout {
+			t.Errorf("%s: run shows %q with stdout %q", size.name, v.Status, v.Stdout)
+		}
+		save("playground", false, ".site-header", "#key", "#language", "#run", "#code")
+		b.do(chromedp.ScrollIntoView(chromedp.ID("stdout")))
+		save("playground-result", false, "#status", "#stdout", "#exit-code")
+		save("playground-full", true, ".site-header", "#run", "#code", "#status", "#stdout", ".snippets")
 		b.open(url + "/")
 		b.typeKey("kubo_sk_wrong")
-		b.clickRun()
-		save("playground-401", false)
+		if v := b.clickRun(); !v.ErrorShown || v.ErrorCode != "unauthorized" {
+			t.Errorf("%s: wrong key shows error %v %q", size.name, v.ErrorShown, v.ErrorCode)
+		}
+		b.do(chromedp.ScrollIntoView(chromedp.ID("error")))
+		save("playground-401", false, "#error", "#error-code", "#error-message")
 		for _, p := range []string{"docs/", "docs/quickstart", "docs/clients", "docs/architecture", "docs/reference"} {
 			b.open(url + "/" + p)
-			save(strings.ReplaceAll(strings.TrimSuffix(p, "/"), "/", "-"), false)
+			save(strings.ReplaceAll(strings.TrimSuffix(p, "/"), "/", "-"), false, ".site-header", "main h1")
 		}
-		save("docs-reference-full", true)
+		save("docs-reference-full", true, ".site-header", "main h1", "main h2")
 		b.checkClean()
 	}
+}
+
+// checkScreenshot decodes a screenshot and checks its size and that it
+// shows something: a blank or one-colour image means the page did not
+// render.
+func checkScreenshot(t *testing.T, path string, shot []byte, w, h int, full bool) {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Errorf("%s: not a PNG: %v", path, err)
+		return
+	}
+	got := img.Bounds().Size()
+	switch {
+	case !full && (got.X != w || got.Y != h):
+		t.Errorf("%s: %dx%d, want the viewport's %dx%d", path, got.X, got.Y, w, h)
+	case full && (got.X != w || got.Y < h):
+		t.Errorf("%s: %dx%d, want %d wide and at least %d high", path, got.X, got.Y, w, h)
+	}
+	colours := map[[4]uint32]bool{}
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y += max(1, got.Y/64) {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x += max(1, got.X/64) {
+			r, g, b, a := img.At(x, y).RGBA()
+			colours[[4]uint32{r, g, b, a}] = true
+		}
+	}
+	if len(colours) < 8 {
+		t.Errorf("%s: only %d colours; the page looks blank", path, len(colours))
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
