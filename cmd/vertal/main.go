@@ -102,4 +102,3 @@ func realMain(args []string) int {
 	usage(e.Stderr)
 	return 2
 }
-

@@ -159,6 +159,9 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
 	}
+	// Idle keep-alive connections cost a file descriptor each and need no
+	// key; cap them in total and per client address.
+	ln = api.LimitListener(ln, api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, Logger: logger, Metrics: metrics})
 	// Writes must outlive the longest execution a plan allows plus the wait
 	// for a slot; reads are bounded well below that.
 	longest := time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D()
@@ -167,7 +170,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      longest + 90*time.Second,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout.D(),
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          log.New(slogWriter{logger}, "", 0),
 	}
@@ -202,7 +205,8 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		}
 	}
 	logger.Info("serving", "addr", ln.Addr().String(), "driver", driver.Name(), "store", storeDesc,
-		"max_concurrent", cfg.MaxConcurrent, "queue_timeout", cfg.QueueTimeout.D().String(), "edge_secret", cfg.EdgeSecret != "")
+		"max_concurrent", cfg.MaxConcurrent, "queue_timeout", cfg.QueueTimeout.D().String(), "edge_secret", cfg.EdgeSecret != "",
+		"max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP, "idle_timeout", cfg.IdleTimeout.D().String())
 
 	select {
 	case err := <-errc:

@@ -458,7 +458,8 @@ func TestServeE2E(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		for _, want := range []string{`vertal_executions_total{language="python",status="succeeded"}`, "vertal_sandboxes_in_use 0", "vertal_queue_depth 0",
-			`vertal_http_request_duration_seconds_bucket{route="/v1/executions",le="+Inf"}`} {
+			`vertal_http_request_duration_seconds_bucket{route="/v1/executions",le="+Inf"}`,
+			"vertal_connections_open ", "go_goroutines ", "process_open_fds ", "process_max_fds "} {
 			if !strings.Contains(string(b), want) {
 				t.Errorf("metrics lack %s", want)
 			}

@@ -44,18 +44,6 @@ func (s *Server) authed(h authedFunc) handlerFunc {
 	}
 }
 
-// authOnly authenticates without counting a request, for mounts whose own
-// work goes through the rate-limited API anyway (MCP).
-func (s *Server) authOnly(h authedFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		c, err := s.authenticate(r)
-		if err != nil {
-			return err
-		}
-		return h(w, r, c)
-	}
-}
-
 // authenticate looks the key up on every request (no cache), so a key
 // revoked on any node fails on every node at once. A known key's tenant
 // goes into the access log even if the request fails later.
@@ -95,6 +83,9 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 // (shared by all nodes through the store) and sets the X-RateLimit-*
 // headers on the answer, whatever it turns out to be.
 func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	if infoFrom(r.Context()).inProcess {
+		return nil // counted as the /mcp request that caused it
+	}
 	now := s.now().UTC()
 	window := now.Truncate(time.Minute)
 	reset := window.Add(time.Minute)

@@ -270,6 +270,11 @@ func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if i := invalidUTF8At(body); i >= 0 {
 		return runRequest{}, errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
 	}
+	// The same for an escaped surrogate without its pair ("\udc00"):
+	// it has no UTF-8 form, so encoding/json would put U+FFFD in its place.
+	if i := LoneSurrogateAt(body); i >= 0 {
+		return runRequest{}, errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
+	}
 	var in executionRequest
 	if err := decodeStrict(body, &in); err != nil {
 		var typ *json.UnmarshalTypeError
@@ -419,6 +424,68 @@ func invalidUTF8At(b []byte) int {
 		i += size
 	}
 	return -1
+}
+
+// LoneSurrogateAt returns the offset of the first \u escape in a JSON
+// string of b that is a UTF-16 surrogate without its pair (a high one not
+// followed by a low one, or a low one alone), or -1. b need not be valid
+// JSON; the decoder reports that.
+func LoneSurrogateAt(b []byte) int {
+	if !bytes.Contains(b, []byte(`\u`)) {
+		return -1
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c != '\\':
+		case i+1 < len(b) && b[i+1] != 'u':
+			i++ // a one-character escape such as \\ or \"
+		default:
+			r, ok := hex4(b, i+2)
+			if !ok {
+				i++
+				continue
+			}
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return i
+			case r >= 0xD800 && r <= 0xDBFF:
+				lo, ok := hex4(b, i+8)
+				if !ok || i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' || lo < 0xDC00 || lo > 0xDFFF {
+					return i
+				}
+				i += 11
+			default:
+				i += 5
+			}
+		}
+	}
+	return -1
+}
+
+// hex4 decodes the four hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func jsonTypeName(goType string) string {

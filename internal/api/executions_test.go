@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -524,6 +526,10 @@ func TestWebAndMCPMounts(t *testing.T) {
 		{request{method: "POST", path: "/mcp", key: "-", body: "{}"}, 401, "unauthorized"},
 		{request{method: "POST", path: "/mcp", body: "{}"}, 200, ""},
 		{request{method: "POST", path: "/api/mcp", body: "{}"}, 200, ""},
+		{request{path: "/mcp"}, 405, "method_not_allowed"},
+		{request{method: "DELETE", path: "/api/mcp", key: "-"}, 405, "method_not_allowed"},
+		{request{method: "POST", path: "/mcp", body: `[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`}, 400, "invalid_request"},
+		{request{method: "POST", path: "/mcp", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"python","code":"print('\udc00')"}}}`}, 400, "invalid_json"},
 	} {
 		r := env.do(tc.req)
 		if r.status != tc.status {
@@ -532,6 +538,9 @@ func TestWebAndMCPMounts(t *testing.T) {
 		}
 		if tc.code != "" && errCode(t, r) != tc.code {
 			t.Errorf("%s: %s", tc.req.path, r.body)
+		}
+		if tc.status == 405 && strings.HasSuffix(tc.req.path, "/mcp") && r.header.Get("Allow") != "POST" {
+			t.Errorf("%s %s: Allow %q", tc.req.method, tc.req.path, r.header.Get("Allow"))
 		}
 		if tc.req.path == "/" && tc.status == 200 && string(r.body) != "<h1>playground</h1>" {
 			t.Errorf("web body %q", r.body)
@@ -550,5 +559,47 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 10s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMCPMessagesAreRateCounted: every MCP message counts once against the
+// key's rate, and the API calls a tool makes in process do not count again.
+func TestMCPMessagesAreRateCounted(t *testing.T) {
+	plans := map[string]config.Plan{"pro": config.DefaultPlans()["pro"], "slow": {ExecutionsPerDay: 100, RequestsPerMinute: 3, MaxTimeoutS: 10, MemoryMB: 64}}
+	var srv *Server
+	var inner []int
+	env := newEnv(t, withPlans(plans), withOptions(func(o *Options) {
+		o.MCP = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A tool call: one API request through InProcess.
+			req := httptest.NewRequest("GET", "/api/v1/usage", nil)
+			req.Header.Set("Authorization", r.Header.Get("Authorization"))
+			rec := httptest.NewRecorder()
+			srv.InProcess().ServeHTTP(rec, req)
+			inner = append(inner, rec.Code)
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+		})
+	}))
+	srv = env.srv
+	key, _ := env.newKey("slowpoke", "slow")
+	msg := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	for i := 1; i <= 3; i++ {
+		r := env.do(request{method: "POST", path: "/mcp", key: key, body: msg})
+		if r.status != 200 {
+			t.Fatalf("message %d: %d %s", i, r.status, r.body)
+		}
+		if got, want := r.header.Get("X-RateLimit-Remaining"), strconv.Itoa(3-i); got != want {
+			t.Errorf("message %d: remaining %s, want %s", i, got, want)
+		}
+	}
+	if diff := cmp.Diff([]int{200, 200, 200}, inner); diff != "" {
+		t.Errorf("in-process API calls (-want +got):\n%s", diff)
+	}
+	r := env.do(request{method: "POST", path: "/mcp", key: key, body: msg})
+	if r.status != 429 || errCode(t, r) != "rate_limited" {
+		t.Fatalf("4th message: %d %s", r.status, r.body)
+	}
+	if len(inner) != 3 {
+		t.Errorf("the refused message reached MCP")
 	}
 }

@@ -1,17 +1,21 @@
 package api
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // MetricsWriter adds its own series to /metrics (the warm pool, drivers).
@@ -20,32 +24,60 @@ type MetricsWriter interface {
 	WriteMetrics(w io.Writer)
 }
 
-// Metrics collects counters and histograms and writes them in the
-// Prometheus text exposition format. It is written by hand to keep the
-// dependency list short; only what the server needs is implemented.
-// Label values come from bounded sets (routes, methods, statuses, codes,
-// languages), never from client input, so the series count stays small.
+// Metrics holds the server's Prometheus registry: its own series, the Go
+// runtime's and the process's. Label values come from bounded sets
+// (routes, methods, statuses, codes, languages), never from client
+// input, so the series count stays small.
 type Metrics struct {
-	mu         sync.Mutex
-	requests   map[[3]string]uint64 // route, method, status
-	reqDur     map[string]*histogram
-	executions map[[2]string]uint64 // language, status
-	execDur    map[string]*histogram
-	errors     map[string]uint64
-	replays    uint64
-	engine     *engine.Engine
-	extra      []MetricsWriter
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	reqDur       *prometheus.HistogramVec
+	executions   *prometheus.CounterVec
+	execDur      *prometheus.HistogramVec
+	errors       *prometheus.CounterVec
+	replays      prometheus.Counter
+	connsOpen    prometheus.Gauge
+	connsRefused *prometheus.CounterVec
+
+	mu     sync.Mutex
+	engine *engine.Engine
+	extra  []MetricsWriter
 }
+
+var buckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
 // NewMetrics returns empty metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{
-		requests:   map[[3]string]uint64{},
-		reqDur:     map[string]*histogram{},
-		executions: map[[2]string]uint64{},
-		execDur:    map[string]*histogram{},
-		errors:     map[string]uint64{},
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vertal_http_requests_total", Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		reqDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vertal_http_request_duration_seconds", Help: "HTTP request latency by route, including the sandbox run.", Buckets: buckets,
+		}, []string{"route"}),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vertal_executions_total", Help: "Executions by language and status (error: the platform failed).",
+		}, []string{"language", "status"}),
+		execDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vertal_execution_duration_seconds", Help: "Wall-clock time of finished executions in the sandbox.", Buckets: buckets,
+		}, []string{"language"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vertal_api_errors_total", Help: "Error answers by error code.",
+		}, []string{"code"}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vertal_idempotent_replays_total", Help: "Executions answered from an earlier request with the same Idempotency-Key.",
+		}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vertal_connections_open", Help: "Client connections open on the API listener.",
+		}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vertal_connections_refused_total", Help: "Connections answered 503 and closed for being over --max-conns (reason total) or --max-conns-per-ip (reason per_address).",
+		}, []string{"reason"}),
 	}
+	m.reg.MustRegister(m.requests, m.reqDur, m.executions, m.execDur, m.errors, m.replays, m.connsOpen, m.connsRefused,
+		engineCollector{m}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
 }
 
 // Add registers more series sources.
@@ -61,28 +93,6 @@ func (m *Metrics) setEngine(e *engine.Engine) {
 	m.engine = e
 }
 
-var buckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
-
-type histogram struct {
-	counts []uint64 // per bucket, not cumulative
-	sum    float64
-	count  uint64
-}
-
-func (h *histogram) observe(v float64) {
-	if h.counts == nil {
-		h.counts = make([]uint64, len(buckets))
-	}
-	for i, b := range buckets {
-		if v <= b {
-			h.counts[i]++
-			break
-		}
-	}
-	h.sum += v
-	h.count++
-}
-
 var knownMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true}
 
 func (m *Metrics) observeRequest(route, method string, status int, d time.Duration) {
@@ -92,132 +102,93 @@ func (m *Metrics) observeRequest(route, method string, status int, d time.Durati
 	if route == "" {
 		route = "other"
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.requests[[3]string{route, method, strconv.Itoa(status)}]++
-	h := m.reqDur[route]
-	if h == nil {
-		h = &histogram{}
-		m.reqDur[route] = h
-	}
-	h.observe(d.Seconds())
+	m.requests.WithLabelValues(route, method, fmt.Sprint(status)).Inc()
+	m.reqDur.WithLabelValues(route).Observe(d.Seconds())
 }
 
 func (m *Metrics) observeExecution(language, status string, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.executions[[2]string{language, status}]++
+	m.executions.WithLabelValues(language, status).Inc()
 	if status == string(engine.StatusError) {
 		return
 	}
-	h := m.execDur[language]
-	if h == nil {
-		h = &histogram{}
-		m.execDur[language] = h
+	m.execDur.WithLabelValues(language).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeError(code string) { m.errors.WithLabelValues(code).Inc() }
+
+func (m *Metrics) observeReplay() { m.replays.Inc() }
+
+// setOpenConnections and observeRefusedConnection do nothing on nil
+// Metrics, so a LimitListener works without them.
+func (m *Metrics) setOpenConnections(n int) {
+	if m != nil {
+		m.connsOpen.Set(float64(n))
 	}
-	h.observe(d.Seconds())
 }
 
-func (m *Metrics) observeError(code string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.errors[code]++
-}
-
-func (m *Metrics) observeReplay() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.replays++
+func (m *Metrics) observeRefusedConnection(reason string) {
+	if m != nil {
+		m.connsRefused.WithLabelValues(reason).Inc()
+	}
 }
 
 // Handler serves the metrics; mount it on the operator's listener only.
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		m.Expose(w)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{m.reg, prometheus.GathererFunc(m.gatherExtra)},
+		promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	return mux
 }
 
-// Expose writes every series in the text format.
-func (m *Metrics) Expose(w io.Writer) {
+// gatherExtra parses what the MetricsWriters write, so their families are
+// checked and exposed like the registry's own.
+func (m *Metrics) gatherExtra() ([]*dto.MetricFamily, error) {
 	m.mu.Lock()
-	var b strings.Builder
-	family(&b, "vertal_http_requests_total", "counter", "HTTP requests by route, method and status.")
-	for _, k := range sortedKeys(m.requests, func(k [3]string) string { return strings.Join(k[:], "\x00") }) {
-		fmt.Fprintf(&b, "vertal_http_requests_total{route=%s,method=%s,status=%s} %d\n", q(k[0]), q(k[1]), q(k[2]), m.requests[k])
-	}
-	family(&b, "vertal_http_request_duration_seconds", "histogram", "HTTP request latency by route, including the sandbox run.")
-	for _, route := range sortedKeys(m.reqDur, func(k string) string { return k }) {
-		writeHistogram(&b, "vertal_http_request_duration_seconds", "route="+q(route), m.reqDur[route])
-	}
-	family(&b, "vertal_executions_total", "counter", "Executions by language and status (error: the platform failed).")
-	for _, k := range sortedKeys(m.executions, func(k [2]string) string { return k[0] + "\x00" + k[1] }) {
-		fmt.Fprintf(&b, "vertal_executions_total{language=%s,status=%s} %d\n", q(k[0]), q(k[1]), m.executions[k])
-	}
-	family(&b, "vertal_execution_duration_seconds", "histogram", "Wall-clock time of finished executions in the sandbox.")
-	for _, lang := range sortedKeys(m.execDur, func(k string) string { return k }) {
-		writeHistogram(&b, "vertal_execution_duration_seconds", "language="+q(lang), m.execDur[lang])
-	}
-	family(&b, "vertal_api_errors_total", "counter", "Error answers by error code.")
-	for _, code := range sortedKeys(m.errors, func(k string) string { return k }) {
-		fmt.Fprintf(&b, "vertal_api_errors_total{code=%s} %d\n", q(code), m.errors[code])
-	}
-	family(&b, "vertal_idempotent_replays_total", "counter", "Executions answered from an earlier request with the same Idempotency-Key.")
-	fmt.Fprintf(&b, "vertal_idempotent_replays_total %d\n", m.replays)
-	if m.engine != nil {
-		st := m.engine.Stats()
-		family(&b, "vertal_sandboxes_in_use", "gauge", "Sandbox slots currently running code.")
-		fmt.Fprintf(&b, "vertal_sandboxes_in_use %d\n", st.Running)
-		family(&b, "vertal_sandbox_slots", "gauge", "Sandboxes that may run at once (--max-concurrent).")
-		fmt.Fprintf(&b, "vertal_sandbox_slots %d\n", st.MaxConcurrent)
-		family(&b, "vertal_queue_depth", "gauge", "Requests waiting for a free sandbox.")
-		fmt.Fprintf(&b, "vertal_queue_depth %d\n", st.Waiting)
-	}
 	extra := append([]MetricsWriter(nil), m.extra...)
 	m.mu.Unlock()
-	_, _ = io.WriteString(w, b.String())
+	var out []*dto.MetricFamily
+	var errs []error
 	for _, e := range extra {
-		e.WriteMetrics(w)
-	}
-}
-
-func family(b *strings.Builder, name, typ, help string) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-func writeHistogram(b *strings.Builder, name, labels string, h *histogram) {
-	var cum uint64
-	for i, le := range buckets {
-		if h.counts != nil {
-			cum += h.counts[i]
+		var b bytes.Buffer
+		e.WriteMetrics(&b)
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		fams, err := p.TextToMetricFamilies(&b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("metrics of %T: %w", e, err))
+			continue
 		}
-		fmt.Fprintf(b, "%s_bucket{%s,le=%q} %d\n", name, labels, formatFloat(le), cum)
+		for _, f := range fams {
+			out = append(out, f)
+		}
 	}
-	fmt.Fprintf(b, "%s_bucket{%s,le=\"+Inf\"} %d\n", name, labels, h.count)
-	fmt.Fprintf(b, "%s_sum{%s} %s\n", name, labels, formatFloat(h.sum))
-	fmt.Fprintf(b, "%s_count{%s} %d\n", name, labels, h.count)
+	return out, errors.Join(errs...)
 }
 
-func formatFloat(f float64) string {
-	if math.IsInf(f, 1) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
+// engineCollector reads the engine's slots and queue at scrape time; it
+// has no series until the engine is set.
+type engineCollector struct{ m *Metrics }
+
+var (
+	descInUse = prometheus.NewDesc("vertal_sandboxes_in_use", "Sandbox slots currently running code.", nil, nil)
+	descSlots = prometheus.NewDesc("vertal_sandbox_slots", "Sandboxes that may run at once (--max-concurrent).", nil, nil)
+	descQueue = prometheus.NewDesc("vertal_queue_depth", "Requests waiting for a free sandbox.", nil, nil)
+)
+
+func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descInUse
+	ch <- descSlots
+	ch <- descQueue
 }
 
-// q quotes a label value as the text format wants.
-func q(v string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return `"` + r.Replace(v) + `"`
-}
-
-func sortedKeys[K comparable, V any](m map[K]V, str func(K) string) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	e := c.m.engine
+	c.m.mu.Unlock()
+	if e == nil {
+		return
 	}
-	sort.Slice(keys, func(i, j int) bool { return str(keys[i]) < str(keys[j]) })
-	return keys
+	st := e.Stats()
+	ch <- prometheus.MustNewConstMetric(descInUse, prometheus.GaugeValue, float64(st.Running))
+	ch <- prometheus.MustNewConstMetric(descSlots, prometheus.GaugeValue, float64(st.MaxConcurrent))
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Waiting))
 }

@@ -20,7 +20,7 @@ func (poolMetrics) WriteMetrics(w io.Writer) {
 }
 
 // sample is "name{labels} value" as the text format writes it.
-var sample = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? [-+0-9.eE]+(Inf)?$`)
+var sample = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? ([-+0-9.eE]+|[-+]Inf|NaN)$`)
 
 func scrape(t *testing.T, m *Metrics) map[string]string {
 	t.Helper()
@@ -75,11 +75,11 @@ func TestMetrics(t *testing.T) {
 		`vertal_executions_total{language="python",status="failed"}`:                    "1",
 		`vertal_executions_total{language="bash",status="timed_out"}`:                   "1",
 		`vertal_executions_total{language="python",status="error"}`:                     "1",
-		`vertal_http_requests_total{route="/v1/executions",method="POST",status="200"}`: "3",
-		`vertal_http_requests_total{route="/v1/executions",method="POST",status="500"}`: "1",
-		`vertal_http_requests_total{route="/v1/usage",method="GET",status="401"}`:       "1",
-		`vertal_http_requests_total{route="/health",method="GET",status="200"}`:         "1",
-		`vertal_http_requests_total{route="other",method="other",status="405"}`:         "1",
+		`vertal_http_requests_total{method="POST",route="/v1/executions",status="200"}`: "3",
+		`vertal_http_requests_total{method="POST",route="/v1/executions",status="500"}`: "1",
+		`vertal_http_requests_total{method="GET",route="/v1/usage",status="401"}`:       "1",
+		`vertal_http_requests_total{method="GET",route="/health",status="200"}`:         "1",
+		`vertal_http_requests_total{method="other",route="other",status="405"}`:         "1",
 		`vertal_api_errors_total{code="unauthorized"}`:                                  "1",
 		`vertal_api_errors_total{code="sandbox_error"}`:                                 "1",
 		`vertal_execution_duration_seconds_bucket{language="python",le="0.25"}`:         "0",
@@ -94,6 +94,33 @@ func TestMetrics(t *testing.T) {
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %q, want %q", name, got[name], want)
+		}
+	}
+	// The Go runtime's and the process's own series come with the library.
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_open_fds", "process_cpu_seconds_total", "process_resident_memory_bytes"} {
+		if got[name] == "" {
+			t.Errorf("no %s", name)
+		}
+	}
+}
+
+type brokenMetrics struct{}
+
+func (brokenMetrics) WriteMetrics(w io.Writer) { io.WriteString(w, "not the text format {\n") }
+
+// TestMetricsBrokenWriter: a source that writes garbage is reported, and
+// every other series is still served.
+func TestMetricsBrokenWriter(t *testing.T) {
+	m := NewMetrics()
+	m.Add(brokenMetrics{})
+	m.Add(poolMetrics{})
+	m.observeReplay()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"vertal_idempotent_replays_total 1", `vertal_pool_ready{language="python"} 2`, "go_goroutines "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in:\n%s", want, body)
 		}
 	}
 }

@@ -42,6 +42,14 @@ func TestRequestEdges(t *testing.T) {
 			wantStatus: 404, wantCode: "not_found"},
 		{name: "invalid UTF-8 in code", req: request{method: "POST", path: "/v1/executions", body: "{\"language\":\"python\",\"code\":\"print('\xff\xfe')\"}"},
 			wantStatus: 400, wantCode: "invalid_json", wantMsg: "not valid UTF-8 (at byte 36)"},
+		{name: "lone low surrogate in code", req: request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"print('\udc00')"}`},
+			wantStatus: 400, wantCode: "invalid_json", wantMsg: "lone surrogate escape (at byte 36)"},
+		{name: "unpaired high surrogate in stdin", req: request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"x","stdin":"\uD83D!"}`},
+			wantStatus: 400, wantCode: "invalid_json", wantMsg: "lone surrogate escape"},
+		{name: "surrogate pair is one character", req: request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"print('\ud83d\ude00')"}`},
+			wantStatus: 200, wantCodeIn: "print('😀')"},
+		{name: "escaped backslash before u is text", req: request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"print('\\udc00')"}`},
+			wantStatus: 200, wantCodeIn: `print('\udc00')`},
 		{name: "timeout beyond float64", req: request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"x","timeout_s":1e309}`},
 			wantStatus: 400, wantCode: "invalid_timeout", wantMsg: "between 1 and 60 seconds"},
 		{name: "timeout rounding to zero", req: request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"x","timeout_s":1e-400}`},
@@ -108,6 +116,30 @@ func TestPurgedExecution(t *testing.T) {
 		got := decode(t, res)
 		if got["stdout"] != tc.wantStdout || got["output_purged"] != tc.wantPurged {
 			t.Errorf("%s: stdout %q, output_purged %v; want %q, %v", tc.name, got["stdout"], got["output_purged"], tc.wantStdout, tc.wantPurged)
+		}
+	}
+}
+
+func TestLoneSurrogateAt(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{`{"a":"plain"}`, -1},
+		{`{"a":"\u00e9 \uD83D\uDE00"}`, -1},
+		{`{"a":"\\uDC00"}`, -1},
+		{`{"a":"\\\uDC00"}`, 8},
+		{`{"a":"\uDC00"}`, 6},
+		{`{"a":"\uD800"}`, 6},
+		{`{"a":"\uD800\u0041"}`, 6},
+		{`{"a":"\uD800\uD800\uDC00"}`, 6},
+		{`{"a":"x\uD800`, 7},
+		{`{"\udfff":1}`, 2},
+		{`{"a":"\u12"}`, -1},
+		{`{"a":"x"} \uDC00`, -1},
+	} {
+		if got := LoneSurrogateAt([]byte(tc.in)); got != tc.want {
+			t.Errorf("LoneSurrogateAt(%s) = %d, want %d", tc.in, got, tc.want)
 		}
 	}
 }

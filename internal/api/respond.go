@@ -25,6 +25,7 @@ type requestInfo struct {
 	errCode     string
 	err         error
 	clientGone  bool
+	inProcess   bool // came through InProcess: not rate-counted
 }
 
 type infoKey struct{}

@@ -9,6 +9,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -56,11 +57,14 @@ type Options struct {
 	// requests for every path outside the API (/v1/, /api/, /health, /mcp).
 	// Its 404s are turned into the API's error shape. Nil: not mounted.
 	Web http.Handler
-	// MCP serves Streamable HTTP MCP at /mcp and /api/mcp (all methods),
-	// behind the API's key check: a missing, unknown or revoked key gets
-	// the API's 401 before MCP sees the request. MCP messages themselves
-	// are not rate-limited; the API calls the tools make are. The caller
-	// is in the request context (see CallerFromContext). Nil: not mounted.
+	// MCP serves Streamable HTTP MCP at /mcp and /api/mcp (POST only; the
+	// handler is stateless, so there is no GET stream), behind the API's
+	// key check: a missing, unknown or revoked key gets the API's 401
+	// before MCP sees the request. Every MCP request carries one JSON-RPC
+	// message (batches are refused) and counts once against the key's
+	// per-minute rate; the API calls its tools make through InProcess are
+	// not counted again. The caller is in the request context (see
+	// CallerFromContext). Nil: not mounted.
 	MCP http.Handler
 	// Metrics collects what /metrics shows; nil makes a new one.
 	Metrics *Metrics
@@ -154,7 +158,7 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {
-			s.handle(p+"/mcp", s.authOnly(s.serveMCP))
+			s.handle("POST "+p+"/mcp", s.authed(s.serveMCP))
 		}
 	}
 	s.handle("/", s.fallback)
@@ -186,15 +190,17 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 // secret, panic recovery, access log and metrics around the routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) }
 
-// InProcess returns the API without the edge-secret check, for callers
-// inside this process (the MCP tools) that never crossed the edge. Keys,
-// quotas and rate limits apply as usual. Never expose it on a listener.
+// InProcess returns the API without the edge-secret check and without
+// counting requests against the rate limit, for the MCP tools: their
+// calls never crossed the edge, and the /mcp request that carried the
+// tool call was counted (one message, one API call). Keys and quotas apply
+// as usual. Never expose it on a listener.
 func (s *Server) InProcess() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, checkEdge bool) {
-	info := &requestInfo{id: newRequestID(), start: s.now()}
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, external bool) {
+	info := &requestInfo{id: newRequestID(), start: s.now(), inProcess: !external}
 	r = cleanAPIPath(r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 	sw := &statusWriter{ResponseWriter: w}
 	h := sw.Header()
@@ -204,7 +210,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, checkEdge bool) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	defer s.finish(sw, r, info)
-	if checkEdge && !s.edgeAllowed(r) {
+	if external && !s.edgeAllowed(r) {
 		s.writeError(sw, r, errorf(KindForbidden, "this origin only accepts requests relayed by its edge"))
 		return
 	}
@@ -377,7 +383,29 @@ func (w *webWriter) Write(b []byte) (int, error) {
 
 func (w *webWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// serveMCP checks the body as createExecution does (a lone surrogate in a
+// tool argument would otherwise become U+FFFD on its way to the API) and
+// refuses JSON-RPC batches, so that one request is one counted message.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes()))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
+	}
+	if err != nil {
+		return errorf(KindInvalidRequest, "could not read the request body")
+	}
+	if i := invalidUTF8At(body); i >= 0 {
+		return errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
+	}
+	if i := LoneSurrogateAt(body); i >= 0 {
+		return errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		return errorf(KindInvalidRequest, "JSON-RPC batches are not supported; send one message per request")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
 	s.opts.MCP.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	return nil
 }

@@ -34,6 +34,12 @@ const (
 	DefaultPort        = 8080
 	DefaultQueue       = 30 * time.Second
 
+	// DefaultMaxConns and DefaultMaxConnsPerIP bound the API listener's
+	// open connections; DefaultIdleTimeout closes an idle keep-alive one.
+	DefaultMaxConns      = 1024
+	DefaultMaxConnsPerIP = 64
+	DefaultIdleTimeout   = 15 * time.Second
+
 	// DefaultMaxCodeBytes is the largest program accepted (512 KiB).
 	DefaultMaxCodeBytes = 512 << 10
 	// DefaultMaxStdinBytes is the largest stdin accepted (1 MiB).
@@ -73,6 +79,14 @@ type Config struct {
 	// DatabaseURL, when it is a postgres:// URL, selects PostgreSQL instead
 	// of SQLite at DataDir/vertal.db.
 	DatabaseURL string `json:"database_url"`
+	// MaxConns bounds the connections the API listener keeps open, from
+	// all clients; MaxConnsPerIP from one client address (0: no per-address
+	// cap, for a server behind a proxy). A connection over either limit is
+	// answered 503 and closed. IdleTimeout closes keep-alive connections
+	// that sit idle, so idle clients do not hold places for long.
+	MaxConns      int      `json:"max_conns"`
+	MaxConnsPerIP int      `json:"max_conns_per_ip"`
+	IdleTimeout   Duration `json:"idle_timeout"`
 	// MetricsAddr is host:port of the Prometheus listener; empty disables it.
 	MetricsAddr string `json:"metrics_addr"`
 	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
@@ -102,6 +116,9 @@ func Default() Config {
 		Port:          DefaultPort,
 		MaxConcurrent: max(2, runtime.NumCPU()),
 		QueueTimeout:  Duration(DefaultQueue),
+		MaxConns:      DefaultMaxConns,
+		MaxConnsPerIP: DefaultMaxConnsPerIP,
+		IdleTimeout:   Duration(DefaultIdleTimeout),
 		PoolMin:       1,
 		PoolMax:       4,
 		PoolMemoryMB:  1024,
@@ -147,6 +164,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxQueue < 0 {
 		bad("max-queue must not be negative")
+	}
+	if c.MaxConns < 1 || c.MaxConns > 1<<20 {
+		bad("max-conns %d is not in 1..%d", c.MaxConns, 1<<20)
+	}
+	if c.MaxConnsPerIP < 0 || c.MaxConnsPerIP > c.MaxConns {
+		bad("max-conns-per-ip %d is not in 0..max-conns (%d); 0 turns the per-address cap off", c.MaxConnsPerIP, c.MaxConns)
+	}
+	if c.IdleTimeout.D() <= 0 || c.IdleTimeout.D() > 10*time.Minute {
+		bad("idle-timeout %s is not in (0, 10m]", c.IdleTimeout.D())
 	}
 	// pool-max 0 turns the pool off whatever pool-min says, so
 	// `--pool-max 0` alone works although pool-min defaults to 1.

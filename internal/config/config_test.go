@@ -136,6 +136,12 @@ func TestInvalid(t *testing.T) {
 		{"bad duration in file", nil, nil, `{"queue_timeout": true}`, "duration"},
 		{"relative state dir", []string{"--state-dir", "run/vertal"}, nil, "", "state-dir"},
 		{"pool min over max", []string{"--pool-min", "3", "--pool-max", "2"}, nil, "", "pool-min 3"},
+		{"zero max conns", []string{"--max-conns", "0"}, nil, "", "max-conns 0"},
+		{"per-ip over total", []string{"--max-conns", "10", "--max-conns-per-ip", "11"}, nil, "", "max-conns-per-ip 11"},
+		{"negative per-ip", nil, map[string]string{"VERTAL_MAX_CONNS_PER_IP": "-1"}, "", "max-conns-per-ip -1"},
+		{"per-ip not a number", nil, map[string]string{"VERTAL_MAX_CONNS_PER_IP": "many"}, "", "VERTAL_MAX_CONNS_PER_IP"},
+		{"zero idle timeout", []string{"--idle-timeout", "0"}, nil, "", "idle-timeout"},
+		{"long idle timeout in file", nil, nil, `{"idle_timeout": "1h"}`, "idle-timeout 1h0m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -214,5 +220,37 @@ func TestParseDuration(t *testing.T) {
 		if _, err := ParseDuration(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
+	}
+}
+
+// TestConnectionLimits: defaults, and each way of setting them.
+func TestConnectionLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		file  string
+		conns int
+		perIP int
+		idle  time.Duration
+	}{
+		{name: "defaults", conns: DefaultMaxConns, perIP: DefaultMaxConnsPerIP, idle: DefaultIdleTimeout},
+		{name: "flags", args: []string{"--max-conns", "100", "--max-conns-per-ip", "0", "--idle-timeout", "5s"}, conns: 100, perIP: 0, idle: 5 * time.Second},
+		{name: "environment", env: map[string]string{"VERTAL_MAX_CONNS": "200", "VERTAL_MAX_CONNS_PER_IP": "8", "VERTAL_IDLE_TIMEOUT": "30"}, conns: 200, perIP: 8, idle: 30 * time.Second},
+		{name: "file", file: `{"max_conns": 300, "max_conns_per_ip": 9, "idle_timeout": "1m"}`, conns: 300, perIP: 9, idle: time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config", writeFile(t, tc.file)}, args...)
+			}
+			c, err := resolve(t, args, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.MaxConns != tc.conns || c.MaxConnsPerIP != tc.perIP || c.IdleTimeout.D() != tc.idle {
+				t.Errorf("got %d, %d, %s; want %d, %d, %s", c.MaxConns, c.MaxConnsPerIP, c.IdleTimeout.D(), tc.conns, tc.perIP, tc.idle)
+			}
+		})
 	}
 }

@@ -59,6 +59,16 @@ var settings = []setting{
 		}},
 	{name: "max-queue", env: "VERTAL_MAX_QUEUE", usage: "requests that may wait for a sandbox (default 4 x max-concurrent)",
 		set: integer(func(c *Config) *int { return &c.MaxQueue })},
+	{name: "max-conns", env: "VERTAL_MAX_CONNS", usage: "most client connections open at once; more are answered 503 and closed (default 1024)",
+		set: integer(func(c *Config) *int { return &c.MaxConns })},
+	{name: "max-conns-per-ip", env: "VERTAL_MAX_CONNS_PER_IP", usage: "most connections open at once from one client address; 0 turns this cap off, e.g. behind a proxy (default 64)",
+		set: integer(func(c *Config) *int { return &c.MaxConnsPerIP })},
+	{name: "idle-timeout", env: "VERTAL_IDLE_TIMEOUT", usage: "close a keep-alive connection idle this long, e.g. 15s or 15 (default 15s)",
+		set: func(c *Config, v string) error {
+			d, err := ParseDuration(v)
+			c.IdleTimeout = d
+			return err
+		}},
 	{name: "pool-min", env: "VERTAL_POOL_MIN", usage: "warm sandboxes kept ready per language when idle (default 1)",
 		set: integer(func(c *Config) *int { return &c.PoolMin })},
 	{name: "pool-max", env: "VERTAL_POOL_MAX", usage: "most warm sandboxes per language and plan; 0 turns the warm pool off (default 4)",

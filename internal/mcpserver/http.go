@@ -65,7 +65,7 @@ func HTTPHandler(opts HTTPOptions) http.Handler {
 	h.mcp = mcp.NewStreamableHTTPHandler(h.server, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
-		Logger:       h.log,
+		Logger:       sdkLogger(h.log),
 		// DNS-rebinding protection rejects loopback connections whose Host
 		// is not loopback. Behind a tunnel or reverse proxy on the same host
 		// every legitimate request looks like that, and the attack it stops
@@ -95,6 +95,14 @@ type (
 )
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		// Stateless: no GET event stream and no session to DELETE. The
+		// SDK would answer in plain text; keep the API's error shape.
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, &client.Error{StatusCode: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Message: "method " + r.Method + " is not allowed here; allowed: POST"})
+		return
+	}
 	key, ok := bearerKey(r.Header.Get("Authorization"))
 	ctx := context.WithValue(context.WithValue(r.Context(), keyContextKey{}, key), forwardContextKey{}, h.forwarded(r.Header))
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -520,5 +521,86 @@ func TestHTTPHandlerForwardsEdgeSecret(t *testing.T) {
 	}
 	if _, err := httpSession(t, srv.URL, "kubo_sk_bob"); err == nil {
 		t.Errorf("without the edge secret the key check should fail (the API answers 403)")
+	}
+}
+
+// TestHTTPHandlerLogsQuietly: each stateless request makes an SDK session,
+// whose connect and disconnect lines must not reach an INFO log.
+func TestHTTPHandlerLogsQuietly(t *testing.T) {
+	for _, tc := range []struct {
+		level     slog.Level
+		wantLines bool
+	}{
+		{slog.LevelInfo, false},
+		{slog.LevelDebug, true},
+	} {
+		t.Run(tc.level.String(), func(t *testing.T) {
+			var buf syncBuffer
+			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+			f, _ := newFakeAPI(t)
+			h := HTTPHandler(HTTPOptions{Options: Options{Logger: log, Languages: testLanguages}, APIURL: "http://vertal.internal", HTTPClient: InProcessClient(f)})
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			cs, err := httpSession(t, srv.URL, "kubo_sk_alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if _, err := cs.ListTools(context.Background(), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := buf.String()
+			if got := strings.Contains(out, "session connected"); got != tc.wantLines {
+				t.Errorf("session lines logged = %v, want %v; log:\n%s", got, tc.wantLines, out)
+			}
+			if tc.level == slog.LevelInfo && strings.Contains(out, "level=INFO") {
+				t.Errorf("INFO lines for tools/list:\n%s", out)
+			}
+		})
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestHTTPHandlerOnlyPOST: the stateless endpoint has no GET stream and no
+// session to DELETE; other methods get a 405 in the API's error shape.
+func TestHTTPHandlerOnlyPOST(t *testing.T) {
+	_, api := newFakeAPI(t)
+	h := HTTPHandler(HTTPOptions{APIURL: api.URL})
+	for _, method := range []string{"GET", "DELETE", "PUT"} {
+		t.Run(method, func(t *testing.T) {
+			req := httptest.NewRequest(method, "/mcp", nil)
+			req.Header.Set("Authorization", "Bearer kubo_sk_alice")
+			req.Header.Set("Accept", "text/event-stream")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var body struct {
+				Error     struct{ Code, Message string }
+				RequestID string `json:"request_id"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body %q: %v", rec.Body, err)
+			}
+			if rec.Code != 405 || rec.Header().Get("Allow") != "POST" || rec.Header().Get("Content-Type") != "application/json" ||
+				body.Error.Code != "method_not_allowed" || body.RequestID != rec.Header().Get("X-Request-ID") || body.RequestID == "" {
+				t.Errorf("%d Allow %q: %s", rec.Code, rec.Header().Get("Allow"), rec.Body)
+			}
+		})
 	}
 }

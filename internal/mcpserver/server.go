@@ -59,13 +59,42 @@ func newServer(t *tools, langs []client.Language, version string) *mcp.Server {
 		version = "dev"
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "vertal-run", Title: "Vertal Run", Version: version}, &mcp.ServerOptions{
-		Logger:       t.log,
+		Logger:       sdkLogger(t.log),
 		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
 	})
 	s.AddTool(runCodeTool(langs), t.runCode)
 	s.AddTool(getUsageTool(), t.getUsage)
 	return s
 }
+
+// sdkLogger is l with the SDK's INFO lines demoted to DEBUG. The stateless
+// HTTP handler makes a session per request, and the SDK logs "connecting",
+// "connected" and "disconnected" for each: three lines a message that
+// say nothing the access log does not.
+func sdkLogger(l *slog.Logger) *slog.Logger { return slog.New(demoteInfo{l.Handler()}) }
+
+type demoteInfo struct{ slog.Handler }
+
+func demote(l slog.Level) slog.Level {
+	if l == slog.LevelInfo {
+		return slog.LevelDebug
+	}
+	return l
+}
+
+func (h demoteInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, demote(l))
+}
+
+func (h demoteInfo) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h demoteInfo) WithAttrs(as []slog.Attr) slog.Handler {
+	return demoteInfo{h.Handler.WithAttrs(as)}
+}
+func (h demoteInfo) WithGroup(name string) slog.Handler { return demoteInfo{h.Handler.WithGroup(name)} }
 
 // New returns an MCP server whose tools call the API with c.
 func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {

@@ -413,8 +413,8 @@ func TestMCPStdio(t *testing.T) {
 
 func TestMCPHTTP(t *testing.T) {
 	server(t)
-	// pro: each MCP message is an API request too, and two sessions come
-	// close to the free plan's 20 requests per minute.
+	// pro: each MCP message counts once against the key's rate, and two
+	// sessions come close to the free plan's 20 requests per minute.
 	key := newKey(t, "pro")
 	for _, path := range []string{"/mcp", "/api/mcp"} {
 		t.Run(path, func(t *testing.T) {
