@@ -266,7 +266,7 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	plan := `{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256}}}`
+	plan := `{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256, "max_concurrent": 1024}}}`
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(plan), 0o600); err != nil {
 		return nil, err
 	}

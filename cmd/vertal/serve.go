@@ -116,18 +116,13 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
 
-	// The MCP tools call the API in process, behind the edge check they
-	// already passed; the API handler exists only after api.New, which
-	// needs the MCP handler, hence the indirection.
-	var inner http.Handler
+	// The MCP tools call the execution service of the API server directly,
+	// as the caller the API authenticated; the API handler exists only
+	// after api.New, which needs the MCP handler, hence the indirection.
+	var srv *api.Server
 	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
 		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(langs)},
-		APIURL:  "http://vertal.internal/api",
-		HTTPClient: mcpserver.InProcessClient(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			inner.ServeHTTP(w, r)
-		})),
-		// The API checked the key before the request reached /mcp.
-		Verify: func(context.Context, string) error { return nil },
+		Backend: func(r *http.Request) (mcpserver.Backend, error) { return srv.MCPBackend(r) },
 	})
 	doc, err := api.OpenAPIDocument(version, "/api")
 	if err != nil {
@@ -135,7 +130,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	webHandler := web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
 
-	srv, err := api.New(api.Options{
+	srv, err = api.New(api.Options{
 		Store:         st,
 		Engine:        eng,
 		Languages:     langs,
@@ -153,7 +148,6 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	inner = srv.InProcess()
 
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {

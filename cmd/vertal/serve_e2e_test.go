@@ -11,8 +11,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -281,6 +283,8 @@ func TestServeE2E(t *testing.T) {
 	}
 	base, key := p.url+"/api", p.devKey
 
+	t.Run("Cancel", func(t *testing.T) { checkCancel(t, p, p, key, sqliteRunning(p)) })
+
 	t.Run("DocumentedCurlQuickstart", func(t *testing.T) {
 		status, body, raw := curl(t, "-X", "POST", base+"/v1/executions",
 			"-H", "Authorization: Bearer "+key,
@@ -289,7 +293,7 @@ func TestServeE2E(t *testing.T) {
 		if status != 200 || body["status"] != "succeeded" || body["stdout"] != "42\n" || body["stderr"] != "" || body["exit_code"] != 0.0 || body["truncated"] != false {
 			t.Fatalf("%d %s", status, raw)
 		}
-		want := []string{"created_at", "duration_ms", "exit_code", "id", "language", "request_id", "status", "stderr", "stdout", "truncated", "usage"}
+		want := []string{"created_at", "duration_ms", "exit_code", "finished_at", "id", "language", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage"}
 		if diff := cmp.Diff(want, keys(body)); diff != "" {
 			t.Errorf("fields (-want +got):\n%s", diff)
 		}
@@ -561,7 +565,7 @@ func TestTwoNodesOnPostgres(t *testing.T) {
 	needE2E(t)
 	dbURL := newDatabase(t)
 	cfgFile := filepath.Join(t.TempDir(), "vertal.json")
-	if err := os.WriteFile(cfgFile, []byte(`{"plans": {"burst": {"executions_per_day": 20, "requests_per_minute": 1000, "max_timeout_s": 10, "memory_mb": 128}}}`), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, []byte(`{"plans": {"burst": {"executions_per_day": 20, "requests_per_minute": 1000, "max_timeout_s": 10, "memory_mb": 128, "max_concurrent": 16}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"VERTAL_DATABASE_URL=" + dbURL, "VERTAL_CONFIG=" + cfgFile}
@@ -640,6 +644,23 @@ func TestTwoNodesOnPostgres(t *testing.T) {
 		}
 	})
 
+	// A run on A canceled through B: B records the cancel, A polls for it.
+	t.Run("CancelAcrossNodes", func(t *testing.T) {
+		checkCancel(t, a, b, a.devKey, func() (string, error) {
+			conn, err := pgx.Connect(t.Context(), dbURL)
+			if err != nil {
+				return "", err
+			}
+			defer conn.Close(context.Background())
+			var id string
+			err = conn.QueryRow(t.Context(), `SELECT id FROM executions WHERE status = 'running'`).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return "", nil
+			}
+			return id, err
+		})
+	})
+
 	t.Run("RevocationAcrossNodes", func(t *testing.T) {
 		out, _, err := a.vertal(t, env, "create-key", "leaver", "--plan", "pro")
 		if err != nil {
@@ -686,9 +707,70 @@ func TestServeDockerE2E(t *testing.T) {
 			if r.status != 200 || r.body["stdout"] != "42\n" || r.body["status"] != "succeeded" {
 				t.Errorf("%d %s", r.status, r.raw)
 			}
+			t.Run("Cancel", func(t *testing.T) { checkCancel(t, p, p, p.devKey, sqliteRunning(p)) })
 			if !strings.Contains(p.stdout.String(), "docker/"+rt) {
 				t.Errorf("banner does not name docker/%s:\n%s", rt, p.stdout)
 			}
 		})
+	}
+}
+
+// checkCancel starts a long program on runOn, finds its id with running()
+// once it is stored as running, and cancels it through cancelOn: the run
+// must end canceled at once (not after its sleep), GET must show the state
+// at each step, and a second cancel must be 409 execution_finished.
+func checkCancel(t *testing.T, runOn, cancelOn *serverProc, key string, running func() (string, error)) {
+	t.Helper()
+	start := time.Now()
+	posted := make(chan httpResult, 1)
+	go func() {
+		posted <- call(t, "POST", runOn.url+"/api/v1/executions", key,
+			map[string]any{"language": "python", "code": "import time\nprint('started', flush=True)\ntime.sleep(50)", "timeout_s": 60}, nil)
+	}()
+	var id string
+	for deadline := time.Now().Add(30 * time.Second); id == ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no running execution in the store after 30 s")
+		}
+		var err error
+		if id, err = running(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := call(t, "GET", cancelOn.url+"/api/v1/executions/"+id, key, nil, nil); r.status != 200 || r.body["status"] != "running" || r.body["finished_at"] != nil {
+		t.Errorf("GET while running: %d %s", r.status, r.raw)
+	}
+	if r := call(t, "POST", cancelOn.url+"/api/v1/executions/"+id+"/cancel", key, nil, nil); r.status != 200 || (r.body["status"] != "canceled" && r.body["status"] != "running") {
+		t.Errorf("cancel: %d %s", r.status, r.raw)
+	}
+	r := <-posted
+	if r.status != 200 || r.body["status"] != "canceled" || r.body["id"] != id {
+		t.Errorf("the canceled run answered %d %s", r.status, r.raw)
+	}
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("the canceled run took %v: the cancel did not end it", d)
+	}
+	if r := call(t, "GET", cancelOn.url+"/api/v1/executions/"+id, key, nil, nil); r.body["status"] != "canceled" || r.body["finished_at"] == nil {
+		t.Errorf("GET after cancel: %d %s", r.status, r.raw)
+	}
+	if r := call(t, "POST", cancelOn.url+"/api/v1/executions/"+id+"/cancel", key, nil, nil); r.status != 409 || r.body["error"].(map[string]any)["code"] != "execution_finished" {
+		t.Errorf("second cancel: %d %s", r.status, r.raw)
+	}
+}
+
+// sqliteRunning finds a running execution in p's SQLite store.
+func sqliteRunning(p *serverProc) func() (string, error) {
+	return func() (string, error) {
+		db, err := sql.Open("sqlite", filepath.Join(p.dataDir, "vertal.db"))
+		if err != nil {
+			return "", err
+		}
+		defer db.Close()
+		var id string
+		err = db.QueryRow(`SELECT id FROM executions WHERE status = 'running'`).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil
+		}
+		return id, err
 	}
 }

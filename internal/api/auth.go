@@ -8,15 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
 // Caller is the authenticated tenant behind a request.
-type Caller struct {
-	Key  store.Key // the key used; Key.Plan is the tenant's plan
-	Plan config.Plan
-}
+type Caller = execution.Caller
 
 type callerKey struct{}
 
@@ -83,9 +80,6 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 // (shared by all nodes through the store) and sets the X-RateLimit-*
 // headers on the answer, whatever it turns out to be.
 func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	if infoFrom(r.Context()).inProcess {
-		return nil // counted as the /mcp request that caused it
-	}
 	now := s.now().UTC()
 	window := now.Truncate(time.Minute)
 	reset := window.Add(time.Minute)

@@ -51,7 +51,14 @@ func TestOpenAPICoverage(t *testing.T) {
 	env.driver.release()
 	<-blocked
 	env.do(request{path: "/v1/executions/" + id})
-	env.do(request{path: "/v1/executions/exe_00000000000000000000000000000000"}) // 404
+	env.do(request{path: "/v1/executions/exe_00000000000000000000000000000000"})                        // 404
+	env.do(request{method: "POST", path: "/v1/executions/" + id + "/cancel"})                           // 409: finished
+	env.do(request{method: "POST", path: "/v1/executions/exe_00000000000000000000000000000000/cancel"}) // 404
+	cenv := newEnv(t)
+	cenv.driver.started = make(chan string, 1)
+	go func() { blocked <- cenv.run("python", "block", nil) }()
+	cenv.do(request{method: "POST", path: "/v1/executions/" + <-cenv.driver.started + "/cancel"}) // 200
+	<-blocked
 	env.do(request{path: "/v1/usage"})
 	env.do(request{path: "/v1/languages"})
 	env.do(request{path: "/v1/openapi.json", key: "-"})
@@ -61,6 +68,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run},
 		{path: "/v1/executions/" + id}, {path: "/v1/usage"}, {method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"},
+		{method: "POST", path: "/v1/executions/" + id + "/cancel"},
 	} {
 		r.key = slow
 		env.do(r) // 429 rate
@@ -75,7 +83,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	benv.store.broken.Store(true)
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
-		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"},
+		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {method: "POST", path: "/v1/executions/" + id + "/cancel"},
 	} {
 		benv.do(r)
 	}
@@ -85,12 +93,13 @@ func TestOpenAPICoverage(t *testing.T) {
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
 		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/openapi.json", key: "-"},
+		{method: "POST", path: "/v1/executions/" + id + "/cancel"},
 	} {
 		eenv.do(r)
 	}
 
 	got := map[string]bool{}
-	for _, e := range []*testEnv{env, benv, eenv} {
+	for _, e := range []*testEnv{env, cenv, benv, eenv} {
 		e.covered.Range(func(k, _ any) bool { got[k.(string)] = true; return true })
 	}
 	var gotList []string

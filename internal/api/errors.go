@@ -2,35 +2,38 @@ package api
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
-// Kind is a class of failure the API reports. kinds maps each to its HTTP
-// status and wire code; nothing else in the package picks a status for an
-// error.
-type Kind int
+// Kind is a class of failure the API reports. The kinds are declared with
+// the execution service, which reports them too; kinds maps each to its
+// HTTP status and wire code, and nothing else picks a status for an error.
+type Kind = execution.Kind
 
 const (
-	KindInternal Kind = iota // zero value: anything unclassified is a 500
-	KindInvalidRequest
-	KindInvalidJSON
-	KindInvalidContentType
-	KindInvalidTimeout
-	KindUnsupportedLanguage
-	KindInvalidIdempotencyKey
-	KindUnauthorized
-	KindForbidden
-	KindNotFound
-	KindMethodNotAllowed
-	KindIdempotencyConflict
-	KindIdempotencyInProgress
-	KindPayloadTooLarge
-	KindRateLimited
-	KindQuotaExceeded
-	KindSandboxError
-	KindOverloaded
+	KindInternal              = execution.KindInternal // zero value: anything unclassified is a 500
+	KindInvalidRequest        = execution.KindInvalidRequest
+	KindInvalidJSON           = execution.KindInvalidJSON
+	KindInvalidContentType    = execution.KindInvalidContentType
+	KindInvalidTimeout        = execution.KindInvalidTimeout
+	KindUnsupportedLanguage   = execution.KindUnsupportedLanguage
+	KindInvalidIdempotencyKey = execution.KindInvalidIdempotencyKey
+	KindUnauthorized          = execution.KindUnauthorized
+	KindForbidden             = execution.KindForbidden
+	KindNotFound              = execution.KindNotFound
+	KindMethodNotAllowed      = execution.KindMethodNotAllowed
+	KindIdempotencyConflict   = execution.KindIdempotencyConflict
+	KindIdempotencyInProgress = execution.KindIdempotencyInProgress
+	KindExecutionFinished     = execution.KindExecutionFinished
+	KindPayloadTooLarge       = execution.KindPayloadTooLarge
+	KindRateLimited           = execution.KindRateLimited
+	KindQuotaExceeded         = execution.KindQuotaExceeded
+	KindSandboxError          = execution.KindSandboxError
+	KindOverloaded            = execution.KindOverloaded
+	KindUnavailable           = execution.KindUnavailable
 )
 
 type kindInfo struct {
@@ -52,48 +55,33 @@ var kinds = map[Kind]kindInfo{
 	KindMethodNotAllowed:      {http.StatusMethodNotAllowed, "method_not_allowed"},
 	KindIdempotencyConflict:   {http.StatusConflict, "idempotency_conflict"},
 	KindIdempotencyInProgress: {http.StatusConflict, "idempotency_in_progress"},
+	KindExecutionFinished:     {http.StatusConflict, "execution_finished"},
 	KindPayloadTooLarge:       {http.StatusRequestEntityTooLarge, "payload_too_large"},
 	KindRateLimited:           {http.StatusTooManyRequests, "rate_limited"},
 	KindQuotaExceeded:         {http.StatusTooManyRequests, "quota_exceeded"},
 	KindInternal:              {http.StatusInternalServerError, "internal_error"},
 	KindSandboxError:          {http.StatusInternalServerError, "sandbox_error"},
 	KindOverloaded:            {http.StatusServiceUnavailable, "overloaded"},
+	KindUnavailable:           {http.StatusServiceUnavailable, "unavailable"},
 }
 
-// Status is the HTTP status of k.
-func (k Kind) Status() int { return kinds[k].status }
+// lastKind is the highest kind, for the test that keeps kinds complete.
+const lastKind = KindUnavailable
 
-// Code is the wire code of k, e.g. "quota_exceeded".
-func (k Kind) Code() string { return kinds[k].code }
+// kindStatus is the HTTP status of k.
+func kindStatus(k Kind) int { return kinds[k].status }
 
-// Error is a failure on its way to the client. Msg is safe to show; Err is
-// the cause and goes only to the log. RetryAfter (seconds, >0) adds a
-// Retry-After header; Header adds any other.
-type Error struct {
-	Kind       Kind
-	Msg        string
-	Err        error
-	RetryAfter int
-	Header     http.Header
-}
+// kindCode is the wire code of k, e.g. "quota_exceeded".
+func kindCode(k Kind) string { return kinds[k].code }
 
-func (e *Error) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("%s: %s: %v", e.Kind.Code(), e.Msg, e.Err)
-	}
-	return e.Kind.Code() + ": " + e.Msg
-}
+// Error is a failure on its way to the client (see execution.Error): Msg
+// is safe to show; Err is the cause and goes only to the log.
+type Error = execution.Error
 
-func (e *Error) Unwrap() error { return e.Err }
-
-func errorf(k Kind, format string, args ...any) *Error {
-	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
-}
+func errorf(k Kind, format string, args ...any) *Error { return execution.Errorf(k, format, args...) }
 
 // internal hides err from the client behind a generic message.
-func internal(err error) *Error {
-	return &Error{Kind: KindInternal, Msg: "internal error; quote the request id when reporting it", Err: err}
-}
+func internal(err error) *Error { return execution.Internal(err) }
 
 // asError classifies any error returned by a handler.
 func asError(err error) *Error {
@@ -115,9 +103,10 @@ type errorDetail struct {
 	Message string `json:"message"`
 }
 
-func (e *Error) writeHeaders(h http.Header) {
-	for k, vs := range e.Header {
-		h[k] = vs
+// writeErrorHeaders adds what e tells the client besides its body.
+func writeErrorHeaders(e *Error, h http.Header) {
+	if e.Quota != nil {
+		setQuotaHeaders(h, *e.Quota)
 	}
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))

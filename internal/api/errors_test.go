@@ -13,7 +13,7 @@ import (
 // TestErrorKindsTable keeps the one table complete and its codes unique.
 func TestErrorKindsTable(t *testing.T) {
 	seen := map[string]Kind{}
-	for k := KindInternal; k <= KindOverloaded; k++ {
+	for k := KindInternal; k <= lastKind; k++ {
 		info, ok := kinds[k]
 		if !ok {
 			t.Errorf("kind %d has no entry", k)
@@ -34,8 +34,8 @@ func TestErrorKindsTable(t *testing.T) {
 		documented = append(documented, c.(string))
 	}
 	var codes []string
-	for k := KindInternal; k <= KindOverloaded; k++ {
-		codes = append(codes, k.Code())
+	for k := KindInternal; k <= lastKind; k++ {
+		codes = append(codes, kindCode(k))
 	}
 	if diff := cmp.Diff(sortedStrings(documented), sortedStrings(codes)); diff != "" {
 		t.Errorf("error codes in openapi.json vs errors.go (-doc +code):\n%s", diff)
@@ -146,6 +146,32 @@ func TestSandboxErrorRefunds(t *testing.T) {
 	u, _ := env.store.Usage(context.Background(), "acme", testStart.Format(time.DateOnly))
 	if u.Executions != 0 {
 		t.Errorf("sandbox error used quota: %d", u.Executions)
+	}
+}
+
+// TestUnstoredResultIsNotAcknowledged: a result the store cannot save is
+// answered 503 unavailable in the error shape, not 200 with an id that
+// GET cannot find; the quota is given back and the Idempotency-Key freed.
+func TestUnstoredResultIsNotAcknowledged(t *testing.T) {
+	env := newEnv(t)
+	env.store.failSave.Store(true)
+	hdr := map[string]string{"Idempotency-Key": "full-disk"}
+	body := `{"language":"python","code":"print(6 * 7)"}`
+	res := env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
+	if res.status != http.StatusServiceUnavailable || errCode(t, res) != "unavailable" || res.header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %s %v", res.status, res.body, res.header)
+	}
+	if strings.Contains(string(res.body), "disk is full") {
+		t.Errorf("store detail reached the client: %s", res.body)
+	}
+	u, _ := env.store.Usage(context.Background(), "acme", testStart.Format(time.DateOnly))
+	if u.Executions != 0 {
+		t.Errorf("unstored execution used quota: %d", u.Executions)
+	}
+	env.store.failSave.Store(false)
+	res = env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
+	if res.status != http.StatusOK || decode(t, res)["idempotent_replay"] != nil {
+		t.Errorf("retry after the disk has room: %d %s", res.status, res.body)
 	}
 }
 

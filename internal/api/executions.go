@@ -2,9 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -31,26 +28,14 @@ type executionRequest struct {
 	Stdin    *string  `json:"stdin"`
 }
 
-// runRequest is a validated execution request.
-type runRequest struct {
-	lang     engine.Language
-	code     string
-	stdin    string
-	timeoutS float64
-	// hash identifies the request for Idempotency-Key: the canonical
-	// language, code, stdin and effective timeout, so "py" and "python"
-	// (or an omitted and an explicit default timeout) are the same request.
-	hash string
-}
-
 type usageJSON struct {
 	SandboxSeconds  float64 `json:"sandbox_seconds"`
 	CPUSeconds      float64 `json:"cpu_seconds"`
 	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
 }
 
-// executionResponse is one finished execution on the wire, for POST (run
-// or replay) and GET alike.
+// executionResponse is one execution on the wire, for POST (run or
+// replay), GET and cancel alike; GET may show it queued or running.
 type executionResponse struct {
 	ID               string    `json:"id"`
 	Status           string    `json:"status"`
@@ -62,6 +47,8 @@ type executionResponse struct {
 	Usage            usageJSON `json:"usage"`
 	Language         string    `json:"language"`
 	CreatedAt        int64     `json:"created_at"`
+	StartedAt        *int64    `json:"started_at"`
+	FinishedAt       *int64    `json:"finished_at"`
 	IdempotentReplay bool      `json:"idempotent_replay,omitempty"`
 	OutputPurged     bool      `json:"output_purged,omitempty"`
 	RequestID        string    `json:"request_id"`
@@ -83,18 +70,34 @@ func toResponse(e store.Execution, requestID string) executionResponse {
 		},
 		Language:     e.Language,
 		CreatedAt:    e.CreatedAt.Unix(),
+		StartedAt:    unixOrNil(e.StartedAt),
+		FinishedAt:   unixOrNil(e.FinishedAt),
 		OutputPurged: e.Purged,
 		RequestID:    requestID,
 	}
 }
 
+// unixOrNil is t in Unix seconds, or null when it has not happened.
+func unixOrNil(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.Unix()
+	return &u
+}
+
 // round3 keeps milliseconds, so sums of floats do not print 2.6350000001.
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
-// runMargin is added to an execution's timeout to bound the whole run,
-// including sandbox creation and teardown, when the client has gone.
-const runMargin = 60 * time.Second
+// setQuotaHeaders tells the client where its daily quota stands.
+func setQuotaHeaders(h http.Header, q execution.Quota) {
+	h.Set("X-Quota-Limit", strconv.FormatInt(q.Limit, 10))
+	h.Set("X-Quota-Remaining", strconv.FormatInt(q.Remaining, 10))
+	h.Set("X-Quota-Reset", strconv.FormatInt(q.Reset.Unix(), 10))
+}
 
+// createExecution translates POST /v1/executions to the execution service
+// and its outcome back.
 func (s *Server) createExecution(w http.ResponseWriter, r *http.Request, c *Caller) error {
 	ctx := r.Context()
 	info := infoFrom(ctx)
@@ -102,141 +105,45 @@ func (s *Server) createExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if err != nil {
 		return err
 	}
-	req, err := s.decodeExecution(w, r, c)
+	in, err := s.decodeExecution(w, r, c)
 	if err != nil {
 		return err
 	}
-
-	if idemKey != "" {
-		replay, err := s.claimIdempotency(ctx, c, idemKey, req.hash)
-		if err != nil {
-			return err
-		}
-		if replay != nil {
-			s.metrics.observeReplay()
-			info.executionID = replay.ID
-			resp := toResponse(*replay, info.id)
-			resp.IdempotentReplay = true
-			return s.writeJSON(w, r, http.StatusOK, resp)
-		}
-	}
-	// From here on this request owns the claim: unless an execution is
-	// attached to it, it is released so that a retry may run.
-	completed := false
-	if idemKey != "" {
-		defer func() {
-			if !completed {
-				if err := s.store.ReleaseIdempotency(context.WithoutCancel(ctx), c.Key.Tenant, idemKey); err != nil {
-					s.log.Error("releasing idempotency key", "request_id", info.id, "error", err)
-				}
-			}
-		}()
-	}
-
-	release, err := s.engine.Acquire(ctx)
-	if errors.Is(err, engine.ErrBusy) {
-		e := errorf(KindOverloaded, "every sandbox is busy; retry shortly")
-		e.RetryAfter = 1
-		return e
-	}
-	if err != nil {
-		return err // the client left the queue
-	}
-	defer release()
-
-	now := s.now().UTC()
-	day := now.Format(time.DateOnly)
-	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-	limit := c.Plan.ExecutionsPerDay
-	used, err := s.store.ReserveExecution(ctx, c.Key.Tenant, day, limit)
 	h := w.Header()
-	h.Set("X-Quota-Limit", strconv.FormatInt(limit, 10))
-	h.Set("X-Quota-Reset", strconv.FormatInt(midnight.Unix(), 10))
-	if errors.Is(err, store.ErrQuotaExceeded) {
-		h.Set("X-Quota-Remaining", "0")
-		e := errorf(KindQuotaExceeded, "daily quota of %d executions reached", limit)
-		e.RetryAfter = secondsUntil(now, midnight)
-		return e
-	}
+	out, err := s.exec.Run(ctx, *c, execution.Request{
+		Input:          in,
+		IdempotencyKey: idemKey,
+		RequestID:      info.id,
+		Accepted:       func(id string) { info.executionID = id },
+		Quota:          func(q execution.Quota) { setQuotaHeaders(h, q) },
+	})
 	if err != nil {
-		return internal(err)
+		return err
 	}
-	h.Set("X-Quota-Remaining", strconv.FormatInt(max(0, limit-used), 10))
-
-	// The run does not stop when the client hangs up: the quota is spent,
-	// and the result is stored so that GET or an idempotent retry gets it.
-	timeout := time.Duration(req.timeoutS * float64(time.Second))
-	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+runMargin)
-	defer cancel()
-	spec := engine.Spec{
-		ID:       newExecutionID(),
-		Language: req.lang,
-		Code:     req.code,
-		Stdin:    req.stdin,
-		Timeout:  timeout,
-		Limits:   engine.Limits{MemoryBytes: c.Plan.MemoryBytes()},
-	}
-	info.executionID = spec.ID
-	res, runErr := s.engine.Execute(runCtx, spec)
-	release()
-	if runErr == nil && res.Status == engine.StatusError {
-		runErr = errors.New("driver reported a platform error")
-	}
-	if runErr != nil {
-		s.metrics.observeExecution(req.lang.Name, string(engine.StatusError), 0)
-		if err := s.store.RefundExecution(runCtx, c.Key.Tenant, day); err != nil {
-			s.log.Error("refunding quota", "request_id", info.id, "error", err)
-		}
-		return &Error{Kind: KindSandboxError, Msg: "the sandbox failed to run the code; it was not counted against your quota", Err: fmt.Errorf("running %s: %w", spec.ID, runErr)}
-	}
-	s.metrics.observeExecution(req.lang.Name, string(res.Status), res.Duration)
-
-	exe := store.Execution{
-		ID:              spec.ID,
-		Tenant:          c.Key.Tenant,
-		KeyID:           c.Key.ID,
-		RequestID:       info.id,
-		Language:        req.lang.Name,
-		Status:          string(res.Status),
-		Stdout:          res.Stdout,
-		Stderr:          res.Stderr,
-		ExitCode:        res.ExitCode,
-		DurationMS:      res.Duration.Milliseconds(),
-		Truncated:       res.Truncated,
-		SandboxSeconds:  res.Usage.SandboxSeconds,
-		CPUSeconds:      res.Usage.CPUSeconds,
-		PeakMemoryBytes: res.Usage.PeakMemoryBytes,
-		CreatedAt:       now,
-	}
-	if err := s.store.SaveExecution(runCtx, exe); err != nil {
-		// The code ran and the client should see its result. The claim
-		// stays open (a retry waits, then gets 409) rather than being
-		// released, because releasing it would let the code run twice.
-		completed = true
-		s.log.Error("saving execution", "request_id", info.id, "execution_id", exe.ID, "error", err)
-	} else if idemKey != "" {
-		if err := s.store.CompleteIdempotency(runCtx, c.Key.Tenant, idemKey, exe.ID); err != nil {
-			s.log.Error("completing idempotency key", "request_id", info.id, "error", err)
-		}
-		completed = true
-	}
-	return s.writeJSON(w, r, http.StatusOK, toResponse(exe, info.id))
+	resp := toResponse(out.Execution, info.id)
+	resp.IdempotentReplay = out.Replay
+	return s.writeJSON(w, r, http.StatusOK, resp)
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	id := r.PathValue("id")
-	if !executionIDPattern.MatchString(id) {
-		return errorf(KindNotFound, "execution not found")
-	}
-	e, err := s.store.Execution(r.Context(), c.Key.Tenant, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errorf(KindNotFound, "execution not found")
-	}
+	e, err := s.exec.Get(r.Context(), *c, r.PathValue("id"))
 	if err != nil {
-		return internal(err)
+		return err
 	}
 	info := infoFrom(r.Context())
 	info.executionID = e.ID
+	return s.writeJSON(w, r, http.StatusOK, toResponse(e, info.id))
+}
+
+func (s *Server) cancelExecution(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	info := infoFrom(r.Context())
+	if id := r.PathValue("id"); execution.ValidID(id) {
+		info.executionID = id
+	}
+	e, err := s.exec.Cancel(r.Context(), *c, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
 	return s.writeJSON(w, r, http.StatusOK, toResponse(e, info.id))
 }
 
@@ -245,91 +152,50 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, c *Caller)
 // so a request within the documented limits is never refused for its
 // encoding. Only authenticated callers get this far.
 func (s *Server) maxBodyBytes() int64 {
-	return int64(6*(s.opts.MaxCodeBytes+s.opts.MaxStdinBytes)) + 64<<10
+	return int64(6*(s.exec.MaxCodeBytes()+s.exec.MaxStdinBytes())) + 64<<10
 }
 
 // executionFields are the body's fields, spelled exactly so.
 var executionFields = []string{"language", "code", "timeout_s", "stdin"}
 
-// decodeExecution reads and checks the body. Every problem is named, so a
-// client (or an agent) can fix its request without guessing.
-func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Caller) (runRequest, error) {
+// decodeExecution reads the body strictly; the service checks the values.
+// Every problem is named, so a client (or an agent) can fix its request
+// without guessing.
+func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Caller) (execution.Input, error) {
 	if err := checkJSONContentType(r); err != nil {
-		return runRequest{}, err
+		return execution.Input{}, err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes()))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return runRequest{}, errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
+		return execution.Input{}, errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
 	}
 	if err != nil {
-		return runRequest{}, errorf(KindInvalidRequest, "could not read the request body")
+		return execution.Input{}, errorf(KindInvalidRequest, "could not read the request body")
 	}
 	// encoding/json would turn invalid bytes into U+FFFD, silently
 	// changing the program.
 	if i := invalidUTF8At(body); i >= 0 {
-		return runRequest{}, errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
+		return execution.Input{}, errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
 	}
 	// The same for an escaped surrogate without its pair ("\udc00"):
 	// it has no UTF-8 form, so encoding/json would put U+FFFD in its place.
 	if i := LoneSurrogateAt(body); i >= 0 {
-		return runRequest{}, errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
+		return execution.Input{}, errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
 	}
 	var in executionRequest
 	if err := decodeStrict(body, &in); err != nil {
 		var typ *json.UnmarshalTypeError
 		if errors.As(err, &typ) && typ.Field == "timeout_s" && strings.HasPrefix(typ.Value, "number") {
 			// A number too large for a float64.
-			return runRequest{}, errorf(KindInvalidTimeout, "timeout_s must be between 1 and %d seconds on plan %s", c.Plan.MaxTimeoutS, c.Key.Plan)
+			return execution.Input{}, execution.InvalidTimeout(*c)
 		}
-		return runRequest{}, err
+		return execution.Input{}, err
 	}
 	if err := checkFieldNames(body, executionFields); err != nil {
-		return runRequest{}, err
+		return execution.Input{}, err
 	}
-
-	var req runRequest
-	switch {
-	case in.Language == nil:
-		return req, errorf(KindInvalidRequest, "language is required (one of %s)", s.langs.names())
-	case in.Code == nil:
-		return req, errorf(KindInvalidRequest, "code is required")
-	}
-	lang, ok := s.langs.lookup(*in.Language)
-	if !ok {
-		return req, errorf(KindUnsupportedLanguage, "language %q is not supported; use one of %s (see /v1/languages)", clip(*in.Language, 40), s.langs.names())
-	}
-	req.lang, req.code = lang, *in.Code
-	if req.code == "" {
-		return req, errorf(KindInvalidRequest, "code must not be empty")
-	}
-	if len(req.code) > s.opts.MaxCodeBytes {
-		return req, errorf(KindPayloadTooLarge, "code is %d bytes; the limit is %d bytes", len(req.code), s.opts.MaxCodeBytes)
-	}
-	if in.Stdin != nil {
-		req.stdin = *in.Stdin
-	}
-	if len(req.stdin) > s.opts.MaxStdinBytes {
-		return req, errorf(KindPayloadTooLarge, "stdin is %d bytes; the limit is %d bytes", len(req.stdin), s.opts.MaxStdinBytes)
-	}
-	maxT := c.Plan.MaxTimeoutS
-	req.timeoutS = c.Plan.DefaultTimeout()
-	if in.TimeoutS != nil {
-		t := *in.TimeoutS
-		if math.IsNaN(t) || t < 1 || t > float64(maxT) {
-			return req, errorf(KindInvalidTimeout, "timeout_s must be between 1 and %d seconds on plan %s", maxT, c.Key.Plan)
-		}
-		req.timeoutS = t
-	}
-	canon, _ := json.Marshal(struct {
-		Language string  `json:"language"`
-		Code     string  `json:"code"`
-		Stdin    string  `json:"stdin"`
-		TimeoutS float64 `json:"timeout_s"`
-	}{lang.Name, req.code, req.stdin, req.timeoutS})
-	sum := sha256.Sum256(canon)
-	req.hash = hex.EncodeToString(sum[:])
-	return req, nil
+	return execution.Input{Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin}, nil
 }
 
 func checkJSONContentType(r *http.Request) error {

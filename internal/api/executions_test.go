@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -31,12 +34,13 @@ func TestRunCode(t *testing.T) {
 	want := executionResponse{
 		ID: got.ID, Status: "succeeded", Stdout: "42\n", Stderr: "", ExitCode: 0, DurationMS: 265, Truncated: false,
 		Usage:    usageJSON{SandboxSeconds: 0.265, CPUSeconds: 0.02, PeakMemoryBytes: 9 << 20},
-		Language: "python", CreatedAt: got.CreatedAt, RequestID: res.header.Get("X-Request-ID"),
+		Language: "python", CreatedAt: got.CreatedAt, StartedAt: &got.CreatedAt, FinishedAt: &got.CreatedAt,
+		RequestID: res.header.Get("X-Request-ID"),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("response (-want +got):\n%s", diff)
 	}
-	if !executionIDPattern.MatchString(got.ID) || !requestIDRe.MatchString(got.RequestID) {
+	if !execution.ValidID(got.ID) || !requestIDRe.MatchString(got.RequestID) {
 		t.Errorf("ids %q %q", got.ID, got.RequestID)
 	}
 	if d := got.CreatedAt - testStart.Unix(); d < 0 || d > 60 {
@@ -210,6 +214,7 @@ func TestQuotaBurst(t *testing.T) {
 	plans := config.DefaultPlans()
 	free := plans["free"]
 	free.RequestsPerMinute = 1000
+	free.MaxConcurrent = 1000 // the quota is under test here, not the tenant's share of slots
 	plans["free"] = free
 	env := newEnv(t, withPlans(plans))
 	key, _ := env.newKey("burst", "free")
@@ -563,43 +568,92 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // TestMCPMessagesAreRateCounted: every MCP message counts once against the
-// key's rate, and the API calls a tool makes in process do not count again.
+// key's rate; the tools call the execution service directly, so a
+// run_code call counts nothing more against the rate, and against the
+// quota exactly what POST /v1/executions does.
 func TestMCPMessagesAreRateCounted(t *testing.T) {
 	plans := map[string]config.Plan{"pro": config.DefaultPlans()["pro"], "slow": {ExecutionsPerDay: 100, RequestsPerMinute: 3, MaxTimeoutS: 10, MemoryMB: 64}}
 	var srv *Server
-	var inner []int
 	env := newEnv(t, withPlans(plans), withOptions(func(o *Options) {
-		o.MCP = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			// A tool call: one API request through InProcess.
-			req := httptest.NewRequest("GET", "/api/v1/usage", nil)
-			req.Header.Set("Authorization", r.Header.Get("Authorization"))
-			rec := httptest.NewRecorder()
-			srv.InProcess().ServeHTTP(rec, req)
-			inner = append(inner, rec.Code)
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprint(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+		o.MCP = mcpserver.HTTPHandler(mcpserver.HTTPOptions{
+			Options: mcpserver.Options{Languages: []client.Language{{Name: "python"}}},
+			Backend: func(r *http.Request) (mcpserver.Backend, error) { return srv.MCPBackend(r) },
 		})
 	}))
 	srv = env.srv
 	key, _ := env.newKey("slowpoke", "slow")
-	msg := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
-	for i := 1; i <= 3; i++ {
-		r := env.do(request{method: "POST", path: "/mcp", key: key, body: msg})
+	hdr := map[string]string{"Accept": "application/json, text/event-stream"}
+	msgs := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"python","code":"print(6 * 7)"}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_usage","arguments":{}}}`,
+	}
+	var bodies []string
+	for i, msg := range msgs {
+		r := env.do(request{method: "POST", path: "/mcp", key: key, body: msg, header: hdr})
 		if r.status != 200 {
-			t.Fatalf("message %d: %d %s", i, r.status, r.body)
+			t.Fatalf("message %d: %d %s", i+1, r.status, r.body)
 		}
-		if got, want := r.header.Get("X-RateLimit-Remaining"), strconv.Itoa(3-i); got != want {
-			t.Errorf("message %d: remaining %s, want %s", i, got, want)
+		if got, want := r.header.Get("X-RateLimit-Remaining"), strconv.Itoa(2-i); got != want {
+			t.Errorf("message %d: remaining %s, want %s", i+1, got, want)
 		}
+		bodies = append(bodies, string(r.body))
 	}
-	if diff := cmp.Diff([]int{200, 200, 200}, inner); diff != "" {
-		t.Errorf("in-process API calls (-want +got):\n%s", diff)
+	if !strings.Contains(bodies[1], `status: succeeded`) || !strings.Contains(bodies[1], `42`) {
+		t.Errorf("run_code answer: %s", bodies[1])
 	}
-	r := env.do(request{method: "POST", path: "/mcp", key: key, body: msg})
+	if !strings.Contains(bodies[2], `"executions":1`) {
+		t.Errorf("get_usage answer does not count the one run: %s", bodies[2])
+	}
+	if n := env.driver.runs.Load(); n != 1 {
+		t.Errorf("driver ran %d times, want 1", n)
+	}
+	r := env.do(request{method: "POST", path: "/mcp", key: key, body: msgs[0], header: hdr})
 	if r.status != 429 || errCode(t, r) != "rate_limited" {
 		t.Fatalf("4th message: %d %s", r.status, r.body)
 	}
-	if len(inner) != 3 {
-		t.Errorf("the refused message reached MCP")
+}
+
+// TestRunningExecutionAndCancel: GET shows a running execution's state;
+// cancel ends it as canceled (its POST answers that too); cancel of a
+// finished execution is 409 execution_finished.
+func TestRunningExecutionAndCancel(t *testing.T) {
+	env := newEnv(t)
+	env.driver.started = make(chan string, 1)
+	posted := make(chan response, 1)
+	go func() { posted <- env.run("python", "block", nil) }()
+	id := <-env.driver.started
+	steps := []struct {
+		name       string
+		req        request
+		wantStatus int
+		want       map[string]any // fields of the answer
+	}{
+		{"get while running", request{path: "/v1/executions/" + id}, 200,
+			map[string]any{"status": "running", "stdout": "", "finished_at": nil}},
+		{"cancel", request{method: "POST", path: "/v1/executions/" + id + "/cancel"}, 200,
+			map[string]any{"status": "canceled"}},
+		{"get after cancel", request{path: "/v1/executions/" + id}, 200,
+			map[string]any{"status": "canceled"}},
+		{"cancel again", request{method: "POST", path: "/api/v1/executions/" + id + "/cancel"}, 409,
+			map[string]any{"error": map[string]any{"code": "execution_finished", "message": "execution " + id + " has already finished with status canceled"}}},
+	}
+	for _, step := range steps {
+		res := env.do(step.req)
+		if res.status != step.wantStatus {
+			t.Fatalf("%s: %d %s", step.name, res.status, res.body)
+		}
+		got := decode(t, res)
+		picked := map[string]any{}
+		for k := range step.want {
+			picked[k] = got[k]
+		}
+		if diff := cmp.Diff(step.want, picked); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", step.name, diff)
+		}
+	}
+	res := <-posted
+	if res.status != 200 || decode(t, res)["status"] != "canceled" {
+		t.Errorf("the canceled POST: %d %s", res.status, res.body)
 	}
 }

@@ -140,8 +140,16 @@ func (b *syncBuffer) String() string {
 // broken is set, to reach the 500 answers.
 type countingStore struct {
 	store.Store
-	claims atomic.Int64
-	broken atomic.Bool
+	claims   atomic.Int64
+	broken   atomic.Bool
+	failSave atomic.Bool // SaveExecution fails, as on a full disk
+}
+
+func (s *countingStore) SaveExecution(ctx context.Context, e store.Execution) error {
+	if s.failSave.Load() {
+		return errors.New("database or disk is full")
+	}
+	return s.Store.SaveExecution(ctx, e)
 }
 
 func (s *countingStore) KeyByHash(ctx context.Context, h [32]byte) (store.Key, error) {

@@ -20,7 +20,7 @@ var volatile = []struct {
 	{regexp.MustCompile(`exe_[0-9a-f]{32}`), "exe_<id>"},
 	{regexp.MustCompile(`key_[0-9a-f]{12}`), "key_<id>"},
 	{regexp.MustCompile(`kubo_sk_[0-9A-Za-z]{43}`), "kubo_sk_<secret>"},
-	{regexp.MustCompile(`"created_at": [0-9]+`), `"created_at": <unix>`},
+	{regexp.MustCompile(`"(created|started|finished)_at": [0-9]+`), `"${1}_at": <unix>`},
 	{regexp.MustCompile(`"Retry-After": "[0-9]+"`), `"Retry-After": "<seconds>"`},
 }
 

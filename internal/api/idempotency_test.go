@@ -191,11 +191,16 @@ func TestIdempotencyWaiterTakesOverReleasedClaim(t *testing.T) {
 }
 
 // decodeForTest validates a body as a pro caller would send it.
-func (s *Server) decodeForTest(body string) (runRequest, error) {
+func (s *Server) decodeForTest(body string) (struct{ hash string }, error) {
 	r, _ := http.NewRequest("POST", "/v1/executions", stringsReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	c := &Caller{Plan: planPro()}
-	return s.decodeExecution(nil, r, c)
+	in, err := s.decodeExecution(nil, r, c)
+	if err != nil {
+		return struct{ hash string }{}, err
+	}
+	h, err := s.exec.RequestHash(*c, in)
+	return struct{ hash string }{h}, err
 }
 
 // TestIdempotencyReleasedOnQuotaAndOverload: refusals after the claim give
@@ -250,9 +255,10 @@ func TestIdempotencyAbandonedClaim(t *testing.T) {
 	post := func() response {
 		return env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
 	}
-	abandon := env.srv.claimAbandonAfter()
-	// enterprise allows 300 s; the server was given a 1 s queue timeout.
-	if want := time.Second + 300*time.Second + runMargin + abandonMargin; abandon != want {
+	abandon := env.srv.exec.ClaimAbandonAfter()
+	// enterprise allows 300 s; the server was given a 1 s queue timeout;
+	// then a minute's run margin and a minute's slack.
+	if want := time.Second + 300*time.Second + 2*time.Minute; abandon != want {
 		t.Errorf("claimAbandonAfter = %v, want %v", abandon, want)
 	}
 

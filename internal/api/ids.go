@@ -14,16 +14,12 @@ func randomHex(prefix string, n int) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-func newRequestID() string   { return randomHex("req_", 16) }
-func newExecutionID() string { return randomHex("exe_", 16) }
+func newRequestID() string { return randomHex("req_", 16) }
 
 // NewKeyID returns a public key id, "key_" + 12 hex.
 func NewKeyID() string { return randomHex("key_", 6) }
 
-var (
-	executionIDPattern = regexp.MustCompile(`^exe_[0-9a-f]{32}$`)
-	keyIDPattern       = regexp.MustCompile(`^key_[0-9a-f]{12}$`)
-)
+var keyIDPattern = regexp.MustCompile(`^key_[0-9a-f]{12}$`)
 
 // ValidKeyID reports whether id looks like a key id.
 func ValidKeyID(id string) bool { return keyIDPattern.MatchString(id) }

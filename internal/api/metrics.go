@@ -118,6 +118,14 @@ func (m *Metrics) observeError(code string) { m.errors.WithLabelValues(code).Inc
 
 func (m *Metrics) observeReplay() { m.replays.Inc() }
 
+// executionMetrics lets the execution service report to Metrics.
+type executionMetrics struct{ m *Metrics }
+
+func (e executionMetrics) ObserveReplay() { e.m.observeReplay() }
+func (e executionMetrics) ObserveExecution(language, status string, d time.Duration) {
+	e.m.observeExecution(language, status, d)
+}
+
 // setOpenConnections and observeRefusedConnection do nothing on nil
 // Metrics, so a LimitListener works without them.
 func (m *Metrics) setOpenConnections(n int) {

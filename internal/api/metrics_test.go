@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -137,28 +136,4 @@ func TestSandboxesInUseGauge(t *testing.T) {
 	}
 	env.driver.release()
 	<-done
-}
-
-// TestInProcessSkipsEdgeSecret: the in-process handler (for the MCP tools)
-// needs no edge secret but still a key.
-func TestInProcessSkipsEdgeSecret(t *testing.T) {
-	env := newEnv(t, withOptions(func(o *Options) { o.EdgeSecret = "0123456789abcdef-edge" }))
-	h := env.srv.InProcess()
-	for _, tc := range []struct {
-		auth   string
-		status int
-	}{{"Bearer " + env.key, 200}, {"", 401}} {
-		req := httptest.NewRequest("GET", "/api/v1/usage", nil)
-		if tc.auth != "" {
-			req.Header.Set("Authorization", tc.auth)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != tc.status {
-			t.Errorf("auth %q: %d %s", tc.auth, rec.Code, rec.Body)
-		}
-	}
-	if r := env.do(request{path: "/api/v1/usage"}); r.status != http.StatusForbidden {
-		t.Errorf("public handler without the secret: %d", r.status)
-	}
 }

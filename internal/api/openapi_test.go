@@ -446,7 +446,7 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestOpenAPIValidatorRefuses(t *testing.T) {
 	d := loadDoc(t)
 	good := `{"id":"exe_0123456789abcdef0123456789abcdef","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":5,` +
-		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"request_id":"req_0123456789abcdef0123456789abcdef"}`
+		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"started_at":1,"finished_at":null,"request_id":"req_0123456789abcdef0123456789abcdef"}`
 	for _, tc := range []struct {
 		name, body, want string
 		header           func(http.Header)
@@ -459,6 +459,7 @@ func TestOpenAPIValidatorRefuses(t *testing.T) {
 		{"pattern", strings.Replace(good, `"id":"exe_`, `"id":"run_`, 1), "id", nil},
 		{"const", strings.Replace(good, `"truncated":false`, `"truncated":false,"idempotent_replay":false`, 1), "idempotent_replay", nil},
 		{"missing required", strings.Replace(good, `"stdout":"42\n",`, ``, 1), "stdout", nil},
+		{"type union", strings.Replace(good, `"finished_at":null`, `"finished_at":"soon"`, 1), "finished_at", nil},
 		{"nested ref", strings.Replace(good, `"sandbox_seconds":0.005`, `"sandbox_seconds":"0.005"`, 1), "sandbox_seconds", nil},
 		{"header missing", good, "missing header X-RateLimit-Limit", func(h http.Header) { h.Del("X-RateLimit-Limit") }},
 		{"header not a number", good, "header X-RateLimit-Remaining=\"many\" is not a number", func(h http.Header) { h.Set("X-RateLimit-Remaining", "many") }},

@@ -25,7 +25,6 @@ type requestInfo struct {
 	errCode     string
 	err         error
 	clientGone  bool
-	inProcess   bool // came through InProcess: not rate-counted
 }
 
 type infoKey struct{}
@@ -107,14 +106,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	e := asError(err)
-	info.errCode, info.err = e.Kind.Code(), e
-	s.metrics.observeError(e.Kind.Code())
+	info.errCode, info.err = kindCode(e.Kind), e
+	s.metrics.observeError(kindCode(e.Kind))
 	if sw, ok := w.(*statusWriter); ok && sw.wrote {
 		return // too late for a status; the log has it
 	}
-	e.writeHeaders(w.Header())
-	_ = s.writeJSON(w, r, e.Kind.Status(), errorBody{
-		Error:     errorDetail{Code: e.Kind.Code(), Message: e.Msg},
+	writeErrorHeaders(e, w.Header())
+	_ = s.writeJSON(w, r, kindStatus(e.Kind), errorBody{
+		Error:     errorDetail{Code: kindCode(e.Kind), Message: e.Msg},
 		RequestID: info.id,
 	})
 }

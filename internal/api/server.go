@@ -1,6 +1,8 @@
 // Package api is the HTTP API of Vertal Run: routes, authentication with
-// hashed keys, plans, quotas, rate limits, idempotency, metering, the one
-// error shape, access logs, security headers and Prometheus metrics.
+// hashed keys, rate limits, strict decoding, the one error shape, access
+// logs, security headers and Prometheus metrics. Running code (validation,
+// idempotency, slots, quota, metering, the stored lifecycle, cancel) is the
+// execution service's (internal/execution); the handlers translate.
 //
 // Every handler returns an error; one adapter turns it into the error
 // shape through the table in errors.go and writes the access log. The
@@ -25,6 +27,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -53,6 +56,9 @@ type Options struct {
 	// the store while waiting (default 200 ms).
 	IdempotencyWait time.Duration
 	IdempotencyPoll time.Duration
+	// CancelPoll is how often a running execution looks in the store for
+	// a cancel recorded by another node; zero means once a second.
+	CancelPoll time.Duration
 	// Web serves the playground and documentation: it gets GET and HEAD
 	// requests for every path outside the API (/v1/, /api/, /health, /mcp).
 	// Its 404s are turned into the API's error shape. Nil: not mounted.
@@ -62,9 +68,9 @@ type Options struct {
 	// key check: a missing, unknown or revoked key gets the API's 401
 	// before MCP sees the request. Every MCP request carries one JSON-RPC
 	// message (batches are refused) and counts once against the key's
-	// per-minute rate; the API calls its tools make through InProcess are
-	// not counted again. The caller is in the request context (see
-	// CallerFromContext). Nil: not mounted.
+	// per-minute rate; its tools call the execution service (MCPBackend)
+	// directly, so nothing they do is counted again. The caller is in the
+	// request context (see CallerFromContext). Nil: not mounted.
 	MCP http.Handler
 	// Metrics collects what /metrics shows; nil makes a new one.
 	Metrics *Metrics
@@ -78,11 +84,10 @@ type Options struct {
 type Server struct {
 	opts       Options
 	store      store.Store
-	engine     *engine.Engine
+	exec       *execution.Service
 	log        *slog.Logger
 	now        func() time.Time
 	plans      map[string]config.Plan
-	langs      languages
 	metrics    *Metrics
 	mux        *http.ServeMux
 	openapi    map[string][]byte // by mount prefix: "" and "/api"
@@ -97,7 +102,6 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:    opts,
 		store:   opts.Store,
-		engine:  opts.Engine,
 		log:     opts.Logger,
 		now:     opts.Now,
 		plans:   opts.Plans,
@@ -117,21 +121,27 @@ func New(opts Options) (*Server, error) {
 		s.metrics = NewMetrics()
 	}
 	s.metrics.setEngine(opts.Engine)
-	if s.opts.MaxCodeBytes <= 0 {
-		s.opts.MaxCodeBytes = config.DefaultMaxCodeBytes
-	}
-	if s.opts.MaxStdinBytes <= 0 {
-		s.opts.MaxStdinBytes = config.DefaultMaxStdinBytes
-	}
-	if s.opts.IdempotencyPoll <= 0 {
-		s.opts.IdempotencyPoll = 200 * time.Millisecond
-	}
 	if opts.EdgeSecret != "" {
 		h := sha256.Sum256([]byte(opts.EdgeSecret))
 		s.edgeSecret = &h
 	}
 	var err error
-	if s.langs, err = newLanguages(opts.Languages); err != nil {
+	s.exec, err = execution.New(execution.Options{
+		Store:           opts.Store,
+		Engine:          opts.Engine,
+		Languages:       opts.Languages,
+		Plans:           s.plans,
+		MaxCodeBytes:    opts.MaxCodeBytes,
+		MaxStdinBytes:   opts.MaxStdinBytes,
+		QueueTimeout:    opts.QueueTimeout,
+		IdempotencyWait: opts.IdempotencyWait,
+		IdempotencyPoll: opts.IdempotencyPoll,
+		CancelPoll:      opts.CancelPoll,
+		Metrics:         executionMetrics{s.metrics},
+		Logger:          s.log,
+		Now:             s.now,
+	})
+	if err != nil {
 		return nil, err
 	}
 	if s.openapi, err = openAPIDocuments(opts.Version); err != nil {
@@ -140,6 +150,10 @@ func New(opts Options) (*Server, error) {
 	s.routes()
 	return s, nil
 }
+
+// Service is the execution service behind the API, for the MCP tools: they
+// call it directly, with the caller the API authenticated.
+func (s *Server) Service() *execution.Service { return s.exec }
 
 // Metrics returns the server's metrics, to serve on the operator's
 // listener with MetricsHandler.
@@ -152,6 +166,7 @@ func (s *Server) routes() {
 	for _, p := range []string{"", "/api"} {
 		s.handle("POST "+p+"/v1/executions", s.authed(s.createExecution))
 		s.handle("GET "+p+"/v1/executions/{id}", s.authed(s.getExecution))
+		s.handle("POST "+p+"/v1/executions/{id}/cancel", s.authed(s.cancelExecution))
 		s.handle("GET "+p+"/v1/usage", s.authed(s.getUsage))
 		s.handle("POST "+p+"/v1/keys/rotate", s.authed(s.rotateKey))
 		s.handle("GET "+p+"/v1/languages", s.authed(s.listLanguages))
@@ -188,19 +203,8 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 
 // ServeHTTP runs every request: request id, security headers, edge
 // secret, panic recovery, access log and metrics around the routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) }
-
-// InProcess returns the API without the edge-secret check and without
-// counting requests against the rate limit, for the MCP tools: their
-// calls never crossed the edge, and the /mcp request that carried the
-// tool call was counted (one message, one API call). Keys and quotas apply
-// as usual. Never expose it on a listener.
-func (s *Server) InProcess() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
-}
-
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, external bool) {
-	info := &requestInfo{id: newRequestID(), start: s.now(), inProcess: !external}
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	info := &requestInfo{id: newRequestID(), start: s.now()}
 	r = cleanAPIPath(r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 	sw := &statusWriter{ResponseWriter: w}
 	h := sw.Header()
@@ -210,7 +214,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, external bool) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	defer s.finish(sw, r, info)
-	if external && !s.edgeAllowed(r) {
+	if !s.edgeAllowed(r) {
 		s.writeError(sw, r, errorf(KindForbidden, "this origin only accepts requests relayed by its edge"))
 		return
 	}

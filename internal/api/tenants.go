@@ -1,9 +1,9 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -30,12 +30,20 @@ type usageLimits struct {
 }
 
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	day := s.now().UTC().Format(time.DateOnly)
-	u, err := s.store.Usage(r.Context(), c.Key.Tenant, day)
+	body, err := s.usage(r.Context(), c)
 	if err != nil {
-		return internal(err)
+		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, usageResponse{
+	return s.writeJSON(w, r, http.StatusOK, body)
+}
+
+// usage is the body of GET /v1/usage (and of the MCP get_usage tool).
+func (s *Server) usage(ctx context.Context, c *Caller) (usageResponse, error) {
+	u, day, err := s.exec.Usage(ctx, *c)
+	if err != nil {
+		return usageResponse{}, err
+	}
+	return usageResponse{
 		Tenant: c.Key.Tenant,
 		Plan:   c.Key.Plan,
 		Today: usageToday{
@@ -50,7 +58,7 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) err
 			MaxTimeoutS:       c.Plan.MaxTimeoutS,
 			MemoryMB:          c.Plan.MemoryMB,
 		},
-	})
+	}, nil
 }
 
 type rotateResponse struct {

@@ -43,9 +43,9 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Errorf("defaults %+v", c)
 	}
 	want := map[string]Plan{
-		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256},
-		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
-		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024},
+		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1},
+		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16},
 	}
 	if diff := cmp.Diff(want, c.Plans); diff != "" {
 		t.Errorf("plans (-want +got):\n%s", diff)
@@ -55,7 +55,7 @@ func TestDefaultsAreValid(t *testing.T) {
 // TestPrecedence: flag > environment > file > default, per setting.
 func TestPrecedence(t *testing.T) {
 	file := writeFile(t, `{"host": "10.0.0.1", "port": 9000, "max_concurrent": 3, "queue_timeout": "5s", "runtime": "runc",
-		"plans": {"pro": {"executions_per_day": 20000}, "team": {"executions_per_day": 500, "requests_per_minute": 60, "max_timeout_s": 30, "memory_mb": 256}}}`)
+		"plans": {"pro": {"executions_per_day": 20000}, "team": {"executions_per_day": 500, "requests_per_minute": 60, "max_timeout_s": 30, "memory_mb": 256, "max_concurrent": 2}}}`)
 	c, err := resolve(t,
 		[]string{"--config", file, "--port", "9100", "--dev", "--queue-timeout", "7"},
 		map[string]string{"VERTAL_PORT": "9050", "VERTAL_MAX_CONCURRENT": "6", "VERTAL_EDGE_SECRET": "0123456789abcdef", "VERTAL_DATABASE_URL": "postgres://u:p@db/vertal"})
@@ -70,8 +70,8 @@ func TestPrecedence(t *testing.T) {
 	want := map[string]any{
 		"host": "10.0.0.1", "port": 9100, "max": 6, "queue": 7 * time.Second, "runtime": "runc",
 		"dev": true, "edge": "0123456789abcdef", "pg": true,
-		"pro":  Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
-		"team": Plan{ExecutionsPerDay: 500, RequestsPerMinute: 60, MaxTimeoutS: 30, MemoryMB: 256},
+		"pro":  Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4},
+		"team": Plan{ExecutionsPerDay: 500, RequestsPerMinute: 60, MaxTimeoutS: 30, MemoryMB: 256, MaxConcurrent: 2},
 		"free": DefaultPlans()["free"],
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -130,7 +130,8 @@ func TestInvalid(t *testing.T) {
 		{"unknown plan key", nil, nil, `{"plans": {"pro": {"executions": 1}}}`, "unknown field"},
 		{"bad plan", nil, nil, `{"plans": {"pro": {"max_timeout_s": 0}}}`, "plan pro: max_timeout_s"},
 		{"new plan missing fields", nil, nil, `{"plans": {"team": {"executions_per_day": 5}}}`, "plan team"},
-		{"plan name", nil, nil, `{"plans": {"Team X": {"executions_per_day": 5, "requests_per_minute": 1, "max_timeout_s": 1, "memory_mb": 64}}}`, "plan name"},
+		{"plan name", nil, nil, `{"plans": {"Team X": {"executions_per_day": 5, "requests_per_minute": 1, "max_timeout_s": 1, "memory_mb": 64, "max_concurrent": 1}}}`, "plan name"},
+		{"plan max_concurrent", nil, nil, `{"plans": {"pro": {"max_concurrent": 0}}}`, "plan pro: max_concurrent must be in 1..1024"},
 		{"unknown language", nil, nil, `{"languages": {"ruby": {"image": "ruby:3"}}}`, `language "ruby"`},
 		{"file with path", nil, nil, `{"languages": {"python": {"file": "../main.py"}}}`, "plain file name"},
 		{"bad duration in file", nil, nil, `{"queue_timeout": true}`, "duration"},

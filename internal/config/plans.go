@@ -13,6 +13,10 @@ type Plan struct {
 	RequestsPerMinute int64 `json:"requests_per_minute"`
 	MaxTimeoutS       int   `json:"max_timeout_s"`
 	MemoryMB          int64 `json:"memory_mb"`
+	// MaxConcurrent is how many sandboxes one tenant may hold at once on
+	// a node (and 4 queue places for each, with the default queue size),
+	// so that no tenant can take every slot.
+	MaxConcurrent int `json:"max_concurrent"`
 }
 
 // The built-in plans. pro is the documented one; free keeps the documented
@@ -20,9 +24,9 @@ type Plan struct {
 // enterprise is ten times pro in volume and allows longer jobs.
 func DefaultPlans() map[string]Plan {
 	return map[string]Plan{
-		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256},
-		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
-		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024},
+		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1},
+		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16},
 	}
 }
 
@@ -49,6 +53,9 @@ func (p Plan) validate() error {
 	}
 	if p.MemoryMB < 32 || p.MemoryMB > 64<<10 {
 		errs = append(errs, errors.New("memory_mb must be in 32..65536"))
+	}
+	if p.MaxConcurrent < 1 || p.MaxConcurrent > 1024 {
+		errs = append(errs, errors.New("max_concurrent must be in 1..1024"))
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestCappedBuffer(t *testing.T) {
@@ -201,4 +203,126 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestAdmitFairness: a tenant that saturates its share neither holds the
+// slots another tenant may use nor keeps them when a slot frees up; the
+// slots go round the waiting tenants in turn.
+func TestAdmitFairness(t *testing.T) {
+	ctx := context.Background()
+	e := New(&blockingDriver{}, Options{MaxConcurrent: 3, MaxQueue: 12, QueueTimeout: time.Minute})
+	admit := func(tenant string, limit int) (func(), error) {
+		return e.Admit(ctx, Admission{Tenant: tenant, Limit: limit})
+	}
+	// a holds its whole share (2 of 3 slots) and queues more.
+	var aSlots []func()
+	for range 2 {
+		r, err := admit("a", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aSlots = append(aSlots, r)
+	}
+	var wg sync.WaitGroup
+	wait := func(tenant string, limit int) {
+		wg.Go(func() {
+			r, err := admit(tenant, limit)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			r()
+		})
+	}
+	for i := range 3 {
+		wait("a", 2)
+		waitFor(t, func() bool { return e.Stats().Waiting == i+1 })
+	}
+	// The third slot is free and a may not take it: b gets it at once.
+	rb, err := admit("b", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Stats{MaxConcurrent: 3, Running: 3, Waiting: 3}, e.Stats()); diff != "" {
+		t.Fatalf("Stats (-want +got):\n%s", diff)
+	}
+	// b, at its limit too, queues behind a; every waiter is served once
+	// the slots are freed (TestAdmitTurns checks in which order).
+	wait("b", 1)
+	waitFor(t, func() bool { return e.Stats().Waiting == 4 })
+	rb()
+	for _, r := range aSlots {
+		r()
+	}
+	wg.Wait()
+	if diff := cmp.Diff(Stats{MaxConcurrent: 3}, e.Stats()); diff != "" {
+		t.Errorf("Stats after all released (-want +got):\n%s", diff)
+	}
+}
+
+// TestAdmitTurns checks the order in which waiting tenants are served,
+// one slot at a time.
+func TestAdmitTurns(t *testing.T) {
+	ctx := context.Background()
+	e := New(&blockingDriver{}, Options{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Minute})
+	first, err := e.Admit(ctx, Admission{Tenant: "a", Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan string)
+	arrivals := []string{"a", "a", "a", "b", "c", "b"}
+	for i, tenant := range arrivals {
+		go func() {
+			r, err := e.Admit(ctx, Admission{Tenant: tenant, Limit: 1})
+			if err != nil {
+				t.Error(err)
+				granted <- "error"
+				return
+			}
+			granted <- tenant
+			// The test releases the slot by reading the next grant.
+			<-granted
+			r()
+		}()
+		waitFor(t, func() bool { return e.Stats().Waiting == i+1 })
+	}
+	first()
+	var got []string
+	for range arrivals {
+		tenant := <-granted
+		got = append(got, tenant)
+		granted <- "release"
+	}
+	want := []string{"a", "b", "c", "a", "b", "a"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("order served (-want +got):\n%s", diff)
+	}
+}
+
+// TestAdmitTenantQueueShare: a tenant gets 4 queue places per slot of its
+// limit; beyond them it is refused while others still queue.
+func TestAdmitTenantQueueShare(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// 4 queue places per slot: MaxQueue / MaxConcurrent.
+	e := New(&blockingDriver{}, Options{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: time.Minute})
+	for _, tenant := range []string{"a", "c"} {
+		r, err := e.Admit(ctx, Admission{Tenant: tenant, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r()
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i := range 4 {
+		wg.Go(func() { _, _ = e.Admit(ctx, Admission{Tenant: "a", Limit: 1}) })
+		waitFor(t, func() bool { return e.Stats().Waiting == i+1 })
+	}
+	if _, err := e.Admit(ctx, Admission{Tenant: "a", Limit: 1}); !errors.Is(err, ErrBusy) {
+		t.Errorf("fifth queue place of a: err = %v, want ErrBusy", err)
+	}
+	wg.Go(func() { _, _ = e.Admit(ctx, Admission{Tenant: "b", Limit: 1}) })
+	waitFor(t, func() bool { return e.Stats().Waiting == 5 })
 }

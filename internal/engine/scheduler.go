@@ -2,7 +2,8 @@ package engine
 
 import (
 	"context"
-	"sync/atomic"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -17,13 +18,34 @@ type Options struct {
 	MaxQueue int
 }
 
-// Engine bounds how many sandboxes run at once in front of a Driver.
+// Engine bounds how many sandboxes run at once in front of a Driver, and
+// shares the slots fairly between tenants: each tenant holds at most its
+// own limit of slots and of queue places (see Admission), and a freed slot
+// goes to the waiting tenants in turn (round-robin), so no tenant, however
+// busy, starves another.
 type Engine struct {
-	driver  Driver
-	slots   chan struct{}
-	opts    Options
-	waiting atomic.Int64
-	running atomic.Int64
+	driver Driver
+	opts   Options
+
+	mu      sync.Mutex
+	running int
+	waiting int
+	tenants map[string]*tenantSlots
+	// turn lists the tenants with waiters; the first one that may take a
+	// slot gets the next free one and moves to the back.
+	turn []string
+}
+
+// tenantSlots is one tenant's share: slots held and callers waiting.
+type tenantSlots struct {
+	limit   int // slots it may hold; 0 means only the engine's limit applies
+	running int
+	queue   []*waiter
+}
+
+type waiter struct {
+	ready   chan struct{} // closed when a slot is handed over
+	granted bool
 }
 
 // New returns an Engine over d.
@@ -37,7 +59,7 @@ func New(d Driver, opts Options) *Engine {
 	if opts.QueueTimeout <= 0 {
 		opts.QueueTimeout = 30 * time.Second
 	}
-	return &Engine{driver: d, slots: make(chan struct{}, opts.MaxConcurrent), opts: opts}
+	return &Engine{driver: d, opts: opts, tenants: map[string]*tenantSlots{}}
 }
 
 // Driver returns the driver the engine runs on.
@@ -52,48 +74,164 @@ type Stats struct {
 
 // Stats reports slot usage.
 func (e *Engine) Stats() Stats {
-	return Stats{MaxConcurrent: e.opts.MaxConcurrent, Running: int(e.running.Load()), Waiting: int(e.waiting.Load())}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{MaxConcurrent: e.opts.MaxConcurrent, Running: e.running, Waiting: e.waiting}
 }
 
-// Acquire waits for a sandbox slot. It returns ErrBusy when the queue is
-// full or QueueTimeout passes, and ctx.Err() when ctx ends first (the
-// caller leaves the queue). The returned release must be called once.
+// Admission asks for a slot on behalf of one tenant.
+type Admission struct {
+	// Tenant shares its Limit between all its callers.
+	Tenant string
+	// Limit is how many slots Tenant may hold at once (its plan's
+	// max_concurrent); it may also hold 4×Limit queue places (the
+	// engine's MaxQueue per slot, at least 1). Zero: no limit of its own.
+	Limit int
+	// Queued, if set, is called once when the caller has to wait, before
+	// it waits. An error from it gives the place up and is returned.
+	Queued func() error
+}
+
+// queueFactor is how many queue places a tenant gets per slot of its limit.
+func (e *Engine) queueFactor() int { return max(1, e.opts.MaxQueue/e.opts.MaxConcurrent) }
+
+// Acquire waits for a sandbox slot with no per-tenant limit; see Admit.
 func (e *Engine) Acquire(ctx context.Context) (release func(), err error) {
-	select {
-	case e.slots <- struct{}{}:
-		return e.releaser(), nil
-	default:
+	return e.Admit(ctx, Admission{})
+}
+
+// Admit waits for a sandbox slot for a.Tenant. It returns ErrBusy when the
+// queue (the engine's, or the tenant's share of it) is full or
+// QueueTimeout passes, and ctx.Err() when ctx ends first (the caller
+// leaves the queue). The returned release must be called; a second call
+// does nothing.
+func (e *Engine) Admit(ctx context.Context, a Admission) (release func(), err error) {
+	e.mu.Lock()
+	ts := e.tenants[a.Tenant]
+	if ts == nil {
+		ts = &tenantSlots{}
+		e.tenants[a.Tenant] = ts
 	}
-	if int(e.waiting.Add(1)) > e.opts.MaxQueue {
-		e.waiting.Add(-1)
+	ts.limit = a.Limit
+	// Every slot that is free has no waiter that may take it (dispatch
+	// runs whenever one frees up), so a newcomer within its share takes
+	// it without jumping anyone's turn.
+	if e.running < e.opts.MaxConcurrent && ts.mayRun() {
+		e.grant(ts)
+		e.mu.Unlock()
+		return e.releaser(a.Tenant), nil
+	}
+	if e.waiting >= e.opts.MaxQueue || (ts.limit > 0 && len(ts.queue) >= ts.limit*e.queueFactor()) {
+		e.forget(a.Tenant, ts)
+		e.mu.Unlock()
 		return nil, ErrBusy
 	}
-	defer e.waiting.Add(-1)
+	w := &waiter{ready: make(chan struct{})}
+	ts.queue = append(ts.queue, w)
+	if !slices.Contains(e.turn, a.Tenant) {
+		e.turn = append(e.turn, a.Tenant)
+	}
+	e.waiting++
+	e.mu.Unlock()
+
+	if a.Queued != nil {
+		if err := a.Queued(); err != nil {
+			e.leave(a.Tenant, w)
+			return nil, err
+		}
+	}
 	t := time.NewTimer(e.opts.QueueTimeout)
 	defer t.Stop()
 	select {
-	case e.slots <- struct{}{}:
-		return e.releaser(), nil
+	case <-w.ready:
+		return e.releaser(a.Tenant), nil
 	case <-t.C:
+		if e.leave(a.Tenant, w) {
+			return e.releaser(a.Tenant), nil // handed a slot as the wait ended
+		}
 		return nil, ErrBusy
 	case <-ctx.Done():
+		if e.leave(a.Tenant, w) {
+			e.releaser(a.Tenant)()
+		}
 		return nil, ctx.Err()
 	}
 }
 
-func (e *Engine) releaser() func() {
-	e.running.Add(1)
-	var once atomic.Bool
-	return func() {
-		if once.CompareAndSwap(false, true) {
-			e.running.Add(-1)
-			<-e.slots
+func (ts *tenantSlots) mayRun() bool { return ts.limit <= 0 || ts.running < ts.limit }
+
+// grant counts a slot as taken by ts. The caller holds e.mu.
+func (e *Engine) grant(ts *tenantSlots) {
+	ts.running++
+	e.running++
+}
+
+// leave takes w out of the queue. It reports whether w had already been
+// handed a slot, which the caller then owns.
+func (e *Engine) leave(tenant string, w *waiter) (granted bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w.granted {
+		return true
+	}
+	ts := e.tenants[tenant]
+	ts.queue = slices.DeleteFunc(ts.queue, func(x *waiter) bool { return x == w })
+	e.waiting--
+	e.forget(tenant, ts)
+	return false
+}
+
+// forget drops the state of a tenant that holds and waits for nothing.
+// The caller holds e.mu.
+func (e *Engine) forget(tenant string, ts *tenantSlots) {
+	if len(ts.queue) == 0 {
+		e.turn = slices.DeleteFunc(e.turn, func(t string) bool { return t == tenant })
+		if ts.running == 0 {
+			delete(e.tenants, tenant)
 		}
 	}
 }
 
+// dispatch hands free slots to waiters, one tenant's turn at a time. The
+// caller holds e.mu.
+func (e *Engine) dispatch() {
+	for e.running < e.opts.MaxConcurrent {
+		i := slices.IndexFunc(e.turn, func(t string) bool { return e.tenants[t].mayRun() })
+		if i < 0 {
+			return
+		}
+		tenant := e.turn[i]
+		ts := e.tenants[tenant]
+		w := ts.queue[0]
+		ts.queue = ts.queue[1:]
+		e.waiting--
+		e.grant(ts)
+		w.granted = true
+		close(w.ready)
+		e.turn = slices.Delete(e.turn, i, i+1)
+		if len(ts.queue) > 0 {
+			e.turn = append(e.turn, tenant)
+		}
+	}
+}
+
+func (e *Engine) releaser(tenant string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			ts := e.tenants[tenant]
+			ts.running--
+			e.running--
+			e.forget(tenant, ts)
+			e.dispatch()
+		})
+	}
+}
+
 // Execute runs spec on the driver without taking a slot; the caller must
-// hold one from Acquire.
+// hold one from Acquire or Admit.
 func (e *Engine) Execute(ctx context.Context, spec Spec) (Result, error) {
 	if spec.Timeout <= 0 {
 		spec.Timeout = DefaultTimeout

@@ -1,14 +1,12 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -16,14 +14,21 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // HTTPOptions configure the Streamable HTTP endpoint.
 type HTTPOptions struct {
 	Options
+	// Backend, when set, gives the tools of each HTTP request the Backend
+	// to call, from the request (whose context carries what the API's key
+	// check found); an error from it is answered in the error shape. The
+	// API server sets it to call its execution service directly; APIURL,
+	// HTTPClient, Verify, ForwardHeaders and VerifyTTL are then unused,
+	// since the API checked the key before the request got here.
+	Backend func(r *http.Request) (Backend, error)
 	// APIURL is the base URL the tools call, e.g. "http://127.0.0.1:8080".
-	// With an in-process HTTPClient (InProcessClient) any host will do.
 	APIURL string
 	// HTTPClient carries the API calls; nil means http.DefaultClient.
 	HTTPClient *http.Client
@@ -61,7 +66,7 @@ func HTTPHandler(opts HTTPOptions) http.Handler {
 	if h.opts.VerifyTTL <= 0 {
 		h.opts.VerifyTTL = 30 * time.Second
 	}
-	h.tools = &tools{clientFor: h.clientFor, remote: true, log: h.log}
+	h.tools = &tools{backendFor: h.backendFor, remote: true, log: h.log}
 	h.mcp = mcp.NewStreamableHTTPHandler(h.server, &mcp.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
@@ -108,6 +113,27 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		writeError(w, &client.Error{StatusCode: http.StatusUnauthorized, Code: client.CodeUnauthorized,
 			Message: "missing API key: send Authorization: Bearer kubo_sk_..."})
+		return
+	}
+	if h.opts.Backend != nil {
+		b, err := h.opts.Backend(r)
+		if err != nil {
+			var apiErr *client.Error
+			if !errors.As(err, &apiErr) {
+				h.log.Error("mcp: no backend for the request", "err", err)
+				apiErr = &client.Error{StatusCode: http.StatusInternalServerError, Code: "internal_error",
+					Message: "internal error; quote the request id when reporting it"}
+			}
+			writeError(w, apiErr)
+			return
+		}
+		// The tool handlers get the Backend as the SDK hands on bearer
+		// token information: through the request's context.
+		withToken := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+			return &auth.TokenInfo{Extra: map[string]any{backendExtra: b}}, nil
+		}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+		h.ensureServer(ctx, key)
+		withToken(h.mcp).ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
 	if err := h.verify(ctx, key); err != nil {
@@ -186,6 +212,27 @@ func (h *httpHandler) newClient(ctx context.Context, key string) (*client.Client
 	return client.New(h.opts.APIURL, key, opts...)
 }
 
+// backendExtra names the Backend in auth.TokenInfo.Extra.
+const backendExtra = "vertal.backend"
+
+// backendFor returns the Backend for a tool call: the one HTTPOptions.Backend
+// gave the HTTP request carrying it, or a client with that request's key.
+func (h *httpHandler) backendFor(ctx context.Context, req *mcp.CallToolRequest) (Backend, error) {
+	if h.opts.Backend != nil {
+		if req.Extra != nil && req.Extra.TokenInfo != nil {
+			if b, ok := req.Extra.TokenInfo.Extra[backendExtra].(Backend); ok {
+				return b, nil
+			}
+		}
+		return nil, errors.New("the request's caller is unknown; try again")
+	}
+	c, err := h.clientFor(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return clientBackend{c}, nil
+}
+
 // clientFor builds a client with the key of the HTTP request carrying the
 // tool call.
 func (h *httpHandler) clientFor(ctx context.Context, req *mcp.CallToolRequest) (*client.Client, error) {
@@ -215,7 +262,7 @@ func (h *httpHandler) ensureServer(ctx context.Context, key string) {
 	h.mu.Unlock()
 
 	langs := h.opts.Languages
-	if langs == nil {
+	if langs == nil && h.opts.Backend == nil {
 		if c, err := h.newClient(ctx, key); err == nil {
 			langs = fetchLanguages(ctx, c, h.log)
 		}
@@ -258,59 +305,4 @@ func writeError(w http.ResponseWriter, e *client.Error) {
 		"error":      map[string]string{"code": e.Code, "message": e.Message},
 		"request_id": id,
 	})
-}
-
-// InProcessClient returns an HTTP client that hands requests straight to h
-// instead of the network. The API server can give it to HTTPOptions so the
-// MCP tools reach the API without a loopback connection (and without an
-// edge secret, since h sits behind that check).
-func InProcessClient(h http.Handler) *http.Client {
-	return &http.Client{Transport: handlerTransport{h}}
-}
-
-type handlerTransport struct{ h http.Handler }
-
-func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body == nil {
-		r.Body = http.NoBody
-	}
-	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	req := r.Clone(r.Context())
-	req.RequestURI = r.URL.RequestURI()
-	if req.RemoteAddr == "" {
-		req.RemoteAddr = "127.0.0.1:0"
-	}
-	t.h.ServeHTTP(rec, req)
-	return &http.Response{
-		Status:        http.StatusText(rec.status),
-		StatusCode:    rec.status,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        rec.header,
-		Body:          io.NopCloser(bytes.NewReader(rec.body.Bytes())),
-		ContentLength: int64(rec.body.Len()),
-		Request:       r,
-	}, nil
-}
-
-type recorder struct {
-	header      http.Header
-	status      int
-	wroteHeader bool
-	body        bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(code int) {
-	if !r.wroteHeader {
-		r.status, r.wroteHeader = code, true
-		r.header = r.header.Clone()
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return r.body.Write(b)
 }

@@ -384,16 +384,22 @@ func httpSessionWith(t *testing.T, endpoint, key string, extra map[string]string
 }
 
 func TestHTTPHandler(t *testing.T) {
-	for _, inProcess := range []bool{false, true} {
+	for _, withBackend := range []bool{false, true} {
 		name := "loopback"
-		if inProcess {
-			name = "in process"
+		if withBackend {
+			name = "backend"
 		}
 		t.Run(name, func(t *testing.T) {
 			f, api := newFakeAPI(t)
 			opts := HTTPOptions{APIURL: api.URL + "/api"}
-			if inProcess {
-				opts = HTTPOptions{APIURL: "http://vertal.internal", HTTPClient: InProcessClient(f)}
+			if withBackend {
+				// As the API server does: a Backend per request, for the
+				// caller its key check found (here, the key itself).
+				opts = HTTPOptions{Options: Options{Languages: testLanguages}, Backend: func(r *http.Request) (Backend, error) {
+					key, _ := bearerKey(r.Header.Get("Authorization"))
+					c, err := client.New(api.URL+"/api", key, client.WithMaxRetries(0))
+					return ClientBackend(c), err
+				}}
 			}
 			mcpSrv := httptest.NewServer(HTTPHandler(opts))
 			defer mcpSrv.Close()
@@ -429,7 +435,11 @@ func TestHTTPHandler(t *testing.T) {
 			if diff := cmp.Diff([]string{"POST /v1/executions kubo_sk_alice", "POST /v1/executions kubo_sk_bob"}, runs); diff != "" {
 				t.Errorf("executions (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]string{"GET /v1/usage kubo_sk_alice", "GET /v1/usage kubo_sk_bob"}, usage); diff != "" {
+			wantUsage := []string{"GET /v1/usage kubo_sk_alice", "GET /v1/usage kubo_sk_bob"}
+			if withBackend {
+				wantUsage = nil // the API checked the key before the request got here
+			}
+			if diff := cmp.Diff(wantUsage, usage); diff != "" {
 				t.Errorf("key checks (-want +got):\n%s", diff)
 			}
 		})
@@ -537,8 +547,8 @@ func TestHTTPHandlerLogsQuietly(t *testing.T) {
 		t.Run(tc.level.String(), func(t *testing.T) {
 			var buf syncBuffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
-			f, _ := newFakeAPI(t)
-			h := HTTPHandler(HTTPOptions{Options: Options{Logger: log, Languages: testLanguages}, APIURL: "http://vertal.internal", HTTPClient: InProcessClient(f)})
+			_, api := newFakeAPI(t)
+			h := HTTPHandler(HTTPOptions{Options: Options{Logger: log, Languages: testLanguages}, APIURL: api.URL})
 			srv := httptest.NewServer(h)
 			defer srv.Close()
 			cs, err := httpSession(t, srv.URL, "kubo_sk_alice")

@@ -2,9 +2,12 @@
 // Protocol: a run_code tool and a get_usage tool, on stdio (`vertal mcp`)
 // and on Streamable HTTP (mounted by the API server at /mcp).
 //
-// The tools never touch the engine directly. They call the HTTP API through
-// the public Go SDK with the agent's own key, so authentication, quotas,
-// rate limits, idempotency and metering are exactly those of the API.
+// The tools call a Backend. On stdio (and for an HTTP handler given an
+// APIURL) that is the HTTP API through the public Go SDK with the agent's
+// own key; mounted inside the API server it is the execution service
+// itself, with the caller the API authenticated (HTTPOptions.Backend). The
+// sequence behind both is the same one (internal/execution), so quotas,
+// idempotency and metering are exactly those of the API.
 package mcpserver
 
 import (
@@ -41,12 +44,45 @@ func (o Options) logger() *slog.Logger {
 	return o.Logger
 }
 
-// clientFunc returns the API client a tool call must use.
-type clientFunc func(ctx context.Context, req *mcp.CallToolRequest) (*client.Client, error)
+// Backend is what the tools call. Errors the API would answer with are
+// *client.Error, so an agent reads the same refusal either way.
+type Backend interface {
+	RunCode(ctx context.Context, req RunRequest) (*client.Execution, error)
+	Usage(ctx context.Context) (*client.Usage, error)
+}
+
+// RunRequest is a run_code call.
+type RunRequest struct {
+	Language string
+	Code     string
+	TimeoutS *float64 // nil: the plan's default
+	Stdin    string
+}
+
+// ClientBackend is a Backend over the HTTP API.
+func ClientBackend(c *client.Client) Backend { return clientBackend{c} }
+
+type clientBackend struct{ c *client.Client }
+
+func (b clientBackend) RunCode(ctx context.Context, req RunRequest) (*client.Execution, error) {
+	opts := []client.RunOption{client.WithLanguage(req.Language)}
+	if req.TimeoutS != nil {
+		opts = append(opts, client.WithTimeout(time.Duration(*req.TimeoutS*float64(time.Second))))
+	}
+	if req.Stdin != "" {
+		opts = append(opts, client.WithStdin(req.Stdin))
+	}
+	return b.c.Run(ctx, req.Code, opts...)
+}
+
+func (b clientBackend) Usage(ctx context.Context) (*client.Usage, error) { return b.c.Usage(ctx) }
+
+// backendFunc returns the Backend a tool call must use.
+type backendFunc func(ctx context.Context, req *mcp.CallToolRequest) (Backend, error)
 
 // tools holds what the tool handlers share.
 type tools struct {
-	clientFor clientFunc
+	backendFor backendFunc
 	// remote hides transport details (internal addresses) from callers on
 	// the network; a local stdio user sees them.
 	remote bool
@@ -103,8 +139,8 @@ func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
 		langs = fetchLanguages(ctx, c, opts.logger())
 	}
 	t := &tools{
-		clientFor: func(context.Context, *mcp.CallToolRequest) (*client.Client, error) { return c, nil },
-		log:       opts.logger(),
+		backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return clientBackend{c}, nil },
+		log:        opts.logger(),
 	}
 	return newServer(t, langs, opts.Version)
 }
@@ -171,18 +207,11 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	c, err := t.clientFor(ctx, req)
+	b, err := t.backendFor(ctx, req)
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	opts := []client.RunOption{client.WithLanguage(args.Language)}
-	if args.TimeoutS != nil {
-		opts = append(opts, client.WithTimeout(time.Duration(*args.TimeoutS*float64(time.Second))))
-	}
-	if args.Stdin != "" {
-		opts = append(opts, client.WithStdin(args.Stdin))
-	}
-	ex, err := c.Run(ctx, args.Code, opts...)
+	ex, err := b.RunCode(ctx, RunRequest(args))
 	if err != nil {
 		return t.apiErrorResult(err), nil
 	}
@@ -200,11 +229,11 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 }
 
 func (t *tools) getUsage(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	c, err := t.clientFor(ctx, req)
+	b, err := t.backendFor(ctx, req)
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	u, err := c.Usage(ctx)
+	u, err := b.Usage(ctx)
 	if err != nil {
 		return t.apiErrorResult(err), nil
 	}

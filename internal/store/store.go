@@ -19,7 +19,22 @@ var (
 	ErrNotFound      = errors.New("store: not found")
 	ErrTooManyKeys   = errors.New("store: tenant already has the maximum number of active keys")
 	ErrQuotaExceeded = errors.New("store: daily quota exceeded")
+	// ErrFinished: the execution already has a final status, so it can no
+	// longer be started, canceled or deleted.
+	ErrFinished = errors.New("store: execution already finished")
 )
+
+// The statuses of an execution that has not finished. Every other status
+// (succeeded, failed, timed_out, memory_exceeded, canceled; see
+// internal/engine) is final.
+const (
+	StatusQueued   = "queued"   // accepted, waiting for a sandbox slot
+	StatusRunning  = "running"  // its sandbox is running
+	StatusCanceled = "canceled" // ended by POST /v1/executions/{id}/cancel
+)
+
+// Final reports whether status is a final one.
+func Final(status string) bool { return status != StatusQueued && status != StatusRunning }
 
 // MaxActiveKeys is how many unrevoked keys one tenant may hold.
 const MaxActiveKeys = 5
@@ -59,7 +74,12 @@ type Execution struct {
 	SandboxSeconds  float64
 	CPUSeconds      float64
 	PeakMemoryBytes int64
-	CreatedAt       time.Time
+	CreatedAt       time.Time // when the execution was accepted
+	StartedAt       time.Time // when its sandbox started; zero before (and if it never did)
+	FinishedAt      time.Time // when it reached its final status; zero before
+	// CancelRequested is set by RequestCancel; the node running the
+	// execution sees it and ends the run. SaveExecution ignores it.
+	CancelRequested bool
 	// Purged is set by Purge, which blanked Stdout and Stderr; SaveExecution
 	// ignores it.
 	Purged bool
@@ -109,9 +129,25 @@ type Store interface {
 	// starting at window and returns the count including it.
 	CountRequest(ctx context.Context, tenant string, window time.Time) (count int64, err error)
 
-	// SaveExecution stores a finished execution and adds its sandbox and CPU
-	// seconds to the tenant's usage for the day of e.CreatedAt.
+	// CreateExecution stores an accepted execution that has not finished
+	// (Status queued or running), before anything is acknowledged. It adds
+	// nothing to usage. A duplicate id is an error.
+	CreateExecution(ctx context.Context, e Execution) error
+	// StartExecution moves a queued execution to running, with StartedAt
+	// at. ErrNotFound if there is none; ErrFinished if it has finished.
+	StartExecution(ctx context.Context, tenant, id string, at time.Time) error
+	// SaveExecution stores a finished execution (a final Status): it
+	// replaces the row CreateExecution wrote, or inserts one, and adds its
+	// sandbox and CPU seconds to the tenant's usage for the day of
+	// e.CreatedAt. Saving over a finished execution is an error.
 	SaveExecution(ctx context.Context, e Execution) error
+	// DeleteExecution removes an execution that never ran (refused while it
+	// was queued). ErrFinished for a finished one; ErrNotFound if unknown.
+	DeleteExecution(ctx context.Context, tenant, id string) error
+	// RequestCancel records that tenant asked to cancel the execution and
+	// returns it. ErrFinished if it has finished; ErrNotFound for unknown
+	// ids and for other tenants' ids alike.
+	RequestCancel(ctx context.Context, tenant, id string) (Execution, error)
 	// Execution returns tenant's execution; ErrNotFound for unknown ids and
 	// for other tenants' ids alike.
 	Execution(ctx context.Context, tenant, id string) (Execution, error)

@@ -31,7 +31,7 @@ func TestPlaygroundWithRealServer(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	config := filepath.Join(dir, "config.json")
-	plan := `{"plans": {"one-a-day": {"executions_per_day": 1, "requests_per_minute": 60, "max_timeout_s": 10, "memory_mb": 256}}}`
+	plan := `{"plans": {"one-a-day": {"executions_per_day": 1, "requests_per_minute": 60, "max_timeout_s": 10, "memory_mb": 256, "max_concurrent": 1}}}`
 	if err := os.WriteFile(config, []byte(plan), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -325,18 +325,126 @@ func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Tim
 	return n, nil
 }
 
-// SaveExecution implements store.Store.
-func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
+// executionColumns are read by scanExecution, in its order.
+const executionColumns = `id, tenant, key_id, request_id, language, status, stdout, stderr,
+	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
+	created_at, started_at, finished_at, cancel_requested, purged`
+
+func scanExecution(row pgx.Row) (store.Execution, error) {
+	var (
+		e                 store.Execution
+		stdout, stderr    []byte
+		started, finished *time.Time
+	)
+	err := row.Scan(&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
+		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
+		&e.CreatedAt, &started, &finished, &e.CancelRequested, &e.Purged)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Execution{}, err
+	}
+	e.Stdout, e.Stderr = string(stdout), string(stderr)
+	e.CreatedAt = e.CreatedAt.UTC()
+	if started != nil {
+		e.StartedAt = started.UTC()
+	}
+	if finished != nil {
+		e.FinishedAt = finished.UTC()
+	}
+	return e, nil
+}
+
+// nullTS stores a zero time as NULL.
+func nullTS(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = ts(t)
+	return &t
+}
+
+// lockExecution locks execution id's row for the transaction and checks
+// that it belongs to tenant and has not finished.
+func lockExecution(ctx context.Context, tx pgx.Tx, tenant, id string) error {
+	var owner, status string
+	err := tx.QueryRow(ctx, `SELECT tenant, status FROM executions WHERE id = $1 FOR UPDATE`, id).Scan(&owner, &status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.ErrNotFound
+	case err != nil:
+		return err
+	case owner != tenant:
+		return store.ErrNotFound
+	case store.Final(status):
+		return store.ErrFinished
+	}
+	return nil
+}
+
+// CreateExecution implements store.Store.
+func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
+	if store.Final(e.Status) {
+		return fmt.Errorf("postgres: create execution: status %q is final", e.Status)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
+		stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, '', '', 0, 0, false, 0, 0, 0, $7, $8)`,
+		e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status, ts(e.CreatedAt), nullTS(e.StartedAt))
+	if err != nil {
+		return fmt.Errorf("postgres: create execution: %w", err)
+	}
+	return nil
+}
+
+// StartExecution implements store.Store.
+func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.Time) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
-			stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-			e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
-			[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-			e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt)); err != nil {
+		if err := lockExecution(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
+		_, err := tx.Exec(ctx, `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`, store.StatusRunning, ts(at), id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: start execution: %w", err)
+	}
+	return nil
+}
+
+// SaveExecution implements store.Store.
+func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
+	if !store.Final(e.Status) {
+		return fmt.Errorf("postgres: save execution: status %q is not final", e.Status)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := lockExecution(ctx, tx, e.Tenant, e.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			// An INSERT: a row of another tenant with this id makes it fail.
+			_, err = tx.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
+				stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
+				created_at, started_at, finished_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+				e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
+				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt))
+		case errors.Is(err, store.ErrFinished):
+			err = fmt.Errorf("execution %s exists", e.ID)
+		case err == nil:
+			_, err = tx.Exec(ctx, `UPDATE executions SET key_id = $2, request_id = $3, language = $4, status = $5,
+				stdout = $6, stderr = $7, exit_code = $8, duration_ms = $9, truncated = $10, sandbox_seconds = $11,
+				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16
+				WHERE id = $1`,
+				e.ID, e.KeyID, e.RequestID, e.Language, e.Status,
+				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt))
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (tenant, day) DO UPDATE SET
 				sandbox_seconds = usage_days.sandbox_seconds + excluded.sandbox_seconds,
 				cpu_seconds = usage_days.cpu_seconds + excluded.cpu_seconds`,
@@ -349,25 +457,54 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 	return nil
 }
 
+// DeleteExecution implements store.Store.
+func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockExecution(ctx, tx, tenant, id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM executions WHERE id = $1`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: delete execution: %w", err)
+	}
+	return nil
+}
+
+// RequestCancel implements store.Store.
+func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Execution, error) {
+	var e store.Execution
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := lockExecution(ctx, tx, tenant, id)
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE executions SET cancel_requested = true WHERE id = $1`, id)
+		}
+		if err != nil && !errors.Is(err, store.ErrFinished) {
+			return err
+		}
+		var rerr error
+		e, rerr = scanExecution(tx.QueryRow(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1`, id))
+		if rerr != nil {
+			return rerr
+		}
+		return err // ErrFinished rolls back a transaction that only read
+	})
+	if errors.Is(err, store.ErrFinished) {
+		return e, fmt.Errorf("postgres: request cancel: %w", err)
+	}
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("postgres: request cancel: %w", err)
+	}
+	return e, nil
+}
+
 // Execution implements store.Store.
 func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Execution, error) {
-	var (
-		e              store.Execution
-		stdout, stderr []byte
-	)
-	err := s.pool.QueryRow(ctx, `SELECT id, tenant, key_id, request_id, language, status, stdout, stderr,
-		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, purged
-		FROM executions WHERE id = $1 AND tenant = $2`, id, tenant).Scan(
-		&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
-		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes, &e.CreatedAt, &e.Purged)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = store.ErrNotFound
-	}
+	e, err := scanExecution(s.pool.QueryRow(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1 AND tenant = $2`, id, tenant))
 	if err != nil {
 		return store.Execution{}, fmt.Errorf("postgres: execution: %w", err)
 	}
-	e.Stdout, e.Stderr = string(stdout), string(stderr)
-	e.CreatedAt = e.CreatedAt.UTC()
 	return e, nil
 }
 

@@ -11,6 +11,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -353,18 +354,133 @@ func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Tim
 	return n, nil
 }
 
-// SaveExecution implements store.Store.
-func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
+// executionColumns are read by scanExecution, in its order.
+const executionColumns = `id, tenant, key_id, request_id, language, status, stdout, stderr,
+	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
+	created_at, started_at, finished_at, cancel_requested, purged`
+
+func scanExecution(row *sql.Row) (store.Execution, error) {
+	var (
+		e                 store.Execution
+		stdout, stderr    []byte
+		created           int64
+		started, finished sql.NullInt64
+	)
+	err := row.Scan(&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
+		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
+		&created, &started, &finished, &e.CancelRequested, &e.Purged)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Execution{}, err
+	}
+	e.Stdout, e.Stderr = string(stdout), string(stderr)
+	e.CreatedAt = fromMicros(created)
+	if started.Valid {
+		e.StartedAt = fromMicros(started.Int64)
+	}
+	if finished.Valid {
+		e.FinishedAt = fromMicros(finished.Int64)
+	}
+	return e, nil
+}
+
+// nullMicros stores a zero time as NULL.
+func nullMicros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return micros(t)
+}
+
+// executionState returns the tenant and status of execution id;
+// ErrNotFound if there is none.
+func executionState(ctx context.Context, tx *sql.Tx, id string) (tenant, status string, err error) {
+	err = tx.QueryRowContext(ctx, `SELECT tenant, status FROM executions WHERE id = $1`, id).Scan(&tenant, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	return tenant, status, err
+}
+
+// unfinished checks that execution id of tenant exists and has not finished.
+func unfinished(ctx context.Context, tx *sql.Tx, tenant, id string) error {
+	owner, status, err := executionState(ctx, tx, id)
+	switch {
+	case err != nil:
+		return err
+	case owner != tenant:
+		return store.ErrNotFound
+	case store.Final(status):
+		return store.ErrFinished
+	}
+	return nil
+}
+
+// CreateExecution implements store.Store.
+func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
+	if store.Final(e.Status) {
+		return fmt.Errorf("sqlite: create execution: status %q is final", e.Status)
+	}
+	_, err := s.w.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
+		stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, x'', x'', 0, 0, 0, 0, 0, 0, $7, $8)`,
+		e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status, micros(e.CreatedAt), nullMicros(e.StartedAt))
+	if err != nil {
+		return fmt.Errorf("sqlite: create execution: %w", err)
+	}
+	return nil
+}
+
+// StartExecution implements store.Store.
+func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
-			stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-			e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
-			[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-			e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt)); err != nil {
+		if err := unfinished(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
+		_, err := tx.ExecContext(ctx, `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`,
+			store.StatusRunning, micros(at), id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: start execution: %w", err)
+	}
+	return nil
+}
+
+// SaveExecution implements store.Store.
+func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
+	if !store.Final(e.Status) {
+		return fmt.Errorf("sqlite: save execution: status %q is not final", e.Status)
+	}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		owner, status, err := executionState(ctx, tx, e.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			_, err = tx.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
+				stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
+				created_at, started_at, finished_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+				e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
+				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt))
+		case err != nil:
+		case owner != e.Tenant || store.Final(status):
+			err = fmt.Errorf("execution %s exists", e.ID)
+		default:
+			_, err = tx.ExecContext(ctx, `UPDATE executions SET key_id = $2, request_id = $3, language = $4, status = $5,
+				stdout = $6, stderr = $7, exit_code = $8, duration_ms = $9, truncated = $10, sandbox_seconds = $11,
+				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16
+				WHERE id = $1`,
+				e.ID, e.KeyID, e.RequestID, e.Language, e.Status,
+				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt))
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (tenant, day) DO UPDATE SET
 				sandbox_seconds = sandbox_seconds + excluded.sandbox_seconds,
 				cpu_seconds = cpu_seconds + excluded.cpu_seconds`,
@@ -377,26 +493,51 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 	return nil
 }
 
+// DeleteExecution implements store.Store.
+func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := unfinished(ctx, tx, tenant, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE id = $1`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: delete execution: %w", err)
+	}
+	return nil
+}
+
+// RequestCancel implements store.Store.
+func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Execution, error) {
+	var e store.Execution
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := unfinished(ctx, tx, tenant, id)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `UPDATE executions SET cancel_requested = 1 WHERE id = $1`, id)
+		}
+		if err != nil && !errors.Is(err, store.ErrFinished) {
+			return err
+		}
+		var rerr error
+		e, rerr = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1`, id))
+		return cmp.Or(rerr, err)
+	})
+	if errors.Is(err, store.ErrFinished) {
+		return e, fmt.Errorf("sqlite: request cancel: %w", err)
+	}
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("sqlite: request cancel: %w", err)
+	}
+	return e, nil
+}
+
 // Execution implements store.Store.
 func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Execution, error) {
-	var (
-		e              store.Execution
-		stdout, stderr []byte
-		created        int64
-	)
-	err := s.r.QueryRowContext(ctx, `SELECT id, tenant, key_id, request_id, language, status, stdout, stderr,
-		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, purged
-		FROM executions WHERE id = $1 AND tenant = $2`, id, tenant).Scan(
-		&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
-		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes, &created, &e.Purged)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = store.ErrNotFound
-	}
+	e, err := scanExecution(s.r.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1 AND tenant = $2`, id, tenant))
 	if err != nil {
 		return store.Execution{}, fmt.Errorf("sqlite: execution: %w", err)
 	}
-	e.Stdout, e.Stderr = string(stdout), string(stderr)
-	e.CreatedAt = fromMicros(created)
 	return e, nil
 }
 

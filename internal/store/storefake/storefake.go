@@ -221,14 +221,48 @@ func (s *Store) CountRequest(_ context.Context, tenant string, window time.Time)
 	return s.windows[k], nil
 }
 
-func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
+func (s *Store) CreateExecution(_ context.Context, e store.Execution) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if store.Final(e.Status) {
+		return fmt.Errorf("storefake: create execution %s: status %q is final", e.ID, e.Status)
+	}
 	if _, dup := s.executions[e.ID]; dup {
 		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
 	}
-	e.CreatedAt = ts(e.CreatedAt)
-	e.Purged = false
+	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), time.Time{}
+	e.Purged, e.CancelRequested = false, false
+	s.executions[e.ID] = e
+	return nil
+}
+
+func (s *Store) StartExecution(_ context.Context, tenant, id string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.ErrNotFound
+	case store.Final(e.Status):
+		return store.ErrFinished
+	}
+	e.Status, e.StartedAt = store.StatusRunning, ts(at)
+	s.executions[id] = e
+	return nil
+}
+
+func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !store.Final(e.Status) {
+		return fmt.Errorf("storefake: save execution %s: status %q is not final", e.ID, e.Status)
+	}
+	old, exists := s.executions[e.ID]
+	if exists && (store.Final(old.Status) || old.Tenant != e.Tenant) {
+		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
+	}
+	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), ts(e.FinishedAt)
+	e.Purged, e.CancelRequested = false, exists && old.CancelRequested
 	s.executions[e.ID] = e
 	k := dayKey{e.Tenant, e.CreatedAt.UTC().Format("2006-01-02")}
 	u := s.usage[k]
@@ -236,6 +270,35 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 	u.CPUSeconds += e.CPUSeconds
 	s.usage[k] = u
 	return nil
+}
+
+func (s *Store) DeleteExecution(_ context.Context, tenant, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.ErrNotFound
+	case store.Final(e.Status):
+		return store.ErrFinished
+	}
+	delete(s.executions, id)
+	return nil
+}
+
+func (s *Store) RequestCancel(_ context.Context, tenant, id string) (store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.Execution{}, store.ErrNotFound
+	case store.Final(e.Status):
+		return e, store.ErrFinished
+	}
+	e.CancelRequested = true
+	s.executions[id] = e
+	return e, nil
 }
 
 func (s *Store) Execution(_ context.Context, tenant, id string) (store.Execution, error) {

@@ -58,6 +58,9 @@ var cases = []struct {
 	{"CountRequestConcurrent", testCountRequestConcurrent},
 	{"SaveAndGetExecution", testSaveAndGetExecution},
 	{"SaveExecutionDuplicate", testSaveExecutionDuplicate},
+	{"ExecutionLifecycle", testExecutionLifecycle},
+	{"ExecutionLifecycleRefusals", testExecutionLifecycleRefusals},
+	{"DeleteExecution", testDeleteExecution},
 	{"UsageByUTCDay", testUsageByUTCDay},
 	{"Purge", testPurge},
 	{"ClaimIdempotency", testClaimIdempotency},
@@ -622,6 +625,106 @@ func testSaveExecutionDuplicate(t *testing.T, s store.Store) {
 	if u := usage(t, s, "acme", "2025-03-14"); u.SandboxSeconds != 0.5 {
 		t.Errorf("Usage.SandboxSeconds = %v, want 0.5", u.SandboxSeconds)
 	}
+}
+
+// testExecutionLifecycle: queued, then running, then finished, one row
+// throughout; metering is added once, when it finishes.
+func testExecutionLifecycle(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	done := execution("exe_0123456789abcdef0123456789abcdef", "acme", t0)
+	accepted := store.Execution{ID: done.ID, Tenant: done.Tenant, KeyID: done.KeyID, RequestID: done.RequestID,
+		Language: done.Language, Status: store.StatusQueued, CreatedAt: t0}
+	must(t, "CreateExecution", s.CreateExecution(ctx, accepted))
+	if err := s.CreateExecution(ctx, accepted); err == nil {
+		t.Errorf("CreateExecution of a duplicate id: no error")
+	}
+	steps := []struct {
+		name string
+		do   func() error
+		want store.Execution
+	}{
+		{"queued", func() error { return nil },
+			store.Execution{ID: done.ID, Tenant: "acme", KeyID: done.KeyID, RequestID: done.RequestID, Language: "python",
+				Status: store.StatusQueued, CreatedAt: us(t0)}},
+		{"running", func() error { return s.StartExecution(ctx, "acme", done.ID, t0.Add(time.Second)) },
+			store.Execution{ID: done.ID, Tenant: "acme", KeyID: done.KeyID, RequestID: done.RequestID, Language: "python",
+				Status: store.StatusRunning, CreatedAt: us(t0), StartedAt: us(t0.Add(time.Second))}},
+		{"cancel requested", func() error { _, err := s.RequestCancel(ctx, "acme", done.ID); return err },
+			store.Execution{ID: done.ID, Tenant: "acme", KeyID: done.KeyID, RequestID: done.RequestID, Language: "python",
+				Status: store.StatusRunning, CreatedAt: us(t0), StartedAt: us(t0.Add(time.Second)), CancelRequested: true}},
+		{"canceled", func() error {
+			e := done
+			e.Status, e.StartedAt, e.FinishedAt = store.StatusCanceled, t0.Add(time.Second), t0.Add(3*time.Second)
+			return s.SaveExecution(ctx, e)
+		}, func() store.Execution {
+			e := done
+			e.Status, e.CreatedAt, e.StartedAt, e.FinishedAt = store.StatusCanceled, us(t0), us(t0.Add(time.Second)), us(t0.Add(3*time.Second))
+			e.CancelRequested = true
+			return e
+		}()},
+	}
+	for _, step := range steps {
+		must(t, step.name, step.do())
+		got, err := s.Execution(ctx, "acme", done.ID)
+		must(t, "Execution", err)
+		if diff := cmp.Diff(step.want, got); diff != "" {
+			t.Errorf("after %s: Execution (-want +got):\n%s", step.name, diff)
+		}
+		// Metering only once the execution has finished.
+		want := 0.0
+		if store.Final(step.want.Status) {
+			want = done.SandboxSeconds
+		}
+		if u := usage(t, s, "acme", "2025-03-14"); u.SandboxSeconds != want {
+			t.Errorf("after %s: Usage.SandboxSeconds = %v, want %v", step.name, u.SandboxSeconds, want)
+		}
+	}
+}
+
+// testExecutionLifecycleRefusals: a finished execution cannot be started,
+// canceled, deleted or saved again; another tenant's is not found.
+func testExecutionLifecycleRefusals(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	done := execution("exe_0123456789abcdef0123456789abcdef", "acme", t0)
+	must(t, "SaveExecution", s.SaveExecution(ctx, done))
+	running := store.Execution{ID: "exe_11111111111111111111111111111111", Tenant: "acme", KeyID: done.KeyID,
+		RequestID: done.RequestID, Language: "python", Status: store.StatusRunning, CreatedAt: t0, StartedAt: t0}
+	must(t, "CreateExecution", s.CreateExecution(ctx, running))
+
+	got, err := s.RequestCancel(ctx, "acme", done.ID)
+	wantErr(t, "RequestCancel of a finished execution", err, store.ErrFinished)
+	if got.Status != "succeeded" {
+		t.Errorf("RequestCancel of a finished execution returned status %q, want succeeded", got.Status)
+	}
+	wantErr(t, "StartExecution of a finished execution", s.StartExecution(ctx, "acme", done.ID, t0), store.ErrFinished)
+	wantErr(t, "DeleteExecution of a finished execution", s.DeleteExecution(ctx, "acme", done.ID), store.ErrFinished)
+	_, err = s.RequestCancel(ctx, "other", running.ID)
+	wantErr(t, "RequestCancel of another tenant's execution", err, store.ErrNotFound)
+	_, err = s.RequestCancel(ctx, "acme", "exe_ffffffffffffffffffffffffffffffff")
+	wantErr(t, "RequestCancel of an unknown execution", err, store.ErrNotFound)
+	wantErr(t, "StartExecution of another tenant's execution", s.StartExecution(ctx, "other", running.ID, t0), store.ErrNotFound)
+	wantErr(t, "DeleteExecution of another tenant's execution", s.DeleteExecution(ctx, "other", running.ID), store.ErrNotFound)
+	other := done
+	other.ID, other.Tenant = running.ID, "other"
+	if err := s.SaveExecution(ctx, other); err == nil {
+		t.Errorf("SaveExecution over another tenant's running execution: no error")
+	}
+	got, err = s.Execution(ctx, "acme", running.ID)
+	must(t, "Execution", err)
+	if got.Status != store.StatusRunning {
+		t.Errorf("status after the refusals = %q, want running", got.Status)
+	}
+}
+
+func testDeleteExecution(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	queued := store.Execution{ID: "exe_0123456789abcdef0123456789abcdef", Tenant: "acme", KeyID: "key_000000000001",
+		RequestID: "req_1", Language: "python", Status: store.StatusQueued, CreatedAt: t0}
+	must(t, "CreateExecution", s.CreateExecution(ctx, queued))
+	must(t, "DeleteExecution", s.DeleteExecution(ctx, "acme", queued.ID))
+	_, err := s.Execution(ctx, "acme", queued.ID)
+	wantErr(t, "Execution after DeleteExecution", err, store.ErrNotFound)
+	wantErr(t, "DeleteExecution again", s.DeleteExecution(ctx, "acme", queued.ID), store.ErrNotFound)
 }
 
 func testUsageByUTCDay(t *testing.T, s store.Store) {

@@ -1,0 +1,97 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
+)
+
+// MCPBackend returns what the MCP tools of the /mcp request r call: the
+// execution service, as the caller the API authenticated for r. Nothing
+// they do is counted against the rate again (the message was), while
+// quota, idempotency and metering are those of POST /v1/executions,
+// because it is the same sequence. Use it for mcpserver.HTTPOptions.Backend.
+func (s *Server) MCPBackend(r *http.Request) (mcpserver.Backend, error) {
+	c, ok := CallerFromContext(r.Context())
+	if !ok {
+		return nil, errors.New("api: MCPBackend outside an authenticated /mcp request")
+	}
+	return mcpBackend{s: s, c: c, info: infoFrom(r.Context())}, nil
+}
+
+type mcpBackend struct {
+	s    *Server
+	c    *Caller
+	info *requestInfo // of the /mcp request: its id names the execution and its errors
+}
+
+func (b mcpBackend) RunCode(ctx context.Context, req mcpserver.RunRequest) (*client.Execution, error) {
+	out, err := b.s.exec.Run(ctx, *b.c, execution.Request{
+		Input:     execution.Input{Language: &req.Language, Code: &req.Code, TimeoutS: req.TimeoutS, Stdin: &req.Stdin},
+		RequestID: b.info.id,
+	})
+	if err != nil {
+		return nil, b.clientError(err)
+	}
+	raw, err := json.Marshal(toResponse(out.Execution, b.info.id))
+	if err != nil {
+		return nil, err
+	}
+	var ex client.Execution
+	if err := json.Unmarshal(raw, &ex); err != nil {
+		return nil, err
+	}
+	ex.Raw = raw
+	return &ex, nil
+}
+
+func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
+	body, err := b.s.usage(ctx, b.c)
+	if err != nil {
+		return nil, b.clientError(err)
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	var u client.Usage
+	if err := json.Unmarshal(raw, &u); err != nil {
+		return nil, err
+	}
+	u.Raw = raw
+	return &u, nil
+}
+
+// clientError gives a tool the refusal the HTTP API would have answered
+// with, through the one table of errors.go, and logs what the client does
+// not see.
+func (b mcpBackend) clientError(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	e := asError(err)
+	b.s.metrics.observeError(kindCode(e.Kind))
+	if st := kindStatus(e.Kind); st >= 500 {
+		// As in the access log: overload is the server working as designed.
+		level := slog.LevelError
+		if st == http.StatusServiceUnavailable {
+			level = slog.LevelWarn
+		}
+		b.s.log.Log(context.Background(), level, "mcp tool call failed", "request_id", b.info.id,
+			"tenant", b.c.Key.Tenant, "error_code", kindCode(e.Kind), "error", e.Error())
+	}
+	return &client.Error{
+		StatusCode: kindStatus(e.Kind),
+		Code:       kindCode(e.Kind),
+		Message:    e.Msg,
+		RequestID:  b.info.id,
+		RetryAfter: time.Duration(e.RetryAfter) * time.Second,
+	}
+}

@@ -1,0 +1,85 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
+
+// IdempotencyTTL is how long an Idempotency-Key is remembered.
+const IdempotencyTTL = 24 * time.Hour
+
+// abandonMargin is the slack past the longest a request can hold a claim,
+// for store writes and clock skew between nodes.
+const abandonMargin = time.Minute
+
+// idempotencyWait bounds how long a request waits for an earlier one with
+// the same key: long enough for that one to queue and run to its longest
+// timeout, so a client retrying a slow request gets its result.
+func (s *Service) idempotencyWait(c Caller) time.Duration {
+	if s.opts.IdempotencyWait > 0 {
+		return s.opts.IdempotencyWait
+	}
+	return time.Duration(c.Plan.MaxTimeoutS)*time.Second + s.opts.QueueTimeout + 15*time.Second
+}
+
+// ClaimAbandonAfter is the age at which a claim that is still running
+// counts as abandoned: no request holds one longer than the wait for a
+// slot plus the longest timeout of any plan (not the caller's, which may
+// have changed since) plus runMargin. Only a request whose process died
+// leaves one behind; without this its key would answer 409 for a day.
+func (s *Service) ClaimAbandonAfter() time.Duration {
+	maxT := 0
+	for _, p := range s.plans {
+		maxT = max(maxT, p.MaxTimeoutS)
+	}
+	return s.opts.QueueTimeout + time.Duration(maxT)*time.Second + runMargin + abandonMargin
+}
+
+// claimIdempotency claims key for this request. It returns (nil, nil) when
+// this request now owns the key and must run, or the stored execution to
+// replay. While another request with the same key and body is running it
+// waits, looking at the store with a growing pause; if that request gives
+// its claim up (it ran nothing), this one claims the key and runs.
+func (s *Service) claimIdempotency(ctx context.Context, c Caller, key, hash string) (*store.Execution, error) {
+	deadline := s.now().Add(s.idempotencyWait(c))
+	pause := 10 * time.Millisecond
+	for {
+		now := s.now()
+		rec, claimed, err := s.store.ClaimIdempotency(ctx, c.Key.Tenant, key, hash, now, now.Add(-IdempotencyTTL), now.Add(-s.ClaimAbandonAfter()))
+		if err != nil {
+			return nil, Internal(err)
+		}
+		if claimed {
+			return nil, nil
+		}
+		if rec.BodyHash != hash {
+			return nil, Errorf(KindIdempotencyConflict, "this Idempotency-Key was already used with a different request body")
+		}
+		if rec.ExecutionID != "" {
+			e, err := s.store.Execution(ctx, c.Key.Tenant, rec.ExecutionID)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, Internal(errors.New("idempotency record points at missing execution " + rec.ExecutionID))
+			}
+			if err != nil {
+				return nil, Internal(err)
+			}
+			return &e, nil
+		}
+		if !now.Before(deadline) {
+			e := Errorf(KindIdempotencyInProgress, "a request with this Idempotency-Key is still running; retry later")
+			e.RetryAfter = 1
+			return nil, e
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, s.opts.IdempotencyPoll)
+	}
+}

@@ -1,0 +1,443 @@
+// Package execution is the one path a request to run code takes, whatever
+// its entry point (the HTTP API, the MCP server, and later async workers):
+// validate and apply defaults (where a request becomes an engine.Spec),
+// claim the Idempotency-Key, store the accepted execution, wait for a
+// sandbox slot fairly among tenants, reserve the daily quota, run, then
+// meter (or refund) and store the result. Entry points only translate
+// their wire format to an Input and a returned *Error to theirs.
+//
+// Nothing is acknowledged that is not stored: an execution is written to
+// the store when it is accepted (queued or running) and again when it
+// finishes; if either write fails, the caller gets KindUnavailable, the
+// quota is given back and the idempotency claim released.
+package execution
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
+
+// Options configure a Service. Store and Engine are required.
+type Options struct {
+	Store  store.Store
+	Engine *engine.Engine
+	// Languages are the runnable languages (config.ResolveLanguages).
+	Languages []engine.Language
+	// Plans by name; nil means config.DefaultPlans(). The longest timeout
+	// of any plan bounds how long an idempotency claim can be held.
+	Plans map[string]config.Plan
+	// MaxCodeBytes and MaxStdinBytes cap a request; zero means the config
+	// defaults.
+	MaxCodeBytes  int
+	MaxStdinBytes int
+	// QueueTimeout is the engine's wait for a slot; it bounds how long a
+	// request waits for a concurrent one with the same Idempotency-Key.
+	QueueTimeout time.Duration
+	// IdempotencyWait overrides that bound (plan max timeout + QueueTimeout
+	// + 15 s); IdempotencyPoll is the longest pause between two looks at
+	// the store while waiting (default 200 ms).
+	IdempotencyWait time.Duration
+	IdempotencyPoll time.Duration
+	// CancelPoll is how often the node running an execution looks in the
+	// store for a cancel recorded by another node (default 1 s).
+	CancelPoll time.Duration
+	// Metrics counts executions and replays; nil counts nothing.
+	Metrics Metrics
+	// Logger receives what goes wrong after an answer is decided; nil
+	// discards it.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Metrics is what the service reports to the operator's metrics.
+type Metrics interface {
+	ObserveReplay()
+	ObserveExecution(language, status string, d time.Duration)
+}
+
+// Caller is the authenticated tenant behind a request.
+type Caller struct {
+	Key  store.Key // the key used; Key.Plan is the tenant's plan
+	Plan config.Plan
+}
+
+// Service runs executions. It is safe for concurrent use.
+type Service struct {
+	opts    Options
+	store   store.Store
+	engine  *engine.Engine
+	langs   Languages
+	plans   map[string]config.Plan
+	metrics Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	mu     sync.Mutex
+	active map[string]*active // executions accepted on this node and not yet final
+}
+
+// New returns a Service.
+func New(opts Options) (*Service, error) {
+	if opts.Store == nil || opts.Engine == nil {
+		return nil, errors.New("execution: Store and Engine are required")
+	}
+	s := &Service{
+		opts:    opts,
+		store:   opts.Store,
+		engine:  opts.Engine,
+		plans:   opts.Plans,
+		metrics: opts.Metrics,
+		log:     opts.Logger,
+		now:     opts.Now,
+		active:  map[string]*active{},
+	}
+	if s.plans == nil {
+		s.plans = config.DefaultPlans()
+	}
+	if s.metrics == nil {
+		s.metrics = noMetrics{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.opts.MaxCodeBytes <= 0 {
+		s.opts.MaxCodeBytes = config.DefaultMaxCodeBytes
+	}
+	if s.opts.MaxStdinBytes <= 0 {
+		s.opts.MaxStdinBytes = config.DefaultMaxStdinBytes
+	}
+	if s.opts.IdempotencyPoll <= 0 {
+		s.opts.IdempotencyPoll = 200 * time.Millisecond
+	}
+	if s.opts.CancelPoll <= 0 {
+		s.opts.CancelPoll = time.Second
+	}
+	var err error
+	if s.langs, err = NewLanguages(opts.Languages); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ObserveReplay()                                 {}
+func (noMetrics) ObserveExecution(string, string, time.Duration) {}
+
+// Languages are the languages the service runs.
+func (s *Service) Languages() Languages { return s.langs }
+
+// MaxCodeBytes and MaxStdinBytes are the request caps in effect.
+func (s *Service) MaxCodeBytes() int  { return s.opts.MaxCodeBytes }
+func (s *Service) MaxStdinBytes() int { return s.opts.MaxStdinBytes }
+
+var idPattern = regexp.MustCompile(`^exe_[0-9a-f]{32}$`)
+
+// ValidID reports whether id looks like an execution id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails; it aborts the process instead
+	return "exe_" + hex.EncodeToString(b)
+}
+
+// runMargin is added to an execution's timeout to bound the whole run,
+// including sandbox creation and teardown, when the client has gone.
+const runMargin = 60 * time.Second
+
+// cancelWait bounds how long Cancel waits for a run on this node to end.
+const cancelWait = 15 * time.Second
+
+// Request is one request to run code.
+type Request struct {
+	Input
+	// IdempotencyKey, when set, makes a retry with the same Input get the
+	// stored result instead of running again.
+	IdempotencyKey string
+	// RequestID is stored with the execution.
+	RequestID string
+	// Accepted, if set, is called with the execution's id when it is
+	// stored or replayed (for the access log).
+	Accepted func(id string)
+	// Quota, if set, is called once the daily quota has been reserved.
+	Quota func(Quota)
+}
+
+// Quota is a tenant's daily execution quota after a reservation.
+type Quota struct {
+	Limit     int64
+	Remaining int64
+	Reset     time.Time // the next UTC midnight
+}
+
+// Outcome is a finished execution: run now, or replayed.
+type Outcome struct {
+	Execution store.Execution
+	Replay    bool
+}
+
+// Run runs one request through the whole sequence. A program that fails,
+// times out or is canceled is an Outcome; an error is an *Error (or the
+// caller's ctx.Err() when it left while waiting), and then nothing was
+// stored, nothing counted and the idempotency claim released.
+func (s *Service) Run(ctx context.Context, c Caller, req Request) (Outcome, error) {
+	p, err := s.prepare(c, req.Input)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if req.IdempotencyKey != "" {
+		replay, err := s.claimIdempotency(ctx, c, req.IdempotencyKey, p.hash)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if replay != nil {
+			s.metrics.ObserveReplay()
+			if req.Accepted != nil {
+				req.Accepted(replay.ID)
+			}
+			return Outcome{Execution: *replay, Replay: true}, nil
+		}
+	}
+	exe, err := s.run(ctx, c, req, p)
+	if req.IdempotencyKey != "" {
+		bg := context.WithoutCancel(ctx)
+		if err == nil {
+			if err := s.store.CompleteIdempotency(bg, c.Key.Tenant, req.IdempotencyKey, exe.ID); err != nil {
+				// The execution is stored; a retry waits for the claim to
+				// be abandoned rather than running the code twice.
+				s.log.Error("completing idempotency key", "request_id", req.RequestID, "error", err)
+			}
+		} else if err := s.store.ReleaseIdempotency(bg, c.Key.Tenant, req.IdempotencyKey); err != nil {
+			s.log.Error("releasing idempotency key", "request_id", req.RequestID, "error", err)
+		}
+	}
+	return Outcome{Execution: exe}, err
+}
+
+// run is the sequence after the idempotency claim. On error nothing is
+// left stored or counted.
+func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (store.Execution, error) {
+	tenant := c.Key.Tenant
+	bg := context.WithoutCancel(ctx)
+	now := s.now().UTC()
+	exe := store.Execution{
+		ID:        newID(),
+		Tenant:    tenant,
+		KeyID:     c.Key.ID,
+		RequestID: req.RequestID,
+		Language:  p.spec.Language.Name,
+		CreatedAt: now,
+	}
+	p.spec.ID = exe.ID
+	a := &active{done: make(chan struct{})}
+	stored := false // a row for exe is in the store
+	accept := func(status string) error {
+		exe.Status = status
+		if status == store.StatusRunning {
+			exe.StartedAt = s.now().UTC()
+		}
+		if err := s.store.CreateExecution(ctx, exe); err != nil {
+			return unavailable(fmt.Errorf("storing accepted execution %s: %w", exe.ID, err))
+		}
+		stored = true
+		s.track(exe.ID, a)
+		go s.pollCancel(tenant, exe.ID, a)
+		if req.Accepted != nil {
+			req.Accepted(exe.ID)
+		}
+		return nil
+	}
+	defer func() {
+		if stored {
+			s.untrack(exe.ID)
+		}
+		close(a.done)
+	}()
+	// forget removes the row of an execution that ends without a result.
+	forget := func() {
+		if !stored {
+			return
+		}
+		if err := s.store.DeleteExecution(bg, tenant, exe.ID); err != nil {
+			s.log.Error("deleting execution that did not run", "request_id", req.RequestID, "execution_id", exe.ID, "error", err)
+		}
+	}
+
+	// Wait for a slot. The wait ends when the client leaves or the
+	// execution is canceled.
+	waitCtx, stopWait := context.WithCancel(ctx)
+	defer stopWait()
+	a.setCancel(stopWait)
+	release, err := s.engine.Admit(waitCtx, engine.Admission{
+		Tenant: tenant,
+		Limit:  c.Plan.MaxConcurrent,
+		Queued: func() error { return accept(store.StatusQueued) },
+	})
+	switch {
+	case err == nil:
+	case a.isCanceled():
+		// Canceled while queued: it never ran and used no quota.
+		exe.Status, exe.FinishedAt = store.StatusCanceled, s.now().UTC()
+		s.metrics.ObserveExecution(exe.Language, exe.Status, 0)
+		return s.save(bg, req, exe, false)
+	case errors.Is(err, engine.ErrBusy):
+		forget()
+		e := Errorf(KindOverloaded, "every sandbox is busy; retry shortly")
+		e.RetryAfter = 1
+		return store.Execution{}, e
+	default:
+		forget()
+		return store.Execution{}, err // the client left the queue, or storing failed
+	}
+	defer release()
+
+	day := now.Format(time.DateOnly)
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	limit := c.Plan.ExecutionsPerDay
+	used, err := s.store.ReserveExecution(ctx, tenant, day, limit)
+	if errors.Is(err, store.ErrQuotaExceeded) {
+		forget()
+		e := Errorf(KindQuotaExceeded, "daily quota of %d executions reached", limit)
+		e.RetryAfter = secondsUntil(now, midnight)
+		e.Quota = &Quota{Limit: limit, Remaining: 0, Reset: midnight}
+		return store.Execution{}, e
+	}
+	if err != nil {
+		forget()
+		return store.Execution{}, Internal(err)
+	}
+	refund := func() {
+		if err := s.store.RefundExecution(bg, tenant, day); err != nil {
+			s.log.Error("refunding quota", "request_id", req.RequestID, "error", err)
+		}
+	}
+	if req.Quota != nil {
+		req.Quota(Quota{Limit: limit, Remaining: max(0, limit-used), Reset: midnight})
+	}
+
+	if stored {
+		exe.Status, exe.StartedAt = store.StatusRunning, s.now().UTC()
+		if err := s.store.StartExecution(bg, tenant, exe.ID, exe.StartedAt); err != nil {
+			// The accepted row is there; only its state is behind.
+			s.log.Error("marking execution running", "request_id", req.RequestID, "execution_id", exe.ID, "error", err)
+		}
+	} else if err := accept(store.StatusRunning); err != nil {
+		refund()
+		return store.Execution{}, err
+	}
+
+	if a.isCanceled() {
+		// Canceled between the slot and the start: nothing ran.
+		refund()
+		exe.Status, exe.FinishedAt = store.StatusCanceled, s.now().UTC()
+		s.metrics.ObserveExecution(exe.Language, exe.Status, 0)
+		return s.save(bg, req, exe, false)
+	}
+
+	// The run does not stop when the client hangs up: the quota is spent,
+	// and the result is stored so that GET or an idempotent retry gets it.
+	// Only a cancel (or the bound) ends it early.
+	runCtx, stopRun := context.WithTimeout(bg, p.spec.Timeout+runMargin)
+	defer stopRun()
+	a.setCancel(stopRun)
+	res, runErr := s.engine.Execute(runCtx, p.spec)
+	release()
+	if runErr == nil && res.Status == engine.StatusError {
+		runErr = errors.New("driver reported a platform error")
+	}
+	canceled := a.isCanceled()
+	if runErr != nil && !canceled {
+		s.metrics.ObserveExecution(exe.Language, string(engine.StatusError), 0)
+		refund()
+		forget()
+		return store.Execution{}, &Error{Kind: KindSandboxError, Msg: "the sandbox failed to run the code; it was not counted against your quota",
+			Err: fmt.Errorf("running %s: %w", exe.ID, runErr)}
+	}
+	if runErr == nil {
+		exe.Status = string(res.Status)
+		exe.Stdout, exe.Stderr = res.Stdout, res.Stderr
+		exe.ExitCode = res.ExitCode
+		exe.DurationMS = res.Duration.Milliseconds()
+		exe.Truncated = res.Truncated
+		exe.SandboxSeconds = res.Usage.SandboxSeconds
+		exe.CPUSeconds = res.Usage.CPUSeconds
+		exe.PeakMemoryBytes = res.Usage.PeakMemoryBytes
+	}
+	if canceled {
+		// Its sandbox started, so it counts, with what it used.
+		exe.Status = store.StatusCanceled
+	}
+	exe.FinishedAt = s.now().UTC()
+	s.metrics.ObserveExecution(exe.Language, exe.Status, res.Duration)
+	saved, err := s.save(bg, req, exe, true)
+	if err != nil {
+		refund()
+	}
+	return saved, err
+}
+
+// save stores the finished exe. If that fails, the accepted row is
+// removed if possible and the caller gets KindUnavailable: an answer with
+// an id that GET cannot find would be worse than none.
+func (s *Service) save(ctx context.Context, req Request, exe store.Execution, ran bool) (store.Execution, error) {
+	if err := s.store.SaveExecution(ctx, exe); err != nil {
+		if derr := s.store.DeleteExecution(ctx, exe.Tenant, exe.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+			s.log.Error("deleting execution that could not be saved", "request_id", req.RequestID, "execution_id", exe.ID, "error", derr)
+		}
+		what := "storing the result of"
+		if !ran {
+			what = "storing the cancel of"
+		}
+		return store.Execution{}, unavailable(fmt.Errorf("%s %s: %w", what, exe.ID, err))
+	}
+	return exe, nil
+}
+
+// Get returns tenant's execution in whatever state it is.
+func (s *Service) Get(ctx context.Context, c Caller, id string) (store.Execution, error) {
+	if !ValidID(id) {
+		return store.Execution{}, Errorf(KindNotFound, "execution not found")
+	}
+	e, err := s.store.Execution(ctx, c.Key.Tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Execution{}, Errorf(KindNotFound, "execution not found")
+	}
+	if err != nil {
+		return store.Execution{}, Internal(err)
+	}
+	return e, nil
+}
+
+// Usage returns the caller's metering for today (UTC) and the day.
+func (s *Service) Usage(ctx context.Context, c Caller) (store.DayUsage, string, error) {
+	day := s.now().UTC().Format(time.DateOnly)
+	u, err := s.store.Usage(ctx, c.Key.Tenant, day)
+	if err != nil {
+		return store.DayUsage{}, day, Internal(err)
+	}
+	return u, day, nil
+}
+
+// secondsUntil rounds up, and is at least 1 so a client never retries at once.
+func secondsUntil(now, t time.Time) int {
+	d := t.Sub(now)
+	secs := int((d + time.Second - 1) / time.Second)
+	return max(1, secs)
+}
