@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // Status is the outcome of one check.
@@ -139,6 +140,7 @@ func Run(ctx context.Context, opts Options) Report {
 		rep.Checks = append(rep.Checks, Check{Group: "driver", Name: "reap leftovers", Status: StatusOK,
 			Detail: fmt.Sprintf("%d removed", n)})
 	}
+	rep.Checks = append(rep.Checks, cgroupRows(opts.Driver)...)
 
 	langs := map[string]engine.Language{}
 	for _, l := range opts.Languages {
@@ -154,6 +156,42 @@ func Run(ctx context.Context, opts Options) Report {
 		rep.Checks = append(rep.Checks, poolChecks(ctx, opts.Pool, opts.Languages, opts.PoolWait)...)
 	}
 	return rep
+}
+
+// cgroupDriver is a driver that manages cgroups itself (the oci driver).
+type cgroupDriver interface {
+	CgroupMode() string
+	CgroupBases() []string
+	Enforced() []sandbox.Protection
+}
+
+// cgroupRows say which cgroup mode the driver runs on, where the
+// sandboxes' cgroups live, and what enforces each cgroup-backed limit in
+// that mode. The isolation probes then show each limit working.
+func cgroupRows(d engine.Driver) []Check {
+	cd, ok := d.(cgroupDriver)
+	if !ok {
+		return nil
+	}
+	where := "?"
+	if bases := cd.CgroupBases(); len(bases) == 1 {
+		where = bases[0]
+	} else if len(bases) > 1 {
+		where = fmt.Sprintf("%s and %d more hierarchies", bases[0], len(bases)-1)
+	}
+	rows := []Check{{Group: "cgroups", Name: "cgroup mode", Status: StatusOK,
+		Detail: cd.CgroupMode() + "; sandboxes' cgroups under " + where}}
+	for _, p := range cd.Enforced() {
+		switch p.Name {
+		case sandbox.ProtMemory, sandbox.ProtCPU, sandbox.ProtPids, sandbox.ProtTimeout:
+			st := StatusOK
+			if !p.Enforced {
+				st = StatusFail
+			}
+			rows = append(rows, Check{Group: "cgroups", Name: p.Name, Status: st, Detail: p.How, Fix: p.Fix})
+		}
+	}
+	return rows
 }
 
 // fixFromError turns a driver construction error into a fix. The drivers'

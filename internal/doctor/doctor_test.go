@@ -201,8 +201,9 @@ func TestProbeEvaluations(t *testing.T) {
 		{"/tmp mount options noexec,nosuid,nodev", res(`{"options": "rw,noexec,rw,mode=1777"}`), false},
 		{"/tmp noexec also through the dynamic loader", res(`{"ldso": "refused: failed to map segment"}`), true},
 		{"/tmp noexec also through the dynamic loader", res(`{"ldso": "ran"}`), false},
-		{sandbox.ProtUser, res(`{"uid": 65534, "euid": 65534, "gid": 65534, "egid": 65534, "groups": []}`), true},
-		{sandbox.ProtUser, res(`{"uid": 65534, "euid": 65534, "gid": 65534, "egid": 65534, "groups": [0]}`), false},
+		{sandbox.ProtUser, res(`{"uid": 2000000042, "euid": 2000000042, "gid": 2000000042, "egid": 2000000042, "groups": []}`), true},
+		{sandbox.ProtUser, res(`{"uid": 2000000042, "euid": 2000000042, "gid": 2000000042, "egid": 2000000042, "groups": [0]}`), false},
+		{sandbox.ProtUser, res(`{"uid": 65534, "euid": 65534, "gid": 65534, "egid": 65534, "groups": []}`), false}, // shared by every sandbox
 		{sandbox.ProtUser, res(`{"uid": 0, "euid": 0, "gid": 0, "egid": 0, "groups": []}`), false},
 		{sandbox.ProtCaps, res(`{"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "prctl_no_new_privs": "1"}`), true},
 		{sandbox.ProtCaps, res(`{"CapEff": "00000000a80425fb", "prctl_no_new_privs": "1"}`), false},
@@ -276,5 +277,45 @@ func TestProbeSkips(t *testing.T) {
 				t.Errorf("%s skipped: %s", p.Name, p.Skip)
 			}
 		}
+	}
+}
+
+// cgroupFake is a driver that reports its cgroup mode, as the oci driver does.
+type cgroupFake struct {
+	fakeDriver
+	mode  string
+	bases []string
+	prots []sandbox.Protection
+}
+
+func (c *cgroupFake) CgroupMode() string             { return c.mode }
+func (c *cgroupFake) CgroupBases() []string          { return c.bases }
+func (c *cgroupFake) Enforced() []sandbox.Protection { return c.prots }
+
+func TestCgroupRows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    engine.Driver
+		want []Check
+	}{
+		{"no cgroups of its own", &fakeDriver{name: "docker/runc"}, nil},
+		{"v2 with gaps", &cgroupFake{mode: "v2", bases: []string{"/sys/fs/cgroup/system.slice/vertal.service/vertal"}, prots: []sandbox.Protection{
+			{Name: sandbox.ProtMemory, Enforced: true, How: "memory.max"},
+			{Name: sandbox.ProtNetwork, Enforced: true, How: "netns"},
+			{Name: sandbox.ProtPids, Enforced: false, How: "none", Fix: "enable pids"},
+		}}, []Check{
+			{Group: "cgroups", Name: "cgroup mode", Status: StatusOK, Detail: "v2; sandboxes' cgroups under /sys/fs/cgroup/system.slice/vertal.service/vertal"},
+			{Group: "cgroups", Name: sandbox.ProtMemory, Status: StatusOK, Detail: "memory.max"},
+			{Group: "cgroups", Name: sandbox.ProtPids, Status: StatusFail, Detail: "none", Fix: "enable pids"},
+		}},
+		{"v1 hierarchies", &cgroupFake{mode: "hybrid", bases: []string{"/sys/fs/cgroup/memory/vertal", "/sys/fs/cgroup/pids/vertal"}}, []Check{
+			{Group: "cgroups", Name: "cgroup mode", Status: StatusOK, Detail: "hybrid; sandboxes' cgroups under /sys/fs/cgroup/memory/vertal and 1 more hierarchies"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, cgroupRows(tc.d)); diff != "" {
+				t.Errorf("cgroupRows (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // ProbeEnv is what the probes need to know about the host.
@@ -331,13 +332,16 @@ func userProbe() Probe {
 				return false, err.Error()
 			}
 			detail := fmt.Sprintf("uid %d euid %d gid %d egid %d groups %v", out.UID, out.EUID, out.GID, out.EGID, out.Groups)
-			ok := out.UID == sandbox.UID && out.EUID == sandbox.UID && out.GID == sandbox.GID && out.EGID == sandbox.GID
+			// A uid of the sandbox pool, the same as gid: per-user kernel
+			// limits are then the sandbox's own.
+			inPool := out.UID >= uidpool.DefaultFirst && out.UID < uidpool.DefaultFirst+uidpool.DefaultCount
+			ok := inPool && out.EUID == out.UID && out.GID == out.UID && out.EGID == out.UID
 			for _, g := range out.Groups {
-				ok = ok && g == sandbox.GID
+				ok = ok && g == out.GID
 			}
 			return ok, detail
 		},
-		Fix: "run user code as 65534:65534 with no supplementary groups (process.user; docker --user 65534:65534)",
+		Fix: "run user code as a uid:gid of its own from the sandbox pool, with no supplementary groups (process.user; docker --user)",
 	}
 }
 

@@ -15,8 +15,13 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
-// UID and GID run all user code: the conventional "nobody", which owns
-// nothing in the image and nothing on the host.
+// UID and GID are the conventional "nobody", which owns nothing in the
+// image and nothing on the host: the image names it, and a container that
+// is created but never started (the docker driver's image probe) runs as
+// it. User code never does: every sandbox runs as a host uid (and gid) of
+// its own, leased from package uidpool for the sandbox's lifetime, because
+// the kernel counts per-user limits (inotify instances, message queues,
+// processes) per host uid, across sandboxes.
 const (
 	UID = 65534
 	GID = 65534
@@ -37,6 +42,23 @@ func Env() []string {
 		"HOME=" + WorkDir,
 		"LANG=C.UTF-8",
 	}
+}
+
+// EnvFor is the environment of user code under limits l: Env, plus the
+// V8 heap sizing Node.js would derive from the memory limit if it could see
+// it. What a sandbox sees of its memory differs by driver and runtime (the
+// host's RAM through /proc/meminfo under crun, runc and oci+runsc; the
+// cgroup limit under docker+runc and docker+runsc), and Node sizes every
+// isolate's heap, each worker thread's too, from what it sees: 4 GiB heaps
+// under a 512 MiB limit on one driver, 256 MiB on another, so the same
+// program ended differently. The numbers are V8's own defaults for a
+// machine of l.MemoryBytes (old space half of it, semi-space 1/512 of it,
+// 1 to 16 MiB), so every driver now behaves as Node does on docker+runc.
+func EnvFor(l engine.Limits) []string {
+	l = l.WithDefaults()
+	mib := l.MemoryBytes >> 20
+	semi := min(max(mib/512, 1), 16)
+	return append(Env(), fmt.Sprintf("NODE_OPTIONS=--max-old-space-size=%d --max-semi-space-size=%d", max(mib/2, 16), semi))
 }
 
 // MaskedPaths are hidden from user code (bind-mounted over with an empty
@@ -129,7 +151,7 @@ const (
 	ProtNetwork    = "no network (own netns, loopback only)"
 	ProtReadonly   = "read-only root filesystem"
 	ProtTmp        = "/tmp tmpfs, size-limited, noexec,nosuid,nodev"
-	ProtUser       = "uid/gid 65534"
+	ProtUser       = "own uid/gid per sandbox, not root"
 	ProtCaps       = "all capabilities dropped"
 	ProtNoNewPrivs = "no-new-privileges"
 	ProtSeccomp    = "seccomp profile (ours)"

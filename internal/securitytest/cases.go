@@ -13,6 +13,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // functionalCases prove that ordinary programs behave as the API promises.
@@ -383,7 +384,16 @@ for fn, arg in [(os.setuid, 0), (os.setgid, 0), (os.setgroups, [0])]:
 `,
 		Check: func(t *testing.T, res engine.Result, err error) {
 			wantStatus(t, res, err, engine.StatusSucceeded, 0)
-			want := []string{"ids 65534 65534 65534 65534 []", "CapEff 0000000000000000", "Seccomp 2",
+			// A uid of its own, leased from the host-wide pool, as gid too.
+			var uid, euid, gid, egid int
+			for _, line := range strings.Split(res.Stdout, "\n") {
+				fmt.Sscanf(line, "ids %d %d %d %d []", &uid, &euid, &gid, &egid)
+			}
+			if uid < uidpool.DefaultFirst || uid >= uidpool.DefaultFirst+uidpool.DefaultCount || euid != uid || gid != uid || egid != uid {
+				t.Errorf("ids %d %d %d %d; want one uid of the sandbox pool (%d+%d) as uid, euid, gid and egid, and no groups",
+					uid, euid, gid, egid, uidpool.DefaultFirst, uidpool.DefaultCount)
+			}
+			want := []string{"CapEff 0000000000000000", "Seccomp 2",
 				"no_new_privs 1", "capget [0, 0, 0, 0, 0, 0]", "bounding []", "ambient []"}
 			for _, w := range want {
 				wantContains(t, res.Stdout, w+"\n")
@@ -418,10 +428,7 @@ for fn, arg in [(os.setuid, 0), (os.setgid, 0), (os.setgroups, [0])]:
 			t.Logf("targets: host addresses %v, local resolvers %v", e.listen.hostIPs, e.listen.resolver)
 		}})
 
-	var masked []string
-	for _, p := range sandbox.MaskedPaths() {
-		masked = append(masked, p)
-	}
+	masked := sandbox.MaskedPaths()
 	cs = append(cs, Case{Name: "masked_proc_and_sys", Lang: "python", Code: `
 import os
 for p in ` + quoteList(masked) + `:
@@ -492,7 +499,7 @@ for p in ["/proc/self/environ", "/proc/1/environ", "/proc/1/cmdline"]:
         print(p, open(p, "rb").read().replace(b"\0", b" ").decode())
     except OSError as e:
         print(p, "unreadable", e.errno)
-extra = set(env) - {"PATH", "HOME", "LANG", "HOSTNAME"}
+extra = set(env) - {"PATH", "HOME", "LANG", "HOSTNAME", "NODE_OPTIONS"}
 print("UNEXPECTED env", sorted(extra)) if extra else print("env clean")
 print("home", env.get("HOME"), "lang", env.get("LANG"))
 `,

@@ -122,6 +122,10 @@ func Run(t *testing.T, d engine.Driver, langs map[string]engine.Language, opts .
 	t.Run("fresh_state", func(t *testing.T) { freshState(t, e) })
 	t.Run("output_flood_memory_flat", func(t *testing.T) { outputFlood(t, e) })
 	t.Run("fork_bomb_then_healthy", func(t *testing.T) { forkBombThenHealthy(t, e) })
+	for _, a := range perUserAttacks() {
+		t.Run(a.name, func(t *testing.T) { perUserLimits(t, e, a) })
+	}
+	t.Run("agree", func(t *testing.T) { agree(t, e) })
 }
 
 // run executes one case through the driver.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
 )
 
 // accounting reads an execution's CPU time and peak memory after its
@@ -18,13 +20,30 @@ import (
 // (HostConfig.CgroupParent) of its own: the kernel charges CPU time and
 // memory to every ancestor as it happens, and the parent keeps both totals
 // until we read them and remove it. It costs no API round trip.
+//
+// With the engine's systemd cgroup driver (Docker's default on cgroup v2
+// hosts run by systemd) a parent must be a slice. systemd keeps a slice
+// after its last container has gone, and removes its cgroup when the unit
+// is stopped, which remove does through systemd's D-Bus API.
 type accounting struct {
-	root string // where the cgroup hierarchies are mounted
-	v2   bool
+	root    string // where the cgroup hierarchies are mounted
+	v2      bool
+	systemd bool // parents are slices (v2 only)
+	// stopUnit stops a systemd unit; nil: through D-Bus.
+	stopUnit func(name string) error
 }
 
-func newAccounting(cgroupVersion string) *accounting {
+// newAccounting returns the accounting for an engine with the given cgroup
+// version ("1", "2") and driver ("cgroupfs", "systemd"), or nil where it
+// cannot work.
+func newAccounting(cgroupVersion, cgroupDriver string) *accounting {
 	a := &accounting{root: "/sys/fs/cgroup", v2: cgroupVersion == "2"}
+	switch {
+	case cgroupDriver == "systemd" && a.v2:
+		a.systemd = true
+	case cgroupDriver != "cgroupfs":
+		return nil
+	}
 	probe := filepath.Join(a.root, "memory")
 	if a.v2 {
 		probe = filepath.Join(a.root, "cgroup.controllers")
@@ -35,20 +54,40 @@ func newAccounting(cgroupVersion string) *accounting {
 	return a
 }
 
+// sliceParent is the slice all systemd-driver parents are in: the "vertal"
+// before the first dash of their names.
+const sliceParent = "vertal.slice"
+
 // prefix starts the cgroup names of one driver instance's executions.
 func prefix(inst string) string { return "vertal-docker_" + inst + "_" }
 
 // parent is the CgroupParent for one execution. It sits at the top of each
 // hierarchy, one directory per execution, so removing it never races with
-// another execution creating its own.
-func (a *accounting) parent(inst, id string) string { return "/" + prefix(inst) + id }
+// another execution creating its own. With the systemd driver it is the
+// slice "vertal-docker_<inst>_<id>.slice", which systemd nests in
+// vertal.slice (a dash in a slice's name means nesting, so the id's dashes
+// are escaped as systemd-escape does).
+func (a *accounting) parent(inst, id string) string {
+	if a.systemd {
+		return prefix(inst) + strings.ReplaceAll(id, "-", `\x2d`) + ".slice"
+	}
+	return "/" + prefix(inst) + id
+}
+
+// dir is the execution's parent cgroup directory on v2.
+func (a *accounting) dir(inst, id string) string {
+	if a.systemd {
+		return filepath.Join(a.root, sliceParent, a.parent(inst, id))
+	}
+	return filepath.Join(a.root, a.parent(inst, id))
+}
 
 // usage reads what the execution's parent cgroup recorded. Missing files
 // (an old kernel without memory.peak, a controller not mounted) give 0.
 func (a *accounting) usage(inst, id string) (cpuSeconds float64, peakBytes int64) {
 	p := a.parent(inst, id)
 	if a.v2 {
-		dir := filepath.Join(a.root, p)
+		dir := a.dir(inst, id)
 		if usec, ok := statField(filepath.Join(dir, "cpu.stat"), "usage_usec"); ok {
 			cpuSeconds = float64(usec) / 1e6
 		}
@@ -65,6 +104,28 @@ func (a *accounting) usage(inst, id string) (cpuSeconds float64, peakBytes int64
 // remove deletes the execution's parent cgroup from every hierarchy,
 // children first (a child is left only if the engine died mid-run).
 func (a *accounting) remove(inst, id string) error {
+	if a.systemd {
+		dir := a.dir(inst, id)
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		stop := a.stopUnit
+		if stop == nil {
+			stop = func(name string) error {
+				m, err := cgroup2.LoadSystemd(sliceParent, name)
+				if err != nil {
+					return err
+				}
+				return m.DeleteSystemd()
+			}
+		}
+		if err := stop(a.parent(inst, id)); err != nil {
+			return fmt.Errorf("stopping %s: %w", a.parent(inst, id), err)
+		}
+		// Stopping the unit removed its cgroup; a directory still there
+		// means systemd did not know the slice.
+		return rmdirTree(dir)
+	}
 	var errs []error
 	for _, h := range a.hierarchies() {
 		if err := rmdirTree(filepath.Join(h, prefix(inst)+id)); err != nil {
@@ -79,6 +140,16 @@ func (a *accounting) remove(inst, id string) error {
 func (a *accounting) leftovers(inst string) []string {
 	seen := map[string]bool{}
 	var ids []string
+	if a.systemd {
+		entries, _ := os.ReadDir(filepath.Join(a.root, sliceParent))
+		for _, e := range entries {
+			name, ok := strings.CutPrefix(e.Name(), prefix(inst))
+			if name, isSlice := strings.CutSuffix(name, ".slice"); ok && isSlice && e.IsDir() {
+				ids = append(ids, strings.ReplaceAll(name, `\x2d`, "-"))
+			}
+		}
+		return ids
+	}
 	for _, h := range a.hierarchies() {
 		entries, _ := os.ReadDir(h)
 		for _, e := range entries {

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -8,12 +9,16 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // containerConfig turns one execution into the container Docker creates.
 // Every hardening item of the sandbox policy is set here, in one place, so
 // the unit test can hold the whole list against the policy.
-func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int) (*container.Config, *container.HostConfig) {
+//
+// uid is the sandbox's own host uid (and gid), leased from the uidpool:
+// no per-user kernel limit is shared with another sandbox.
+func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid uint32) (*container.Config, *container.HostConfig) {
 	lim := spec.Limits.WithDefaults()
 	img := spec.Language.Image
 	if img == "" {
@@ -24,8 +29,8 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int) (*co
 		Image:      img,
 		Cmd:        command(spec.Language),
 		Entrypoint: []string{}, // an image's entrypoint is not ours to run
-		Env:        slices.Clone(d.policy.Env),
-		User:       d.policy.User,
+		Env:        sandbox.EnvFor(lim),
+		User:       fmt.Sprintf("%d:%d", uid, uid),
 		WorkingDir: d.policy.WorkDir,
 		Hostname:   d.policy.Hostname,
 		// Stdin is always a pipe, closed after spec.Stdin is written (so a

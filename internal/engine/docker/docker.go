@@ -2,7 +2,7 @@
 // Docker Engine API (the official Go client, never the docker CLI).
 //
 // One Run is one container: created with the sandbox policy (no network,
-// read-only root, a small noexec /tmp, uid 65534, no capabilities, our
+// read-only root, a small noexec /tmp, a host uid of its own, no capabilities, our
 // seccomp profile, cgroup limits), attached before it starts, waited for
 // with the execution's timeout, and force-removed whatever happens. Every
 // container carries labels naming this driver instance, so Reap can remove
@@ -29,6 +29,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // Labels put on every container. Reap finds ours by labelSandbox and
@@ -72,6 +73,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// UIDs leases each sandbox a host uid of its own. Default: the
+	// host-wide pool every driver shares (uidpool.DefaultDir).
+	UIDs *uidpool.Pool
 }
 
 // Driver runs sandboxes with the Docker Engine. It is safe for concurrent
@@ -88,6 +92,7 @@ type Driver struct {
 	cli      *client.Client
 	log      *slog.Logger
 	acct     *accounting // nil when cgroup accounting is unavailable
+	uids     *uidpool.Pool
 	policy   policy
 	gvisor   bool
 	instance string   // random token
@@ -176,12 +181,21 @@ func newDriver(ctx context.Context, cli *client.Client, opts Options, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("docker: sandbox policy: %w", err)
 	}
+	if opts.UIDs == nil {
+		// The uids must be the Docker engine's host's: it is this one
+		// whenever the engine's socket is local, as the code directories'
+		// bind mounts already require.
+		if opts.UIDs, err = uidpool.New("", 0, 0); err != nil {
+			return nil, fmt.Errorf("%w: docker: %w", engine.ErrUnavailable, err)
+		}
+	}
 	d := &Driver{
 		opts:     opts,
 		cli:      cli,
 		log:      log,
 		policy:   pol,
 		gvisor:   gvisor,
+		uids:     opts.UIDs,
 		inFlight: make(map[string]bool),
 	}
 	if err := d.claimInstance(); err != nil {
@@ -189,8 +203,8 @@ func newDriver(ctx context.Context, cli *client.Client, opts Options, log *slog.
 	}
 	// Usage comes from a per-execution parent cgroup that outlives the
 	// container; that needs the engine's cgroups on this host.
-	if info.CgroupDriver == "cgroupfs" && strings.HasPrefix(cli.DaemonHost(), "unix://") {
-		d.acct = newAccounting(info.CgroupVersion)
+	if strings.HasPrefix(cli.DaemonHost(), "unix://") {
+		d.acct = newAccounting(info.CgroupVersion, info.CgroupDriver)
 	}
 	return d, nil
 }

@@ -72,14 +72,14 @@ func TestContainerConfig(t *testing.T) {
 				instance: inst,
 				acct:     &accounting{},
 			}
-			cfg, host := d.containerConfig(tc.spec, "/run/v/"+inst+"/"+tc.spec.ID, 42)
+			cfg, host := d.containerConfig(tc.spec, "/run/v/"+inst+"/"+tc.spec.ID, 42, 2_000_000_042)
 
 			wantCfg := &container.Config{
 				Image:        tc.wantImage,
 				Cmd:          []string{"python3", "/code/main.py"},
 				Entrypoint:   []string{},
-				Env:          sandbox.Env(),
-				User:         "65534:65534",
+				Env:          sandbox.EnvFor(tc.spec.Limits),
+				User:         "2000000042:2000000042",
 				WorkingDir:   "/tmp",
 				Hostname:     "sandbox",
 				AttachStdin:  true, // always a pipe: see containerConfig
@@ -216,6 +216,7 @@ func TestAccounting(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		v2       bool
+		systemd  bool
 		files    map[string]string
 		wantCPU  float64
 		wantPeak int64
@@ -242,13 +243,27 @@ func TestAccounting(t *testing.T) {
 			wantPeak: 2048,
 		},
 		{
+			name:    "v2, systemd driver",
+			v2:      true,
+			systemd: true,
+			files: map[string]string{
+				"vertal.slice/vertal-docker_i_exe_1.slice/cpu.stat":    "usage_usec 250000\nuser_usec 200000\n",
+				"vertal.slice/vertal-docker_i_exe_1.slice/memory.peak": "2048\n",
+			},
+			wantCPU:  0.25,
+			wantPeak: 2048,
+			wantDirs: []string{"vertal.slice/vertal-docker_i_exe_1.slice"},
+		},
+		{
 			name:  "files missing",
 			files: map[string]string{},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
-			a := &accounting{root: root, v2: tc.v2}
+			a := &accounting{root: root, v2: tc.v2, systemd: tc.systemd}
+			// Stopping a slice makes systemd remove its cgroup.
+			a.stopUnit = func(name string) error { return os.RemoveAll(filepath.Join(root, sliceParent, name)) }
 			for name, content := range tc.files {
 				p := filepath.Join(root, name)
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -286,5 +301,28 @@ func TestAccounting(t *testing.T) {
 				t.Errorf("after remove, leftovers %v", left)
 			}
 		})
+	}
+}
+
+// TestSliceParent: with the systemd driver a dash in a slice's name means
+// nesting, so an execution id's dashes are escaped, and leftovers undoes it.
+func TestSliceParent(t *testing.T) {
+	root := t.TempDir()
+	a := &accounting{root: root, v2: true, systemd: true}
+	for _, tc := range []struct{ id, want string }{
+		{"exe_1", "vertal-docker_i_exe_1.slice"},
+		{"exe-1.a", `vertal-docker_i_exe\x2d1.a.slice`},
+	} {
+		if got := a.parent("i", tc.id); got != tc.want {
+			t.Errorf("parent(i, %q) = %q; want %q", tc.id, got, tc.want)
+		}
+		if err := os.MkdirAll(filepath.Join(root, sliceParent, tc.want), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := a.leftovers("i")
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"exe-1.a", "exe_1"}, got); diff != "" {
+		t.Errorf("leftovers (-want +got):\n%s", diff)
 	}
 }

@@ -27,6 +27,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
 
@@ -643,8 +645,10 @@ func TestEngineAppliesPolicy(t *testing.T) {
 			}
 			pol := d.policy
 
-			if got, want := s.Process.User, (specs.User{UID: 65534, GID: 65534}); got.UID != want.UID || got.GID != want.GID {
-				t.Errorf("user %d:%d, want 65534:65534", got.UID, got.GID)
+			// Docker lists the primary gid among the additional ones.
+			if u := s.Process.User; u.UID != u.GID || u.UID < uidpool.DefaultFirst || u.UID >= uidpool.DefaultFirst+uidpool.DefaultCount ||
+				slices.ContainsFunc(u.AdditionalGids, func(g uint32) bool { return g != u.GID }) {
+				t.Errorf("user %d:%d %v, want a leased uid = gid and no other group", u.UID, u.GID, u.AdditionalGids)
 			}
 			if !s.Process.NoNewPrivileges {
 				t.Error("noNewPrivileges is off")
@@ -661,7 +665,7 @@ func TestEngineAppliesPolicy(t *testing.T) {
 			if diff := cmp.Diff(wantRlimits, s.Process.Rlimits); diff != "" {
 				t.Errorf("rlimits (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(pol.Env, envWithout(s.Process.Env, "HOSTNAME")); diff != "" {
+			if diff := cmp.Diff(sandbox.EnvFor(spec.Limits), envWithout(s.Process.Env, "HOSTNAME")); diff != "" {
 				t.Errorf("environment (-want +got):\n%s", diff)
 			}
 			if !s.Root.Readonly {
@@ -807,7 +811,7 @@ func dockerRunArgs(b *testing.B, d *Driver, lang engine.Language, code string) (
 	if err := os.WriteFile(profile, []byte(d.policy.Seccomp), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	cfg, host := d.containerConfig(engine.Spec{ID: "exe_cli", Language: lang}, codeDir, os.Getpid())
+	cfg, host := d.containerConfig(engine.Spec{ID: "exe_cli", Language: lang}, codeDir, os.Getpid(), sandbox.UID)
 	r := host.Resources
 	args := []string{"run", "--rm", "--runtime", host.Runtime, "--init", "--network", string(host.NetworkMode),
 		"--ipc", string(host.IpcMode), "--cgroupns", string(host.CgroupnsMode), "--read-only",

@@ -13,8 +13,6 @@ import (
 // policy is the shared sandbox policy (internal/sandbox) in Docker's terms,
 // computed once per driver.
 type policy struct {
-	Env           []string
-	User          string // "uid:gid"
 	WorkDir       string
 	Hostname      string
 	MaskedPaths   []string
@@ -32,8 +30,6 @@ func newPolicy(rt string) (policy, error) {
 		return policy{}, fmt.Errorf("seccomp profile: %w", err)
 	}
 	return policy{
-		Env:           sandbox.Env(),
-		User:          fmt.Sprintf("%d:%d", sandbox.UID, sandbox.GID),
 		WorkDir:       sandbox.WorkDir,
 		Hostname:      sandbox.Hostname,
 		MaskedPaths:   sandbox.MaskedPaths(),
@@ -99,7 +95,7 @@ func enforced(gvisor bool) []sandbox.Protection {
 		yes(sandbox.ProtNetwork, "NetworkMode none: own network namespace with lo only"),
 		yes(sandbox.ProtReadonly, "ReadonlyRootfs; code bind-mounted read-only"),
 		yes(sandbox.ProtTmp, "Docker tmpfs at /tmp with size, noexec, nosuid, nodev"),
-		yes(sandbox.ProtUser, "User 65534:65534"),
+		yes(sandbox.ProtUser, "User: a host uid:gid leased per sandbox (uidpool)"),
 		yes(sandbox.ProtCaps, "CapDrop ALL"),
 		yes(sandbox.ProtNoNewPrivs, "security-opt no-new-privileges"),
 		yes(sandbox.ProtSeccomp, "security-opt seccomp=<our profile>, ENOSYS default"),

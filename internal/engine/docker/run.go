@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // validID keeps an execution ID usable as a file name, a cgroup name and
@@ -81,6 +82,7 @@ type execution struct {
 	spec engine.Spec
 
 	dir     string // code directory on the host, "" until created
+	uid     *uidpool.Lease
 	name    string // container name, "" until creation was asked for
 	id      string // container ID, "" until created
 	removed bool   // the container was already force-removed
@@ -100,11 +102,15 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 		return engine.Result{}, fmt.Errorf("docker: writing code: %w", err)
 	}
 
-	cfg, host := d.containerConfig(spec, s.dir, os.Getpid())
+	var err error
+	if s.uid, err = d.uids.Acquire(); err != nil {
+		return engine.Result{}, fmt.Errorf("docker: %w", err)
+	}
+	cfg, host := d.containerConfig(spec, s.dir, os.Getpid(), s.uid.UID)
 	// Named, so that a create whose answer was lost (ctx cancelled in
 	// flight) can still be found and removed.
 	s.name = containerName(d.instance, spec.ID)
-	created, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, s.name)
+	created, err := d.create(ctx, cfg, host, s.name)
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("docker: creating container: %w", err)
 	}
@@ -247,6 +253,21 @@ func (s *execution) remove() error {
 // volumes, killing what still runs in it; a container already gone is not
 // an error. It runs on a context of its own, since cleanup must happen
 // even when the caller's context is what ended the execution.
+// create creates a container whatever happens to ctx meanwhile. A create
+// cancelled in flight may still complete in the engine after a removal by
+// name found nothing (seen when the pool closed during a pre-start), which
+// leaves a container behind; a create is short, so it is always waited
+// for, up to cleanupTimeout, and its id is then known to the caller's
+// cleanup.
+func (d *Driver) create(ctx context.Context, cfg *container.Config, host *container.HostConfig, name string) (container.CreateResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return container.CreateResponse{}, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return d.cli.ContainerCreate(cctx, cfg, host, nil, nil, name)
+}
+
 func (d *Driver) forceRemove(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
@@ -275,6 +296,13 @@ func (s *execution) cleanup() error {
 		if err := s.d.acct.remove(s.d.instance, s.spec.ID); err != nil {
 			errs = append(errs, fmt.Errorf("docker: %w", err))
 		}
+	}
+	// The uid goes back last: nothing runs as it once the container is
+	// removed. If that failed, the next holder checks for itself.
+	if len(errs) == 0 {
+		s.uid.Release()
+	} else {
+		s.uid.Abandon()
 	}
 	return errors.Join(errs...)
 }

@@ -25,6 +25,8 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // Prestarter creates warm sandboxes for package pool: containers made by
@@ -123,7 +125,11 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 	wl.Command = ln.Args
 	// Stdin is attached, as for every cold container: the go line comes
 	// through it before the user's stdin.
-	cfg, host := d.containerConfig(engine.Spec{ID: w.id, Language: wl, Stdin: "attached", Limits: limits}, codeDir, os.Getpid())
+	// The uid is the sandbox's until Discard.
+	if w.uid, err = d.uids.Acquire(); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	cfg, host := d.containerConfig(engine.Spec{ID: w.id, Language: wl, Stdin: "attached", Limits: limits}, codeDir, os.Getpid(), w.uid.UID)
 	for i, f := range ln.Files {
 		src := filepath.Join(w.dir, fmt.Sprintf("launcher-%d", i))
 		if err := os.WriteFile(src, f.Content, 0o644); err != nil {
@@ -132,7 +138,7 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: f.Target, ReadOnly: true})
 	}
 	w.name = containerName(d.instance, w.id)
-	created, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, w.name)
+	created, err := d.create(ctx, cfg, host, w.name)
 	if err != nil {
 		return nil, fmt.Errorf("docker: creating container: %w", err)
 	}
@@ -250,6 +256,7 @@ type warmContainer struct {
 	dir  string
 	file string
 	mem  int64
+	uid  *uidpool.Lease
 
 	att            *types.HijackedResponse
 	stdout, stderr *handoverSink
@@ -402,6 +409,11 @@ func (w *warmContainer) Discard(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("docker: %w", err))
 			}
 		}
+		if len(errs) == 0 {
+			w.uid.Release()
+		} else {
+			w.uid.Abandon()
+		}
 		w.d.end(w.id)
 		w.discErr = errors.Join(errs...)
 	})
@@ -431,7 +443,8 @@ func (d *Driver) newProbe(ctx context.Context, lang engine.Language) (*probe, er
 		d.end(p.id)
 		return nil, fmt.Errorf("docker: probe directory: %w", err)
 	}
-	cfg, host := d.containerConfig(engine.Spec{ID: p.id, Language: lang, Limits: engine.Limits{}.WithDefaults()}, dir, os.Getpid())
+	// Never started: nothing runs as its uid, so none is leased.
+	cfg, host := d.containerConfig(engine.Spec{ID: p.id, Language: lang, Limits: engine.Limits{}.WithDefaults()}, dir, os.Getpid(), sandbox.UID)
 	host.CgroupParent = "" // never started: no cgroup to account
 	created, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(d.instance, p.id))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"path"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -20,23 +19,65 @@ const initPath = "/dev/init"
 // idPlaceholder marks where the execution id goes in a config template.
 const idPlaceholder = "@@VERTAL_EXECUTION_ID@@"
 
+// uidPlaceholder stands for the sandbox's own uid (and gid) in a config
+// template: no uidpool range reaches it.
+const uidPlaceholder = 4_000_000_007
+
 // templateKey identifies everything config.json depends on except the id.
 type templateKey struct {
 	image, file, command string
 	limits               engine.Limits
 }
 
-// template is config.json split around the execution id, so an execution
-// costs a concatenation instead of building and encoding a spec.
+// template is config.json split around the execution id and the
+// sandbox's uid, so an execution costs a concatenation instead of building
+// and encoding a spec.
 type template struct {
-	prefix, suffix []byte
+	parts [][]byte // len(holes)+1 pieces of JSON
+	holes []byte   // 'i' the execution id, 'u' the uid
 }
 
-func (t *template) render(id string) []byte {
-	b := make([]byte, 0, len(t.prefix)+len(id)+len(t.suffix))
-	b = append(b, t.prefix...)
-	b = append(b, id...)
-	return append(b, t.suffix...)
+// userJSON is how encoding/json writes process.user with uid = gid = u.
+func userJSON(u uint32) string { return fmt.Sprintf(`"user":{"uid":%d,"gid":%d}`, u, u) }
+
+// newTemplate splits an encoded spec built with idPlaceholder and
+// uidPlaceholder; each must appear exactly once.
+func newTemplate(b []byte) (*template, error) {
+	t := &template{}
+	user := userJSON(uidPlaceholder)
+	for {
+		i, u := bytes.Index(b, []byte(idPlaceholder)), bytes.Index(b, []byte(user))
+		switch {
+		case i < 0 && u < 0:
+			t.parts = append(t.parts, b)
+			if string(t.holes) != "iu" && string(t.holes) != "ui" {
+				return nil, fmt.Errorf("config template: execution id and user must appear exactly once")
+			}
+			return t, nil
+		case u < 0 || i >= 0 && i < u:
+			t.parts, t.holes, b = append(t.parts, b[:i]), append(t.holes, 'i'), b[i+len(idPlaceholder):]
+		default:
+			t.parts, t.holes, b = append(t.parts, b[:u]), append(t.holes, 'u'), b[u+len(user):]
+		}
+	}
+}
+
+func (t *template) render(id string, uid uint32) []byte {
+	user := userJSON(uid)
+	n := len(id) + len(user)
+	for _, p := range t.parts {
+		n += len(p)
+	}
+	b := make([]byte, 0, n)
+	for i, h := range t.holes {
+		b = append(b, t.parts[i]...)
+		if h == 'i' {
+			b = append(b, id...)
+		} else {
+			b = append(b, user...)
+		}
+	}
+	return append(b, t.parts[len(t.parts)-1]...)
 }
 
 // template returns the cached config template for a language and limits.
@@ -56,11 +97,9 @@ func (d *Driver) template(lang engine.Language, l engine.Limits) (*template, err
 	if err != nil {
 		return nil, fmt.Errorf("encoding config.json: %w", err)
 	}
-	pre, suf, ok := bytes.Cut(b, []byte(idPlaceholder))
-	if !ok || bytes.Contains(suf, []byte(idPlaceholder)) {
-		return nil, fmt.Errorf("config template: execution id must appear exactly once")
+	if t, err = newTemplate(b); err != nil {
+		return nil, err
 	}
-	t = &template{prefix: pre, suffix: suf}
 	d.mu.Lock()
 	if len(d.templates) > 256 { // languages × plans is small; bound it anyway
 		clear(d.templates)
@@ -105,9 +144,11 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 		Version: ociVersion,
 		Process: &specs.Process{
 			Args: args,
-			Env:  sandbox.Env(),
+			Env:  sandbox.EnvFor(l),
 			Cwd:  sandbox.WorkDir,
-			User: specs.User{UID: sandbox.UID, GID: sandbox.GID},
+			// Each sandbox runs as a host uid of its own (uidpool): no
+			// per-user kernel limit is shared between executions.
+			User: specs.User{UID: uidPlaceholder, GID: uidPlaceholder},
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{},
 			},
@@ -125,7 +166,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 			{Destination: engine.CodeDir, Type: "bind", Source: "code", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: &specs.Linux{
-			CgroupsPath: "/" + path.Join(d.cg.base, id, sandboxLeaf),
+			CgroupsPath: d.cg.runtimePath(id),
 			// Limits live on the parent cgroup the driver creates; the
 			// runtime only confines the sandbox's devices.
 			Resources: &specs.LinuxResources{

@@ -7,42 +7,104 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	cgroupsmode "github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
-// cgroups manages the cgroup v1 hierarchies of this host.
+// Cgroup modes, as Driver.CgroupMode reports them.
+const (
+	// CgroupV1: only cgroup v1 hierarchies.
+	CgroupV1 = "v1"
+	// CgroupHybrid: cgroup v1 controllers, plus a cgroup2 mount that owns
+	// at most a few controllers (/sys/fs/cgroup/unified).
+	CgroupHybrid = "hybrid"
+	// CgroupV2: only the unified hierarchy at /sys/fs/cgroup.
+	CgroupV2 = "v2"
+)
+
+// cgroups manages the cgroups of the driver's executions, with
+// github.com/containerd/cgroups/v3: its cgroup1 package on v1 and hybrid
+// hosts, cgroup2 on pure v2 hosts.
 //
 // Each execution gets a parent cgroup "<base>/<id>" that we create and
 // limit ourselves, and the runtime puts the sandbox in the child
 // "<base>/<id>/sandbox", which it creates and removes. Limits on the parent
 // bound the whole subtree, and the parent outlives the runtime's cleanup, so
-// the peak memory, CPU time and OOM notification of the execution can be
-// read after the runtime has exited, without a second runtime process.
+// the peak memory, CPU time and OOM kills of the execution can be read
+// after the runtime has exited, without a second runtime process. On v2 the
+// parent holds no process itself, as the kernel requires of inner nodes.
 type cgroups struct {
-	base    string            // e.g. "vertal"
+	mode string // CgroupV1, CgroupHybrid or CgroupV2
+	// base is where the executions' parents are created: relative to each
+	// v1 hierarchy's root ("vertal"), or to the cgroup2 mount on v2
+	// ("/vertal", "/system.slice/vertal.service/vertal").
+	base string
+	// all are the mount points the runtime may create the sandbox's cgroup
+	// in: every v1 hierarchy (named ones and the hybrid unified one too),
+	// or the cgroup2 mount.
+	all []string
+
+	// v1 and hybrid
 	mounts  map[string]string // controller -> v1 mount point
-	all     []string          // every cgroup mount point (v1, named, unified)
 	unified string            // the cgroup2 mount point in hybrid mode, or ""
+
+	// v2
+	v2 *unifiedHost
+}
+
+// unifiedHost is what the driver knows of a pure cgroup v2 host.
+type unifiedHost struct {
+	mount string      // the cgroup2 mount point, /sys/fs/cgroup
+	place v2Placement // where our subtree is
+	// peak: the kernel has memory.peak (5.19+); without it the driver
+	// polls memory.current.
+	peak bool
+	// localEvents: cgroup2 is mounted with memory_localevents, so a
+	// parent's memory.events counts only its own events, and oom_kill
+	// (charged to the victim's cgroup, the runtime's) never reaches it.
+	localEvents bool
 }
 
 // sandboxLeaf is the runtime's cgroup under each execution's parent.
 const sandboxLeaf = "sandbox"
 
-// discoverCgroups reads the cgroup mounts of this host. It requires the
-// cgroup v1 controllers the driver limits with.
+// v1Controllers are the v1 hierarchies the driver creates parents in.
+var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids"}
+
+// v2Controllers are enabled for the executions' subtree on v2.
+var v2Controllers = []string{"memory", "pids", "cpu"}
+
+// discoverCgroups reads the cgroup setup of this host and checks that it
+// has what the driver limits with. On v2 it decides where our subtree
+// lives (see placeV2); ensureBase then creates it.
 func discoverCgroups(base string) (*cgroups, error) {
+	c := &cgroups{base: base, mounts: map[string]string{}}
+	switch cgroupsmode.Mode() {
+	case cgroupsmode.Unified:
+		c.mode = CgroupV2
+	case cgroupsmode.Hybrid:
+		c.mode = CgroupHybrid
+	case cgroupsmode.Legacy:
+		c.mode = CgroupV1
+	default:
+		return nil, errors.New("no cgroup filesystem is mounted at /sys/fs/cgroup")
+	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
 	defer f.Close()
-	c := &cgroups{base: base, mounts: map[string]string{}}
+	var v2Opts string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		mp, fstype, opts, ok := parseMountinfo(sc.Text())
@@ -59,22 +121,67 @@ func discoverCgroups(base string) (*cgroups, error) {
 				}
 			}
 		case "cgroup2":
-			c.all = append(c.all, mp)
-			c.unified = mp
+			if c.mode == CgroupV2 && mp == unifiedMount {
+				v2Opts = opts
+			}
+			if c.mode != CgroupV2 {
+				c.all = append(c.all, mp)
+				c.unified = mp
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
-	for _, need := range []string{"memory", "cpu", "cpuacct", "pids"} {
+	if c.mode == CgroupV2 {
+		return c, c.discoverV2(v2Opts)
+	}
+	for _, need := range v1Controllers {
 		if c.mounts[need] == "" {
-			return nil, fmt.Errorf("cgroup v1 controller %q is not mounted (this driver needs cgroup v1 or hybrid mode with memory, cpu, cpuacct and pids mounted)", need)
+			return nil, fmt.Errorf("cgroup v1 controller %q is not mounted (on a v1 or hybrid host this driver needs memory, cpu, cpuacct and pids mounted)", need)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(c.mounts["memory"], "memory.memsw.limit_in_bytes")); err != nil {
 		return nil, fmt.Errorf("memory+swap accounting is off (boot with swapaccount=1): %w", err)
 	}
 	return c, nil
+}
+
+// unifiedMount is where a pure v2 host mounts its one hierarchy (and where
+// containerd/cgroups and the runtimes expect it).
+const unifiedMount = "/sys/fs/cgroup"
+
+// discoverV2 places our subtree in the unified hierarchy.
+func (c *cgroups) discoverV2(mountOpts string) error {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return fmt.Errorf("reading our own cgroup: %w", err)
+	}
+	place, err := placeV2(self, os.DirFS(unifiedMount), hasDelegateXattr, c.base)
+	if err != nil {
+		return err
+	}
+	c.v2 = &unifiedHost{
+		mount: unifiedMount, place: place,
+		localEvents: slices.Contains(strings.Split(mountOpts, ","), "memory_localevents"),
+	}
+	c.base = place.Base
+	c.all = []string{unifiedMount}
+	return nil
+}
+
+// hasDelegateXattr reports whether systemd marked dir as delegated: since
+// systemd 252 a unit with Delegate=yes gets trusted.delegate=1 on its
+// cgroup (user.delegate under a user manager).
+func hasDelegateXattr(dir string) bool {
+	for _, name := range []string{"trusted.delegate", "user.delegate"} {
+		var buf [8]byte
+		n, err := unix.Getxattr(filepath.Join(unifiedMount, dir), name, buf[:])
+		if err == nil && string(buf[:n]) == "1" {
+			return true
+		}
+	}
+	return false
 }
 
 // parseMountinfo returns the mount point, filesystem type and super
@@ -150,13 +257,104 @@ func (c *cgroups) moveToV1(ctrls []string) error {
 }
 
 // ensureBase creates the base cgroup every execution's parent lives in.
+// On v2 it first makes our subtree usable: our own processes leave the
+// delegated cgroup for a leaf, and the controllers are enabled down to
+// the base.
 func (c *cgroups) ensureBase() error {
-	for _, ctrl := range []string{"memory", "cpu", "cpuacct", "pids"} {
-		if err := os.MkdirAll(filepath.Join(c.mounts[ctrl], c.base), 0o755); err != nil {
-			return fmt.Errorf("creating cgroup %s/%s: %w", ctrl, c.base, err)
+	if c.v2 == nil {
+		for _, ctrl := range v1Controllers {
+			if err := os.MkdirAll(filepath.Join(c.mounts[ctrl], c.base), 0o755); err != nil {
+				return fmt.Errorf("creating cgroup %s/%s: %w", ctrl, c.base, err)
+			}
+		}
+		return nil
+	}
+	v2, p := c.v2, c.v2.place
+	dir := func(rel string) string { return filepath.Join(v2.mount, rel) }
+	avail, err := os.ReadFile(filepath.Join(dir(p.Owned), "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("reading the controllers of cgroup %s: %w", p.Owned, err)
+	}
+	for _, ctrl := range v2Controllers {
+		if !slices.Contains(strings.Fields(string(avail)), ctrl) {
+			return fmt.Errorf("cgroup v2 controller %q is not available in %s (run the server in a cgroup delegated to it, e.g. a systemd unit with Delegate=yes)", ctrl, dir(p.Owned))
+		}
+	}
+	if p.Supervisor != "" {
+		if err := moveProcs(dir(p.Owned), dir(p.Supervisor)); err != nil {
+			return err
+		}
+	}
+	for _, rel := range []string{p.Owned, p.Base} {
+		if err := os.MkdirAll(dir(rel), 0o755); err != nil {
+			return fmt.Errorf("creating cgroup %s: %w", dir(rel), err)
+		}
+		if err := enableControllers(dir(rel)); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"memory.swap.max", "memory.max", "pids.max", "cpu.max"} {
+		// The base is an inner node like every execution's parent: what
+		// it has, they have.
+		if _, err := os.Stat(filepath.Join(dir(p.Base), f)); err != nil {
+			hint := ""
+			if f == "memory.swap.max" {
+				hint = " (swap accounting is off: boot with swapaccount=1)"
+			}
+			return fmt.Errorf("cgroup v2: %s missing in %s%s", f, dir(p.Base), hint)
+		}
+	}
+	_, err = os.Stat(filepath.Join(dir(p.Base), "memory.peak"))
+	v2.peak = err == nil
+	return nil
+}
+
+// moveProcs moves every process of cgroup from into the leaf to (created
+// if needed), so that controllers can be enabled for from's children: a
+// v2 cgroup with processes cannot hand controllers down.
+func moveProcs(from, to string) error {
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return fmt.Errorf("creating cgroup %s: %w", to, err)
+	}
+	b, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("reading %s/cgroup.procs: %w", from, err)
+	}
+	for _, pid := range strings.Fields(string(b)) {
+		err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(pid), 0)
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("moving process %s to cgroup %s: %w", pid, to, err)
 		}
 	}
 	return nil
+}
+
+// enableControllers makes the v2 controllers the driver limits with
+// available to dir's children.
+func enableControllers(dir string) error {
+	cur, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	var add []string
+	for _, ctrl := range v2Controllers {
+		if !slices.Contains(strings.Fields(string(cur)), ctrl) {
+			add = append(add, "+"+ctrl)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(add, " ")), 0); err != nil {
+		return fmt.Errorf("enabling %v in %s/cgroup.subtree_control: %w", add, dir, err)
+	}
+	return nil
+}
+
+// bases returns the base cgroup's directory in every hierarchy.
+func (c *cgroups) bases() []string {
+	var out []string
+	for _, mp := range c.all {
+		out = append(out, filepath.Join(mp, c.base))
+	}
+	return out
 }
 
 // limits for one execution's parent cgroup.
@@ -169,75 +367,113 @@ type cgLimits struct {
 
 // execCgroup is one execution's parent cgroup.
 type execCgroup struct {
-	rel    string // "<base>/<id>"
-	c      *cgroups
-	oomEfd int      // eventfd signalled when the parent hits OOM
-	oomCtl *os.File // memory.oom_control, kept open for the notification
-}
+	rel string // "<base>/<id>"
+	c   *cgroups
 
-// path returns the parent's directory in ctrl's hierarchy.
-func (e *execCgroup) path(ctrl string) string { return filepath.Join(e.c.mounts[ctrl], e.rel) }
+	// v1 and hybrid
+	v1     cgroup1.Cgroup
+	oomEfd int // eventfd signalled when the parent hits OOM
+
+	// v2
+	v2       *cgroup2.Manager
+	dir      string    // the parent's directory
+	peakFile *os.File  // memory.peak, reset at a warm hand-over (kernel 6.12+)
+	poller   *peakPoll // kernels without memory.peak
+}
 
 // create makes and limits the parent cgroup of execution id and arms the
 // OOM notification. On error nothing is left behind.
 func (c *cgroups) create(id string, l cgLimits) (_ *execCgroup, err error) {
-	e := &execCgroup{rel: filepath.Join(c.base, id), c: c, oomEfd: -1}
+	e := &execCgroup{rel: path.Join(c.base, id), c: c, oomEfd: -1}
 	defer func() {
 		if err != nil {
 			e.close()
 			_ = c.remove(id)
 		}
 	}()
-	mem := e.path("memory")
-	writes := []struct{ ctrl, file, val string }{
-		{"memory", "memory.limit_in_bytes", strconv.FormatInt(l.memory, 10)},
-		{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(l.memory, 10)},
-		{"memory", "memory.swappiness", "0"},
-		{"cpu", "cpu.cfs_period_us", strconv.FormatUint(l.cpuPeriod, 10)},
-		{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(l.cpuQuota, 10)},
-		{"pids", "pids.max", strconv.FormatInt(l.pids, 10)},
+	if c.v2 != nil {
+		return e, e.createV2(l)
 	}
-	made := map[string]bool{}
-	for _, w := range writes {
-		dir := e.path(w.ctrl)
-		if !made[dir] {
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("creating cgroup: %w", err)
-			}
-			made[dir] = true
-		}
-		if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.val), 0); err != nil {
-			return nil, fmt.Errorf("setting cgroup %s: %w", w.file, err)
-		}
+	zero := uint64(0)
+	res := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &l.memory, Swap: &l.memory, Swappiness: &zero},
+		CPU:    &specs.LinuxCPU{Quota: &l.cpuQuota, Period: &l.cpuPeriod},
+		Pids:   &specs.LinuxPids{Limit: &l.pids},
 	}
-	if dir := e.path("cpuacct"); !made[dir] {
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating cgroup: %w", err)
-		}
+	e.v1, err = cgroup1.New(cgroup1.StaticPath("/"+e.rel), res, cgroup1.WithHierarchy(c.v1Hierarchy))
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", e.rel, err)
 	}
 	// cgroup v1 keeps the oom_kill counter in the victim's cgroup, which
 	// the runtime deletes; the notification is delivered to the cgroup
 	// whose limit was hit, which is ours.
-	e.oomEfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	fd, err := e.v1.OOMEventFD()
 	if err != nil {
-		return nil, fmt.Errorf("eventfd: %w", err)
+		return nil, fmt.Errorf("arming OOM notification: %w", err)
 	}
-	e.oomCtl, err = os.Open(filepath.Join(mem, "memory.oom_control"))
-	if err != nil {
-		return nil, fmt.Errorf("opening memory.oom_control: %w", err)
-	}
-	reg := fmt.Sprintf("%d %d", e.oomEfd, e.oomCtl.Fd())
-	if err := os.WriteFile(filepath.Join(mem, "cgroup.event_control"), []byte(reg), 0); err != nil {
+	e.oomEfd = int(fd)
+	if err := unix.SetNonblock(e.oomEfd, true); err != nil {
 		return nil, fmt.Errorf("arming OOM notification: %w", err)
 	}
 	return e, nil
 }
 
-// runtimePath is the cgroupsPath given to the runtime.
-func (e *execCgroup) runtimePath() string { return "/" + e.rel + "/" + sandboxLeaf }
+// v1Hierarchy is the set of v1 hierarchies an execution's parent is
+// created in (the runtime creates the sandbox's in all of them).
+func (c *cgroups) v1Hierarchy() ([]cgroup1.Subsystem, error) {
+	root := filepath.Dir(c.mounts["memory"])
+	return []cgroup1.Subsystem{cgroup1.NewMemory(root), cgroup1.NewCpu(root), cgroup1.NewCpuacct(root), cgroup1.NewPids(root)}, nil
+}
+
+func (e *execCgroup) createV2(l cgLimits) error {
+	v2 := e.c.v2
+	zero := int64(0)
+	res := &cgroup2.Resources{
+		Memory: &cgroup2.Memory{Max: &l.memory, Swap: &zero},
+		CPU:    &cgroup2.CPU{Max: cgroup2.NewCPUMax(&l.cpuQuota, &l.cpuPeriod)},
+		Pids:   &cgroup2.Pids{Max: l.pids},
+	}
+	// The manager's root is the cgroup we own, so it enables controllers
+	// in our subtree only, never above a delegation.
+	owned := filepath.Join(v2.mount, v2.place.Owned)
+	rel, err := filepath.Rel(owned, filepath.Join(v2.mount, e.rel))
+	if err != nil {
+		return err
+	}
+	e.dir = filepath.Join(v2.mount, e.rel)
+	e.v2, err = cgroup2.NewManager(owned, "/"+rel, res)
+	if err != nil {
+		return fmt.Errorf("creating cgroup %s: %w", e.dir, err)
+	}
+	if !v2.peak {
+		e.poller = startPeakPoll(filepath.Join(e.dir, "memory.current"), 10*time.Millisecond)
+	}
+	return nil
+}
+
+// runtimePath is the cgroupsPath given to the runtime for execution id:
+// on v2 relative to the cgroup2 root, on v1 to each hierarchy's.
+func (c *cgroups) runtimePath(id string) string { return path.Join("/", c.base, id, sandboxLeaf) }
 
 // oomKilled reports whether the memory limit made the kernel OOM-kill.
+//
+// v2: the parent's memory.events counts the OOM kills of its whole
+// subtree (the kernel propagates each event to the ancestors), so
+// oom_kill > 0 is a kill in this execution. With memory_localevents it
+// counts only the parent's own, and the kill is charged to the victim's
+// cgroup; the parent's own "oom" counter is then read: the limit was hit
+// and reclaim failed, the same event v1's notification reports.
 func (e *execCgroup) oomKilled() bool {
+	if e.v2 != nil {
+		m, err := e.v2.StatFiltered(cgroup2.StatMemoryEvents)
+		if err != nil || m.MemoryEvents == nil {
+			return false
+		}
+		if e.c.v2.localEvents {
+			return m.MemoryEvents.Oom > 0
+		}
+		return m.MemoryEvents.OomKill > 0
+	}
 	if e.oomEfd < 0 {
 		return false
 	}
@@ -248,11 +484,114 @@ func (e *execCgroup) oomKilled() bool {
 
 // usage reads CPU time and peak memory of the whole execution.
 func (e *execCgroup) usage() (cpuSeconds float64, peakBytes int64) {
-	if ns, err := readInt(filepath.Join(e.path("cpuacct"), "cpuacct.usage")); err == nil {
-		cpuSeconds = float64(ns) / 1e9
+	if e.v2 != nil {
+		m, err := e.v2.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory)
+		if err != nil {
+			return 0, 0
+		}
+		if m.CPU != nil {
+			cpuSeconds = float64(m.CPU.UsageUsec) / 1e6
+		}
+		switch {
+		case e.poller != nil:
+			peakBytes = e.poller.max()
+		case e.peakFile != nil:
+			peakBytes, _ = readIntFrom(e.peakFile)
+		case m.Memory != nil:
+			peakBytes = int64(m.Memory.MaxUsage)
+		}
+		return cpuSeconds, peakBytes
 	}
-	peakBytes, _ = readInt(filepath.Join(e.path("memory"), "memory.max_usage_in_bytes"))
+	if e.v1 == nil {
+		return 0, 0
+	}
+	m, err := e.v1.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return 0, 0
+	}
+	if m.CPU != nil && m.CPU.Usage != nil {
+		cpuSeconds = float64(m.CPU.Usage.Total) / 1e9
+	}
+	if m.Memory != nil && m.Memory.Usage != nil {
+		peakBytes = int64(m.Memory.Usage.Max)
+	}
 	return cpuSeconds, peakBytes
+}
+
+// memoryCurrent is the memory the execution holds now.
+func (e *execCgroup) memoryCurrent() int64 {
+	if e.v2 != nil {
+		n, _ := readInt(filepath.Join(e.dir, "memory.current"))
+		return n
+	}
+	n, _ := readInt(filepath.Join(e.c.mounts["memory"], e.rel, "memory.usage_in_bytes"))
+	return n
+}
+
+// resetPeak makes the peak memory count from now on (a warm sandbox's
+// hand-over). v1 resets memory.max_usage_in_bytes. On v2 a write to
+// memory.peak resets it for reads through the same file (kernel 6.12+);
+// older kernels keep the peak since the sandbox was created, which
+// includes the interpreter's start-up, as the cold path's does.
+func (e *execCgroup) resetPeak() {
+	if e.v2 == nil {
+		_ = os.WriteFile(filepath.Join(e.c.mounts["memory"], e.rel, "memory.max_usage_in_bytes"), []byte("0"), 0)
+		return
+	}
+	if e.poller != nil {
+		e.poller.reset()
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(e.dir, "memory.peak"), os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	if _, err := f.WriteString("reset"); err != nil {
+		f.Close()
+		return
+	}
+	e.peakFile = f
+}
+
+// CPU weights: the kernel's minimum while a warm sandbox waits, and its
+// default, which every cold sandbox has, once the code runs. v1 calls it
+// cpu.shares (2, 1024), v2 cpu.weight (1, 100).
+const (
+	prestartShares = 2
+	defaultShares  = 1024
+	prestartWeight = 1
+	defaultWeight  = 100
+)
+
+// setCPUWeight gives a warm sandbox the minimum weight while it waits
+// (waiting), or the default one.
+func (e *execCgroup) setCPUWeight(waiting bool) error {
+	if e.v2 != nil {
+		w := uint64(defaultWeight)
+		if waiting {
+			w = prestartWeight
+		}
+		if err := e.v2.Update(&cgroup2.Resources{CPU: &cgroup2.CPU{Weight: &w}}); err != nil {
+			return fmt.Errorf("setting cpu.weight: %w", err)
+		}
+		return nil
+	}
+	s := uint64(defaultShares)
+	if waiting {
+		s = prestartShares
+	}
+	if err := e.v1.Update(&specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &s}}); err != nil {
+		return fmt.Errorf("setting cpu.shares: %w", err)
+	}
+	return nil
+}
+
+// cpuWeightFile is the file setCPUWeight writes, for tests.
+func (e *execCgroup) cpuWeightFile() string {
+	if e.v2 != nil {
+		return filepath.Join(e.dir, "cpu.weight")
+	}
+	return filepath.Join(e.c.mounts["cpu"], e.rel, "cpu.shares")
 }
 
 func (e *execCgroup) close() {
@@ -260,9 +599,12 @@ func (e *execCgroup) close() {
 		unix.Close(e.oomEfd)
 		e.oomEfd = -1
 	}
-	if e.oomCtl != nil {
-		e.oomCtl.Close()
-		e.oomCtl = nil
+	if e.poller != nil {
+		e.poller.stop()
+	}
+	if e.peakFile != nil {
+		e.peakFile.Close()
+		e.peakFile = nil
 	}
 }
 
@@ -272,6 +614,16 @@ func readInt(path string) (int64, error) {
 		return 0, err
 	}
 	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}
+
+// readIntFrom reads a one-number cgroup file through an open descriptor.
+func readIntFrom(f *os.File) (int64, error) {
+	var buf [32]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 && err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(buf[:n])), 10, 64)
 }
 
 // dirs returns every cgroup directory execution id may have, deepest first.
@@ -284,11 +636,18 @@ func (c *cgroups) dirs(id string) []string {
 	return out
 }
 
+// procDir is the directory whose subtree holds execution id's processes.
+func (c *cgroups) procDir(id string) string {
+	if c.v2 != nil {
+		return filepath.Join(c.v2.mount, c.base, id)
+	}
+	return filepath.Join(c.mounts["pids"], c.base, id)
+}
+
 // procs lists the processes in execution id's cgroups.
 func (c *cgroups) procs(id string) []int {
 	var pids []int
-	dir := filepath.Join(c.mounts["pids"], c.base, id)
-	_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
+	_ = filepath.WalkDir(c.procDir(id), func(p string, de os.DirEntry, err error) error {
 		if err != nil || !de.IsDir() {
 			return nil
 		}
@@ -306,10 +665,23 @@ func (c *cgroups) procs(id string) []int {
 	return pids
 }
 
-// kill sends SIGKILL to every process in execution id's cgroups. A pidfd
-// pins each process while its membership is checked, so a recycled pid
-// is never signalled.
+// kill sends SIGKILL to every process in execution id's cgroups and
+// returns how many there were. v2 writes cgroup.kill (freezing and
+// killing each process where the kernel lacks it, before 5.14). v1 has no
+// such file: a pidfd pins each process while its membership is checked,
+// so a recycled pid is never signalled.
 func (c *cgroups) kill(id string) int {
+	if c.v2 != nil {
+		n := len(c.procs(id))
+		if n == 0 {
+			return 0
+		}
+		m, err := cgroup2.Load(path.Join(c.base, id), cgroup2.WithMountpoint(c.v2.mount))
+		if err != nil || m.Kill() != nil {
+			return 0
+		}
+		return n
+	}
 	n := 0
 	want := "/" + filepath.Join(c.base, id) + "/"
 	for _, pid := range c.procs(id) {
@@ -364,20 +736,4 @@ func rmdirCgroup(dir string, kill func()) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("removing cgroup %s: %w", dir, err)
-}
-
-// leftovers lists the execution ids that still have a parent cgroup.
-func (c *cgroups) leftovers() []string {
-	seen := map[string]bool{}
-	var ids []string
-	for _, mp := range c.all {
-		ents, _ := os.ReadDir(filepath.Join(mp, c.base))
-		for _, e := range ents {
-			if e.IsDir() && !seen[e.Name()] {
-				seen[e.Name()] = true
-				ids = append(ids, e.Name())
-			}
-		}
-	}
-	return ids
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // Options configure the driver.
@@ -39,11 +40,16 @@ type Options struct {
 	// Default /run/vertal/oci. It should be on a local filesystem (tmpfs).
 	StateDir string
 	// CgroupParent names the cgroup every execution's cgroup is created
-	// under, in each hierarchy. Default "vertal".
+	// under: in each hierarchy's root on cgroup v1; on v2 in the cgroup
+	// delegated to the server (a systemd unit with Delegate=yes, a
+	// container's cgroup namespace), else at the root. Default "vertal".
 	CgroupParent string
 	// Init is a static init binary bind-mounted as the sandbox's pid 1, so
 	// user code gets normal signal and zombie handling. Default: tini-static.
-	Init   string
+	Init string
+	// UIDs leases each sandbox a host uid of its own. Default: the
+	// host-wide pool every driver shares (uidpool.DefaultDir).
+	UIDs   *uidpool.Pool
 	Logger *slog.Logger
 }
 
@@ -59,6 +65,7 @@ type Driver struct {
 	rtPath      string
 	initPath    string
 	cg          *cgroups
+	uids        *uidpool.Pool
 	instance    string // StateDir/<token>
 	bundlesDir  string // instance/bundles
 	runtimeRoot string // instance/<runtime>: the runtime's --root
@@ -111,8 +118,22 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err := cg.ensureBase(); err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
 	}
+	if cg.v2 != nil {
+		p := cg.v2.place
+		how := "at the root of the hierarchy (the server's cgroup is not delegated to it)"
+		if p.Delegated {
+			how = "in the cgroup delegated to the server, which moved to " + p.Supervisor
+		}
+		log.Info("oci: cgroup v2: executions' cgroups "+how, "base", p.Base,
+			"peak", map[bool]string{true: "memory.peak", false: "memory.current polled"}[cg.v2.peak])
+	}
+	if opts.UIDs == nil {
+		if opts.UIDs, err = uidpool.New("", 0, 0); err != nil {
+			return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+		}
+	}
 	d := &Driver{
-		opts: opts, log: log, rt: rt, rtPath: rtPath, initPath: initPath, cg: cg,
+		opts: opts, log: log, rt: rt, rtPath: rtPath, initPath: initPath, cg: cg, uids: opts.UIDs,
 		templates: map[templateKey]*template{}, images: map[string]error{},
 	}
 	if err := d.claimInstance(); err != nil {
@@ -224,32 +245,61 @@ func (d *Driver) Name() string { return "oci/" + d.rt.name }
 // Runtime is the OCI runtime the driver uses.
 func (d *Driver) Runtime() string { return d.rt.name }
 
-// Enforced reports which protections this driver enforces with its runtime,
-// and how, for `vertal doctor` and the security documentation.
+// Enforced reports which protections this driver enforces with its runtime
+// on this host's cgroup mode, and how, for `vertal doctor` and the security
+// documentation.
 func (d *Driver) Enforced() []sandbox.Protection {
-	return enforced(d.rt)
+	return enforced(d.rt, d.cg.mode)
 }
 
-func enforced(rt runtimeKind) []sandbox.Protection {
+// CgroupMode is the host's cgroup mode the driver works in: CgroupV1,
+// CgroupHybrid or CgroupV2.
+func (d *Driver) CgroupMode() string { return d.cg.mode }
+
+// CgroupBases are the directories the executions' cgroups are created in,
+// one per hierarchy (one on v2). The driver keeps them, empty, after Close.
+func (d *Driver) CgroupBases() []string { return d.cg.bases() }
+
+// cgroupHow says how each cgroup mode enforces the cgroup protections.
+var cgroupHow = map[string]struct{ memory, cpu, pids, kill string }{
+	CgroupV1: {
+		memory: "cgroup v1 memory.limit_in_bytes = memory.memsw.limit_in_bytes (no swap); OOM from a memory.oom_control eventfd",
+		cpu:    "cgroup v1 cpu.cfs_quota_us",
+		pids:   "cgroup v1 pids.max",
+		kill:   "SIGKILL to every process of the sandbox's cgroup (pidfd, membership checked)",
+	},
+	CgroupV2: {
+		memory: "cgroup v2 memory.max + memory.swap.max=0; OOM from memory.events oom_kill",
+		cpu:    "cgroup v2 cpu.max",
+		pids:   "cgroup v2 pids.max",
+		kill:   "cgroup v2 cgroup.kill on the sandbox's cgroup (freeze and SIGKILL where missing)",
+	},
+}
+
+func enforced(rt runtimeKind, mode string) []sandbox.Protection {
 	yes := func(name, how string) sandbox.Protection {
 		return sandbox.Protection{Name: name, Enforced: true, How: how}
+	}
+	how, ok := cgroupHow[mode]
+	if !ok { // hybrid: the v1 controllers do the work
+		how = cgroupHow[CgroupV1]
 	}
 	ps := []sandbox.Protection{
 		yes(sandbox.ProtNetwork, "new network namespace without interfaces but lo"),
 		yes(sandbox.ProtReadonly, "root.readonly over the shared image"),
 		yes(sandbox.ProtTmp, "tmpfs mount options"),
-		yes(sandbox.ProtUser, "process.user"),
+		yes(sandbox.ProtUser, "process.user: a host uid/gid leased per sandbox (uidpool)"),
 		yes(sandbox.ProtCaps, "empty capability sets"),
 		yes(sandbox.ProtNoNewPrivs, "process.noNewPrivileges"),
 		yes(sandbox.ProtSeccomp, "linux.seccomp, allowlist, ENOSYS default"),
 		yes(sandbox.ProtNamespaces, "linux.namespaces"),
 		yes(sandbox.ProtMasked, "linux.maskedPaths, /sys not mounted"),
 		yes(sandbox.ProtEnv, "fixed process.env; runtime closes fds above 2"),
-		yes(sandbox.ProtMemory, "cgroup v1 memory and memory+swap limits"),
-		yes(sandbox.ProtCPU, "cgroup v1 CFS quota"),
-		yes(sandbox.ProtPids, "cgroup v1 pids.max"),
+		yes(sandbox.ProtMemory, how.memory),
+		yes(sandbox.ProtCPU, how.cpu),
+		yes(sandbox.ProtPids, how.pids),
 		yes(sandbox.ProtFileSize, "RLIMIT_FSIZE"),
-		yes(sandbox.ProtTimeout, "SIGKILL of the pid namespace's init, then the cgroup"),
+		yes(sandbox.ProtTimeout, how.kill+", which includes the pid namespace's init"),
 		yes(sandbox.ProtInit, "tini-static bind-mounted at /dev/init"),
 		yes(sandbox.ProtCleanup, "bundle, runtime state and cgroups removed; Reap after a crash"),
 		{Name: sandbox.ProtKernelIsol, Enforced: false, How: "host kernel shared (namespaces, seccomp)", Fix: "--runtime runsc"},
@@ -264,9 +314,9 @@ func enforced(rt runtimeKind) []sandbox.Protection {
 			case sandbox.ProtSeccomp:
 				ps[i].How = "applied inside gVisor (--oci-seccomp)"
 			case sandbox.ProtPids:
-				ps[i].How = "RLIMIT_NPROC inside gVisor (per sandbox kernel); host pids.max as a backstop"
+				ps[i].How = "RLIMIT_NPROC inside gVisor (per sandbox kernel); host " + how.pids + " as a backstop"
 			case sandbox.ProtMemory:
-				ps[i].How = "cgroup limit on the whole gVisor sandbox: over it the sandbox is killed, not one process"
+				ps[i].How = how.memory + ", on the whole gVisor sandbox: over it the sandbox is killed, not one process"
 			case sandbox.ProtMasked:
 				ps[i].How = "gVisor's synthetic /proc; /sys not mounted"
 			}

@@ -27,7 +27,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func unitDriver(rt string) *Driver {
 	return &Driver{
 		rt: runtimes[rt], initPath: "/usr/bin/tini-static",
-		cg:        &cgroups{base: DefaultCgroupParent},
+		cg:        &cgroups{mode: CgroupV1, base: DefaultCgroupParent},
 		templates: map[templateKey]*template{}, images: map[string]error{},
 	}
 }
@@ -44,7 +44,7 @@ func TestConfigGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			var pretty bytes.Buffer
-			if err := json.Indent(&pretty, tpl.render("exe_0123456789abcdef0123456789abcdef"), "", "  "); err != nil {
+			if err := json.Indent(&pretty, tpl.render("exe_0123456789abcdef0123456789abcdef", 2_000_000_042), "", "  "); err != nil {
 				t.Fatal(err)
 			}
 			pretty.WriteByte('\n')
@@ -78,14 +78,14 @@ func TestConfigInvariants(t *testing.T) {
 			if diff := cmp.Diff([]string{"/dev/init", "--", "/bin/bash", "/code/main.sh"}, s.Process.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
-			if !s.Root.Readonly || !s.Process.NoNewPrivileges || s.Process.User.UID != sandbox.UID || s.Process.User.GID != sandbox.GID {
+			if !s.Root.Readonly || !s.Process.NoNewPrivileges || s.Process.User.UID != uidPlaceholder || s.Process.User.GID != uidPlaceholder || len(s.Process.User.AdditionalGids) != 0 {
 				t.Errorf("root readonly %v, no_new_privs %v, user %+v", s.Root.Readonly, s.Process.NoNewPrivileges, s.Process.User)
 			}
 			c := s.Process.Capabilities
 			if n := len(c.Bounding) + len(c.Effective) + len(c.Permitted) + len(c.Inheritable) + len(c.Ambient); n != 0 {
 				t.Errorf("%d capabilities granted", n)
 			}
-			if diff := cmp.Diff(sandbox.Env(), s.Process.Env); diff != "" {
+			if diff := cmp.Diff(sandbox.EnvFor(limits), s.Process.Env); diff != "" {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
 			var ns []string
@@ -214,8 +214,8 @@ func TestFindRuntimeSaysWhatToInstall(t *testing.T) {
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func TestEnforced(t *testing.T) {
-	get := func(rt, name string) sandbox.Protection {
-		for _, p := range enforced(runtimes[rt]) {
+	get := func(rt, mode, name string) sandbox.Protection {
+		for _, p := range enforced(runtimes[rt], mode) {
 			if p.Name == name {
 				return p
 			}
@@ -223,17 +223,37 @@ func TestEnforced(t *testing.T) {
 		t.Fatalf("%s: no protection %q", rt, name)
 		return sandbox.Protection{}
 	}
-	if p := get("crun", sandbox.ProtKernelIsol); p.Enforced || p.Fix == "" {
+	if p := get("crun", CgroupV2, sandbox.ProtKernelIsol); p.Enforced || p.Fix == "" {
 		t.Errorf("crun kernel isolation: %+v; want not enforced, with a fix", p)
 	}
-	if p := get("runsc", sandbox.ProtKernelIsol); !p.Enforced {
+	if p := get("runsc", CgroupV2, sandbox.ProtKernelIsol); !p.Enforced {
 		t.Errorf("runsc kernel isolation: %+v; want enforced", p)
 	}
-	for _, rt := range []string{"crun", "runc", "runsc"} {
-		for _, p := range enforced(runtimes[rt]) {
-			if p.Name != sandbox.ProtKernelIsol && !p.Enforced {
-				t.Errorf("%s: %s not enforced", rt, p.Name)
+	for _, mode := range []string{CgroupV1, CgroupHybrid, CgroupV2} {
+		for _, rt := range []string{"crun", "runc", "runsc"} {
+			for _, p := range enforced(runtimes[rt], mode) {
+				if p.Name != sandbox.ProtKernelIsol && !p.Enforced {
+					t.Errorf("%s on %s: %s not enforced", rt, mode, p.Name)
+				}
 			}
+		}
+	}
+	// The cgroup protections say which cgroup version enforces them.
+	for _, tc := range []struct {
+		rt, mode, name, want string
+	}{
+		{"crun", CgroupV1, sandbox.ProtMemory, "cgroup v1 memory.limit_in_bytes = memory.memsw.limit_in_bytes"},
+		{"runc", CgroupHybrid, sandbox.ProtCPU, "cgroup v1 cpu.cfs_quota_us"},
+		{"crun", CgroupV2, sandbox.ProtMemory, "cgroup v2 memory.max + memory.swap.max=0"},
+		{"runc", CgroupV2, sandbox.ProtCPU, "cgroup v2 cpu.max"},
+		{"crun", CgroupV2, sandbox.ProtPids, "cgroup v2 pids.max"},
+		{"crun", CgroupV2, sandbox.ProtTimeout, "cgroup v2 cgroup.kill"},
+		{"runsc", CgroupV2, sandbox.ProtPids, "RLIMIT_NPROC inside gVisor (per sandbox kernel); host cgroup v2 pids.max"},
+		{"runsc", CgroupV2, sandbox.ProtMemory, "cgroup v2 memory.max + memory.swap.max=0"},
+		{"runsc", CgroupV1, sandbox.ProtMemory, "cgroup v1 memory.limit_in_bytes"},
+	} {
+		if p := get(tc.rt, tc.mode, tc.name); !strings.Contains(p.How, tc.want) {
+			t.Errorf("%s on %s: %s is enforced by %q; want it to mention %q", tc.rt, tc.mode, tc.name, p.How, tc.want)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // Run executes spec in a fresh sandbox and destroys it.
@@ -50,14 +51,25 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: creating bundle: %w", err)
 	}
-	var cg *execCgroup
+	var (
+		cg  *execCgroup
+		uid *uidpool.Lease
+	)
 	defer func() {
 		if err := d.cleanup(spec.ID, bundle, cg); err != nil {
 			d.log.Error("oci: sandbox cleanup failed; Reap will retry at start-up", "id", spec.ID, "err", err)
+			uid.Abandon()
+			return
 		}
+		uid.Release()
 	}()
 
-	if err := d.writeBundle(bundle, tpl, spec); err != nil {
+	// A host uid of its own for the sandbox's lifetime: no per-user
+	// kernel limit is shared with another execution.
+	if uid, err = d.uids.Acquire(); err != nil {
+		return engine.Result{}, fmt.Errorf("oci: %w", err)
+	}
+	if err := d.writeBundle(bundle, tpl, spec, uid.UID); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
 	cg, err = d.cg.create(spec.ID, d.cgLimitsFor(spec.Limits))
@@ -69,7 +81,7 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 
 // writeBundle writes config.json and the code file, and for runsc mounts
 // the host tmpfs that becomes /tmp.
-func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec) error {
+func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid uint32) error {
 	code := filepath.Join(bundle, "code")
 	if err := os.Mkdir(code, 0o755); err != nil {
 		return fmt.Errorf("creating code dir: %w", err)
@@ -77,7 +89,7 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec) err
 	if err := os.WriteFile(filepath.Join(code, spec.Language.File), []byte(spec.Code), 0o644); err != nil {
 		return fmt.Errorf("writing code: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), tpl.render(spec.ID), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), tpl.render(spec.ID, uid), 0o600); err != nil {
 		return fmt.Errorf("writing config.json: %w", err)
 	}
 	if d.rt.gvisor {
@@ -212,6 +224,15 @@ func (d *Driver) cleanup(id, bundle string, cg *execCgroup) error {
 	}
 	if err := d.cg.remove(id); err != nil {
 		errs = append(errs, err)
+	}
+	if d.rt.gvisor {
+		// runsc creates a container's lock file before its state file.
+		// Stopped in between (a cancel or timeout while it starts, seen
+		// under emulation), it leaves the lock, which no delete removes.
+		lock := filepath.Join(d.runtimeRoot, id+"_sandbox:"+id+".lock")
+		if err := os.Remove(lock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing runsc lock: %w", err))
+		}
 	}
 	if err := unmountUnder(bundle); err != nil {
 		errs = append(errs, err)

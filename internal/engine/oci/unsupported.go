@@ -41,3 +41,5 @@ func (d *Driver) Name() string                          { return "oci/" + d.opts
 func (d *Driver) Runtime() string                       { return d.opts.Runtime }
 func (d *Driver) Close() error                          { return nil }
 func (d *Driver) Enforced() []sandbox.Protection        { return nil }
+func (d *Driver) CgroupMode() string                    { return "" }
+func (d *Driver) CgroupBases() []string                 { return nil }

@@ -23,6 +23,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
 // Prestarter creates warm sandboxes for package pool. A warm sandbox is
@@ -98,11 +99,11 @@ func (p *Prestarter) build(lang engine.Language, l engine.Limits) (*template, la
 	if err != nil {
 		return nil, launcher.Launcher{}, fmt.Errorf("encoding config.json: %w", err)
 	}
-	pre, suf, ok := bytes.Cut(b, []byte(idPlaceholder))
-	if !ok || bytes.Contains(suf, []byte(idPlaceholder)) {
-		return nil, launcher.Launcher{}, errors.New("config template: execution id must appear exactly once")
+	t, err := newTemplate(b)
+	if err != nil {
+		return nil, launcher.Launcher{}, err
 	}
-	return &template{prefix: pre, suffix: suf}, ln, nil
+	return t, ln, nil
 }
 
 // writeShared stores a launcher file once in the driver's instance
@@ -134,6 +135,7 @@ type warmSandbox struct {
 	lang   engine.Language
 	bundle string
 	cg     *execCgroup
+	uid    *uidpool.Lease
 	cmd    *startedCmd
 	mem    int64
 
@@ -177,8 +179,12 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 			_ = s.Discard(context.Background())
 		}
 	}()
+	// The uid is the sandbox's until Discard, like its cgroup.
+	if s.uid, err = d.uids.Acquire(); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
 	spec := engine.Spec{ID: s.id, Language: lang, Code: string(wt.launcher.Program), Limits: limits}
-	if err := d.writeBundle(s.bundle, wt.tpl, spec); err != nil {
+	if err := d.writeBundle(s.bundle, wt.tpl, spec, s.uid.UID); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if wt.launcher.Program == nil {
@@ -191,9 +197,9 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	// While it starts, the sandbox yields the CPU to executions that are
-	// running (cgroup v1 CPU weight; the quota is unchanged). Exec gives
-	// it the default weight back, the cold path's, before the code runs.
-	if err := s.setCPUShares(prestartShares); err != nil {
+	// running (CPU weight; the quota is unchanged). Exec gives it the
+	// default weight back, the cold path's, before the code runs.
+	if err := s.cg.setCPUWeight(true); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if err := s.start(); err != nil {
@@ -218,23 +224,8 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s.mem, _ = readInt(filepath.Join(s.cg.path("memory"), "memory.usage_in_bytes"))
+	s.mem = s.cg.memoryCurrent()
 	return s, nil
-}
-
-// CPU weights (cpu.shares): the kernel's minimum while pre-starting, its
-// default, which every cold sandbox has, once the code runs.
-const (
-	prestartShares = 2
-	defaultShares  = 1024
-)
-
-func (s *warmSandbox) setCPUShares(n int) error {
-	err := os.WriteFile(filepath.Join(s.cg.path("cpu"), "cpu.shares"), []byte(strconv.Itoa(n)), 0)
-	if err != nil {
-		return fmt.Errorf("setting cpu.shares: %w", err)
-	}
-	return nil
 }
 
 func (s *warmSandbox) codePath() string {
@@ -326,6 +317,11 @@ func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result
 	if err := ctx.Err(); err != nil {
 		return engine.Result{}, err
 	}
+	// The cold path's CPU weight first: once the code is in place, it
+	// runs with it (and TestWarmCPUWeight, watching the file, sees it).
+	if err := s.cg.setCPUWeight(false); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: %v", pool.ErrNotStarted, err)
+	}
 	// Write-and-rename: the launcher's file (node, shell) is replaced
 	// atomically, and the interpreter never sees a partial file.
 	tmp := filepath.Join(s.bundle, "code", ".vertal-handover")
@@ -335,14 +331,10 @@ func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result
 	if err := os.Rename(tmp, s.codePath()); err != nil {
 		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
 	}
-	if err := s.setCPUShares(defaultShares); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: %v", pool.ErrNotStarted, err)
-	}
-	memDir, cpuDir := s.cg.path("memory"), s.cg.path("cpuacct")
-	cpu0, _ := readInt(filepath.Join(cpuDir, "cpuacct.usage"))
+	cpu0, _ := s.cg.usage()
 	// Peak memory from here on; what the interpreter holds already counts,
 	// as it does on the cold path.
-	_ = os.WriteFile(filepath.Join(memDir, "memory.max_usage_in_bytes"), []byte("0"), 0)
+	s.cg.resetPeak()
 
 	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
 	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
@@ -421,7 +413,7 @@ func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result
 	code := exitCode(s.cmd.ps)
 	oom := s.cg.oomKilled()
 	cpu1, peak := s.cg.usage()
-	cpu := cpu1 - float64(cpu0)/1e9
+	cpu := cpu1 - cpu0
 	if timedOut {
 		code = 128 + int(syscall.SIGKILL)
 	}
@@ -461,6 +453,11 @@ func (s *warmSandbox) Discard(ctx context.Context) error {
 			}
 		}
 		s.derr = s.d.cleanup(s.id, s.bundle, s.cg)
+		if s.derr != nil {
+			s.uid.Abandon()
+		} else {
+			s.uid.Release()
+		}
 	})
 	return s.derr
 }

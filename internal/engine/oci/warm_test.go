@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,9 +35,8 @@ func warmDriver(t *testing.T) (*Driver, *Prestarter) {
 			t.Errorf("Close: %v", err)
 		}
 		os.RemoveAll(dir)
-		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/vertal-warmtest")
-		for _, d := range dirs {
-			os.Remove(d) // the driver keeps its (empty) base cgroup
+		for _, b := range d.CgroupBases() {
+			os.Remove(b) // the driver keeps its (empty) base cgroup
 		}
 	})
 	return d, NewPrestarter(d)
@@ -68,7 +68,7 @@ func prestart(t *testing.T, p *Prestarter, lang engine.Language) *warmSandbox {
 
 func readShares(t *testing.T, s *warmSandbox) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(s.cg.path("cpu"), "cpu.shares"))
+	b, err := os.ReadFile(s.cg.cpuWeightFile())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +78,15 @@ func readShares(t *testing.T, s *warmSandbox) string {
 // TestWarmCPUWeight: a waiting sandbox yields the CPU; the code runs with
 // the cold path's weight.
 func TestWarmCPUWeight(t *testing.T) {
-	_, p := warmDriver(t)
+	d, p := warmDriver(t)
+	// cgroup v1 cpu.shares, v2 cpu.weight: the minimum, then the default.
+	waiting, running := strconv.Itoa(prestartShares), strconv.Itoa(defaultShares)
+	if d.CgroupMode() == CgroupV2 {
+		waiting, running = strconv.Itoa(prestartWeight), strconv.Itoa(defaultWeight)
+	}
 	s := prestart(t, p, warmLang("bash"))
-	if got := readShares(t, s); got != "2" {
-		t.Errorf("cpu.shares while waiting = %s; want 2", got)
+	if got := readShares(t, s); got != waiting {
+		t.Errorf("CPU weight while waiting = %s; want %s", got, waiting)
 	}
 	done := make(chan engine.Result)
 	go func() {
@@ -97,8 +102,8 @@ func TestWarmCPUWeight(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if got := readShares(t, s); got != "1024" {
-		t.Errorf("cpu.shares while the code runs = %s; want 1024, the default every cold sandbox has", got)
+	if got := readShares(t, s); got != running {
+		t.Errorf("CPU weight while the code runs = %s; want %s, the default every cold sandbox has", got, running)
 	}
 	if res := <-done; res.Status != engine.StatusSucceeded || res.Stdout != "started\n" {
 		t.Errorf("result %+v", res)
