@@ -3,9 +3,16 @@
 #
 #   scripts/setup.sh serve   what `vertal serve` needs on its embedded default
 #                            (OCI runtimes, the sandbox image, SQLite is built in)
-#   scripts/setup.sh test    all of the above, plus what the test suite drives:
-#                            Docker engine with gVisor, PostgreSQL, Chromium, the
-#                            MCP client's npm packages
+#   scripts/setup.sh engine  serve, plus the Docker engine with gVisor and the
+#                            imported sandbox image: what the engine's end-to-end
+#                            suites drive (scripts/vm-test.sh uses it in its guest)
+#   scripts/setup.sh test    all of the above, plus what the whole test suite
+#                            drives: PostgreSQL, Chromium, the MCP client's npm
+#                            packages
+#
+# Go: the one named by go.mod's go line (or newer) is used from PATH or
+# /usr/local/go. If there is none, it is installed into /usr/local/go from the
+# Go module proxy (see install_go below), so a fresh server needs nothing first.
 #
 # Idempotent: run it as often as you like. Needs root (apt-get, cgroups).
 set -euo pipefail
@@ -18,12 +25,18 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 log() { printf '\n== setup: %s\n' "$*"; }
+# A freshly booted Debian or Ubuntu server runs apt-daily/unattended-upgrades,
+# which hold apt's locks for a while: wait for them instead of failing.
+apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 
 # npm fetches the official Node.js build for the sandbox image (vertal image build).
 pkgs=(crun runc runsc tini debootstrap ca-certificates iproute2 nodejs npm)
-if [ "$mode" = test ]; then
-  pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl)
-fi
+case "$mode" in
+  serve) ;;
+  engine) pkgs+=(docker.io curl) ;;
+  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl) ;;
+  *) echo "setup: unknown mode $mode (serve, engine or test)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -44,13 +57,95 @@ fi
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! command -v go >/dev/null; then
-  export PATH=$PATH:/usr/local/go/bin
+# --- Go ------------------------------------------------------------------------
+# The version go.mod asks for: its toolchain line if any, else its go line.
+want_go=$(awk '$1 == "toolchain" { sub(/^go/, "", $2); print $2; exit }' go.mod)
+[ -n "$want_go" ] || want_go=$(awk '$1 == "go" { print $2; exit }' go.mod)
+# "1.26" names the language; the first release of it is go1.26.0.
+case "$want_go" in *.*.* | *rc* | *beta*) ;; *) want_go=$want_go.0 ;; esac
+
+# go_version GO: prints 1.26.8 for a go binary that says go1.26.8.
+go_version() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
+# new_enough V: true when V >= want_go (sort -V orders Go versions right).
+new_enough() { [ -n "$1" ] && [ "$(printf '%s\n' "$want_go" "$1" | sort -V | head -n1)" = "$want_go" ]; }
+
+find_go() {
+  local g
+  for g in "$(command -v go || true)" /usr/local/go/bin/go; do
+    if [ -x "$g" ] && new_enough "$(GOTOOLCHAIN=local go_version "$g")"; then
+      echo "$g"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# install_go puts the official Go toolchain go$want_go into /usr/local/go,
+# through the only places a fresh server is sure to reach: its package
+# archive and the Go module proxy.
+#  1. A bootstrap Go >= 1.21 from the distribution (Debian 12: bookworm-backports;
+#     Ubuntu: its archive), because Go 1.21+ can fetch any newer toolchain.
+#  2. GOTOOLCHAIN=go$want_go makes it download golang.org/toolchain from the Go
+#     module proxy, checked against the Go checksum database (which the proxy
+#     also serves), the same way `go` itself switches toolchains.
+#  3. That toolchain is a complete GOROOT: copied to /usr/local/go, where the
+#     official tarball would put it. The bootstrap packages are then removed, so
+#     exactly one Go is left and no older /usr/bin/go shadows it.
+install_go() {
+  export DEBIAN_FRONTEND=noninteractive
+  local added_list="" boot_pkg bootstrap goroot tmp
+  # shellcheck disable=SC1091 # the host's file
+  . /etc/os-release
+  if [ "${ID:-}" = debian ] && [ "${VERSION_CODENAME:-}" = bookworm ] &&
+    ! grep -rqs '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    added_list=/etc/apt/sources.list.d/vertal-bookworm-backports.list
+    echo "deb http://deb.debian.org/debian bookworm-backports main" >"$added_list"
+  fi
+  apt_get update -qq
+  # The newest versioned golang-1.N-go package the archive has (N >= 21).
+  boot_pkg=$(apt-cache search --names-only '^golang-1\.[0-9]+-go$' | awk '{ print $1 }' |
+    sed 's/^golang-1\.\([0-9]*\)-go$/\1 &/' | sort -n | awk '$1 >= 21 { p = $2 } END { print p }')
+  if [ -z "$boot_pkg" ]; then
+    [ -z "$added_list" ] || rm -f "$added_list"
+    echo "setup: no Go >= 1.21 in this machine's package archive to bootstrap Go $want_go;" \
+      "install Go $want_go into /usr/local/go (https://go.dev/dl/) and run me again" >&2
+    exit 1
+  fi
+  log "bootstrapping Go from $boot_pkg"
+  apt_get install -y -qq --no-install-recommends "$boot_pkg" >/dev/null
+  bootstrap=/usr/lib/go-$(echo "$boot_pkg" | sed 's/^golang-\(1\.[0-9]*\)-go$/\1/')/bin/go
+  log "fetching Go $want_go from the Go module proxy"
+  tmp=$(mktemp -d)
+  # A private module cache and no go.mod around: nothing else is touched.
+  goroot=$(cd "$tmp" && HOME=$tmp GOPATH=$tmp/gopath GOMODCACHE=$tmp/mod GOFLAGS=-modcacherw \
+    GOTOOLCHAIN=go$want_go "$bootstrap" env GOROOT)
+  rm -rf /usr/local/go.new
+  cp -a "$goroot" /usr/local/go.new
+  rm -rf "$tmp"
+  if [ -e /usr/local/go ]; then
+    rm -rf /usr/local/go.old
+    mv /usr/local/go /usr/local/go.old
+  fi
+  mv /usr/local/go.new /usr/local/go
+  rm -rf /usr/local/go.old
+  log "removing the bootstrap Go ($boot_pkg)"
+  apt_get purge -y -qq "$boot_pkg" >/dev/null
+  apt_get autoremove -y -qq >/dev/null
+  [ -z "$added_list" ] || rm -f "$added_list"
+}
+
+if ! go_bin=$(find_go); then
+  log "no Go >= $want_go on PATH or in /usr/local/go; installing Go $want_go"
+  install_go
+  go_bin=$(find_go) || { echo "setup: Go $want_go is still missing after installing it" >&2; exit 1; }
 fi
+# The Go found comes first on PATH for the build below.
+export PATH=$(dirname "$go_bin"):$PATH
+log "using $(go version) from $go_bin"
 
 log "building vertal"
 mkdir -p bin
@@ -65,9 +160,11 @@ else
   log "sandbox image present at $image_dir"
 fi
 
-if [ "$mode" = test ]; then
+if [ "$mode" = engine ] || [ "$mode" = test ]; then
   log "Docker engine (with runsc) and the imported sandbox image"
   ROOTFS="$image_dir/rootfs" scripts/dockerd.sh
+fi
+if [ "$mode" = test ]; then
   log "PostgreSQL"
   scripts/postgres.sh
   if [ -f tests/mcpclient/package.json ]; then
