@@ -49,8 +49,19 @@ func newDatabase(t *testing.T) string {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop test database: %v", err)
+		// FORCE cannot end a backend of another role, such as an
+		// autovacuum worker that happens to be in the new database
+		// (SQLSTATE 42501); those finish quickly, so try again.
+		for i := 0; ; i++ {
+			_, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+			if err == nil {
+				break
+			}
+			if i == 50 {
+				t.Errorf("drop test database: %v", err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 
