@@ -9,6 +9,7 @@ package engine
 
 import (
 	"context"
+	"io/fs"
 	"time"
 )
 
@@ -52,7 +53,12 @@ func (l Language) Argv() []string {
 	return argv
 }
 
-// CodeDir is where the code file is mounted, read-only, in every sandbox.
+// CodeDir is the program's working directory in every sandbox: a tmpfs of
+// its own (Limits.WorkdirBytes; noexec, nosuid, nodev, like /tmp) that the
+// host fills before the code runs with the code file (root-owned, read
+// only, in a sticky directory so the program cannot replace it) and the
+// request's Files (owned by the sandbox's uid), and from which ReturnFiles
+// are collected after the program ended.
 const CodeDir = "/code"
 
 // Limits bound one sandbox. Zero values mean "use the default".
@@ -63,6 +69,11 @@ type Limits struct {
 	FileSizeBytes int64   // RLIMIT_FSIZE. Default 1 MiB.
 	TmpBytes      int64   // size of the /tmp tmpfs. Default 16 MiB.
 	OutputBytes   int     // captured per stream; the rest is discarded. Default 64 KiB.
+	WorkdirBytes  int64   // size of the CodeDir tmpfs. Default 16 MiB.
+	// ReturnFiles and ReturnBytes cap what Collect returns: how many files
+	// and their bytes in all. Defaults 20 files, 10 MiB.
+	ReturnFiles int
+	ReturnBytes int64
 }
 
 // Defaults used by WithDefaults.
@@ -73,6 +84,9 @@ const (
 	DefaultFileSizeBytes = 1 << 20
 	DefaultTmpBytes      = 16 << 20
 	DefaultOutputBytes   = 64 << 10
+	DefaultWorkdirBytes  = 16 << 20
+	DefaultReturnFiles   = 20
+	DefaultReturnBytes   = 10 << 20
 	DefaultTimeout       = 10 * time.Second
 )
 
@@ -96,6 +110,15 @@ func (l Limits) WithDefaults() Limits {
 	if l.OutputBytes <= 0 {
 		l.OutputBytes = DefaultOutputBytes
 	}
+	if l.WorkdirBytes <= 0 {
+		l.WorkdirBytes = DefaultWorkdirBytes
+	}
+	if l.ReturnFiles <= 0 {
+		l.ReturnFiles = DefaultReturnFiles
+	}
+	if l.ReturnBytes <= 0 {
+		l.ReturnBytes = DefaultReturnBytes
+	}
 	return l
 }
 
@@ -109,6 +132,49 @@ type Spec struct {
 	Stdin    string
 	Timeout  time.Duration
 	Limits   Limits
+	// Files are placed in CodeDir before the code runs. Paths are
+	// validated by the caller (relative, slash-separated, no "..", no
+	// duplicates); drivers check them again and refuse a bad one.
+	Files []File
+	// Env is added to the sandbox's fixed environment (sandbox.EnvFor);
+	// names are validated by the caller and never replace PATH, HOME or
+	// NODE_OPTIONS.
+	Env map[string]string
+	// Args follow the code file on the command line (sys.argv[1:],
+	// process.argv.slice(2), $1...).
+	Args []string
+	// ReturnFiles are globs relative to CodeDir ("*.png", "out/**") whose
+	// regular files come back in Result.Files, capped by Limits.
+	ReturnFiles []string
+	// Output, if set, receives the program's output as it arrives: the
+	// same bytes that end up in Result.Stdout and Result.Stderr (what is
+	// over the cap is not passed on), one call at a time, in order per
+	// stream. It must not block for long: the sandbox's pipe waits.
+	Output func(s Stream, p []byte)
+}
+
+// Stream names one of the program's output streams.
+type Stream int
+
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	if s == Stderr {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// File is one file of a Spec (in) or a Result (out), relative to CodeDir.
+type File struct {
+	Path    string
+	Content []byte
+	// Mode is the permission bits of a file in (0 means 0644); for a file
+	// out, what the program left.
+	Mode fs.FileMode
 }
 
 // Usage is what one execution consumed.
@@ -129,6 +195,10 @@ type Result struct {
 	Duration  time.Duration
 	Truncated bool // true if either stream went over Limits.OutputBytes
 	Usage     Usage
+	// Files are the regular files matching Spec.ReturnFiles, in path
+	// order; FilesTruncated is set when some were left out for the caps.
+	Files          []File
+	FilesTruncated bool
 }
 
 // Driver creates, runs and destroys one hardened sandbox per Run.
