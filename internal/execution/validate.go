@@ -17,6 +17,21 @@ type Input struct {
 	Code     *string
 	TimeoutS *float64
 	Stdin    *string
+	// Files are placed in the program's working directory; Env is added to
+	// its environment; Args follow the code file on its command line;
+	// ReturnFiles are globs of files to send back. All optional.
+	Files       []InputFile
+	Env         map[string]string
+	Args        []string
+	ReturnFiles []string
+}
+
+// InputFile is one file of a request as the client sent it: Content is
+// text when Encoding is "utf8" (or empty), base64 when it is "base64".
+type InputFile struct {
+	Path     string
+	Content  string
+	Encoding string
 }
 
 // prepared is a validated request: the Spec to run (every default applied

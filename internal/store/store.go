@@ -83,6 +83,17 @@ type Execution struct {
 	// Purged is set by Purge, which blanked Stdout and Stderr; SaveExecution
 	// ignores it.
 	Purged bool
+	// Files are the files the program left that matched the request's
+	// return_files, and FilesTruncated whether the plan's caps left some
+	// out. Saved with the result.
+	Files          []File
+	FilesTruncated bool
+}
+
+// File is one returned file of an execution.
+type File struct {
+	Path    string
+	Content []byte
 }
 
 // DayUsage is one tenant's metering for one UTC day.
