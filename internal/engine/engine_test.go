@@ -79,7 +79,8 @@ func TestClassify(t *testing.T) {
 
 func TestLimitsWithDefaults(t *testing.T) {
 	got := Limits{MemoryBytes: 512 << 20}.WithDefaults()
-	want := Limits{MemoryBytes: 512 << 20, CPUs: 1, Pids: 64, FileSizeBytes: 1 << 20, TmpBytes: 16 << 20, OutputBytes: 64 << 10}
+	want := Limits{MemoryBytes: 512 << 20, CPUs: 1, Pids: 64, FileSizeBytes: 1 << 20, TmpBytes: 16 << 20, OutputBytes: 64 << 10,
+		WorkdirBytes: 16 << 20, ReturnFiles: 20, ReturnBytes: 10 << 20}
 	if got != want {
 		t.Fatalf("WithDefaults() = %+v, want %+v", got, want)
 	}

@@ -11,6 +11,9 @@ type CappedBuffer struct {
 	mu        sync.Mutex
 	buf       []byte
 	truncated bool
+	// onKeep, if set, gets every kept piece as it is kept (under mu, so
+	// the pieces of one buffer arrive in order).
+	onKeep func([]byte)
 }
 
 // Write never fails: bytes past Max are counted as truncation and dropped.
@@ -21,6 +24,9 @@ func (b *CappedBuffer) Write(p []byte) (int, error) {
 	if room > 0 {
 		n := min(room, len(p))
 		b.buf = append(b.buf, p[:n]...)
+		if b.onKeep != nil && n > 0 {
+			b.onKeep(append([]byte(nil), p[:n]...))
+		}
 		if n < len(p) {
 			b.truncated = true
 		}

@@ -10,7 +10,9 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
@@ -30,8 +32,10 @@ const (
 // Hostname is the sandbox's host name; the real one is not revealed.
 const Hostname = "sandbox"
 
-// WorkDir is the working directory of user code: the only writable place.
-const WorkDir = "/tmp"
+// WorkDir is the working directory of user code (engine.CodeDir): its
+// own tmpfs, with the code file and the request's files. /tmp is the
+// other writable place, and HOME.
+const WorkDir = engine.CodeDir
 
 // Env is the complete environment of user code. It is fixed, never derived
 // from the server's environment, so secrets (API keys, database URLs) in the
@@ -39,7 +43,7 @@ const WorkDir = "/tmp"
 func Env() []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + WorkDir,
+		"HOME=/tmp",
 		"LANG=C.UTF-8",
 	}
 }
@@ -59,6 +63,28 @@ func EnvFor(l engine.Limits) []string {
 	mib := l.MemoryBytes >> 20
 	semi := min(max(mib/512, 1), 16)
 	return append(Env(), fmt.Sprintf("NODE_OPTIONS=--max-old-space-size=%d --max-semi-space-size=%d", max(mib/2, 16), semi))
+}
+
+// UserEnv is a request's environment as NAME=value entries, sorted by
+// name, to follow EnvFor; the names were validated by the caller, and a
+// name that EnvFor sets is left out so the sandbox's own settings stand.
+func UserEnv(env map[string]string) []string {
+	if len(env) == 0 {
+		return nil
+	}
+	fixed := map[string]bool{}
+	for _, kv := range EnvFor(engine.Limits{}) {
+		name, _, _ := strings.Cut(kv, "=")
+		fixed[name] = true
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		if !fixed[k] {
+			out = append(out, k+"="+v)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // MaskedPaths are hidden from user code (bind-mounted over with an empty

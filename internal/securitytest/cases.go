@@ -252,17 +252,23 @@ print("size", os.path.getsize("/tmp/big"))
 				noErr(t, err)
 				wantContains(t, res.Stdout, fmt.Sprintf("size %d", engine.DefaultFileSizeBytes))
 			}},
-		Case{Name: "tmp_size_limit", Lang: "python", Code: `
+	)
+	// Both writable places are bounded in size.
+	for _, w := range []struct {
+		name, dir string
+		size      int64
+	}{{"tmp_size_limit", "/tmp", engine.DefaultTmpBytes}, {"workdir_size_limit", engine.CodeDir, engine.DefaultWorkdirBytes}} {
+		cs = append(cs, Case{Name: w.name, Lang: "python", Code: strings.ReplaceAll(`
 total = 0
 try:
     for i in range(40):
-        with open("/tmp/f%d" % i, "wb") as f:
+        with open("@DIR@/f%d" % i, "wb") as f:
             f.write(b"x" * 1000000)
         total += 1000000
 except OSError as e:
     print("write failed errno", e.errno)
 print("total", total)
-`,
+`, "@DIR@", w.dir),
 			Check: func(t *testing.T, res engine.Result, err error) {
 				noErr(t, err)
 				wantContains(t, res.Stdout, "write failed errno 28") // ENOSPC
@@ -270,44 +276,54 @@ print("total", total)
 				for _, line := range strings.Split(res.Stdout, "\n") {
 					fmt.Sscanf(line, "total %d", &total)
 				}
-				if total > engine.DefaultTmpBytes || total < engine.DefaultTmpBytes/2 {
-					t.Errorf("wrote %d bytes to /tmp; want about %d, never more", total, engine.DefaultTmpBytes)
+				if total > w.size || total < w.size/2 {
+					t.Errorf("wrote %d bytes to %s; want about %d, never more", total, w.dir, w.size)
 				}
-			}},
-	)
+			}})
+	}
 
 	// Nothing written can be executed: not directly, not through the
 	// dynamic loader, not from memory.
 	loader := map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}[runtime.GOARCH]
-	cs = append(cs,
-		Case{Name: "tmp_noexec", Lang: "bash", Code: strings.ReplaceAll(`
+	// /tmp and the working directory (engine.CodeDir) are the writable
+	// places; neither lets anything written there run.
+	for _, dir := range []string{"/tmp", engine.CodeDir} {
+		name := "tmp"
+		if dir != "/tmp" {
+			name = "workdir"
+		}
+		cs = append(cs,
+			Case{Name: name + "_noexec", Lang: "bash", Code: strings.NewReplacer("@LD@", loader, "/tmp/", dir+"/").Replace(`
 cp /bin/echo /tmp/e && chmod 755 /tmp/e && echo copied
 /tmp/e EXECUTED-direct
 @LD@ /tmp/e EXECUTED-loader
 /usr/bin/env /tmp/e EXECUTED-env
 echo done
-`, "@LD@", loader),
-			Check: func(t *testing.T, res engine.Result, err error) {
-				noErr(t, err)
-				wantContains(t, res.Stdout, "copied")
-				wantContains(t, res.Stdout, "done")
-				wantNoMarker(t, res, "EXECUTED")
-			}},
-		Case{Name: "tmp_noexec_mmap", Lang: "python", Code: `
+`),
+				Check: func(t *testing.T, res engine.Result, err error) {
+					noErr(t, err)
+					wantContains(t, res.Stdout, "copied")
+					wantContains(t, res.Stdout, "done")
+					wantNoMarker(t, res, "EXECUTED")
+				}},
+			Case{Name: name + "_noexec_mmap", Lang: "python", Code: strings.ReplaceAll(`
 import mmap, os, shutil
-shutil.copy("/bin/echo", "/tmp/e")
-fd = os.open("/tmp/e", os.O_RDONLY)
+shutil.copy("/bin/echo", "@DIR@/e")
+fd = os.open("@DIR@/e", os.O_RDONLY)
 try:
     m = mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
     m[0]
-    print("MAPPED executable from /tmp")
+    print("MAPPED executable from @DIR@")
 except OSError as e:
     print("blocked mmap exec", e.errno)
-`,
-			Check: func(t *testing.T, res engine.Result, err error) {
-				noErr(t, err)
-				wantNoMarker(t, res, "MAPPED")
-			}},
+`, "@DIR@", dir),
+				Check: func(t *testing.T, res engine.Result, err error) {
+					noErr(t, err)
+					wantNoMarker(t, res, "MAPPED")
+				}},
+		)
+	}
+	cs = append(cs,
 		Case{Name: "memfd_exec", Lang: "python", Code: `
 import os
 try:
@@ -324,10 +340,11 @@ except OSError as e:
 			}},
 	)
 
-	// Only /tmp is writable.
-	cs = append(cs, Case{Name: "readonly_everywhere_but_tmp", Lang: "python", Code: `
+	// Only /tmp and the working directory are writable, and in the working
+	// directory the code file can be neither changed nor replaced.
+	cs = append(cs, Case{Name: "readonly_everywhere_but_tmp_and_workdir", Lang: "python", Code: `
 import os
-for d in ["/", "/dev/shm", "/var/tmp", "/code", "/etc", "/usr", "/usr/local/bin", "/bin", "/dev", "/run",
+for d in ["/", "/dev/shm", "/var/tmp", "/etc", "/usr", "/usr/local/bin", "/bin", "/dev", "/run",
           "/run/lock", "/var/lock", "/var/log", "/home", "/root", "/opt", "/sys", "/sys/fs/cgroup", "/proc",
           "/dev/mqueue", "/dev/pts", "/var/cache", "/var/lib", "/lib", "/srv", "/mnt", "/media"]:
     p = os.path.join(d, "w%d" % os.getpid())
@@ -348,13 +365,26 @@ for f in ["/etc/passwd", "` + engine.CodeDir + "/" + e.langs["python"].File + `"
         print("WRITABLE chmod", f)
     except OSError as e:
         pass
+code = "` + engine.CodeDir + "/" + e.langs["python"].File + `"
+for name, attempt in [("open", lambda: open(code, "a")), ("remove", lambda: os.remove(code)),
+                      ("rename", lambda: os.rename(code, code + ".x")), ("chmod", lambda: os.chmod(code, 0o777))]:
+    try:
+        attempt()
+        print("WRITABLE code file", name)
+    except OSError as e:
+        pass
 with open("/tmp/ok", "w") as f:
     f.write("x")
 print("tmp writable")
+with open("` + engine.CodeDir + `/ok", "w") as f:
+    f.write("x")
+os.mkdir("` + engine.CodeDir + `/sub")
+print("workdir writable", os.getcwd())
 `,
 		Check: func(t *testing.T, res engine.Result, err error) {
 			wantStatus(t, res, err, engine.StatusSucceeded, 0)
 			wantContains(t, res.Stdout, "tmp writable")
+			wantContains(t, res.Stdout, "workdir writable "+engine.CodeDir)
 			wantNoMarker(t, res, "WRITABLE")
 		}})
 

@@ -40,6 +40,13 @@ type Case struct {
 	Stdin   string
 	Timeout time.Duration // default 20s
 	Limits  engine.Limits // zero fields take the defaults
+	// Files, Env, Args and ReturnFiles go into the Spec as they are.
+	Files       []engine.File
+	Env         map[string]string
+	Args        []string
+	ReturnFiles []string
+	// Output, if set, is the Spec's live output sink.
+	Output func(engine.Stream, []byte)
 	// Check asserts on the outcome. err is the driver's error (nil for
 	// every outcome of user code, including timeouts and OOM kills).
 	Check func(t *testing.T, res engine.Result, err error)
@@ -107,6 +114,7 @@ func Run(t *testing.T, d engine.Driver, langs map[string]engine.Language, opts .
 	})
 
 	cases := append(functionalCases(e), attackCases(e)...)
+	cases = append(cases, fileCases(t, e)...)
 	cases = append(cases, o.Extra...)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -146,6 +154,12 @@ func (e *env) run(t *testing.T, c Case) (engine.Result, error) {
 		Stdin:    c.Stdin,
 		Timeout:  timeout,
 		Limits:   c.Limits.WithDefaults(),
+
+		Files:       c.Files,
+		Env:         c.Env,
+		Args:        c.Args,
+		ReturnFiles: c.ReturnFiles,
+		Output:      c.Output,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
 	defer cancel()

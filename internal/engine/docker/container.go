@@ -27,9 +27,9 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 
 	cfg := &container.Config{
 		Image:      img,
-		Cmd:        command(spec.Language),
+		Cmd:        append(command(spec.Language), spec.Args...),
 		Entrypoint: []string{}, // an image's entrypoint is not ours to run
-		Env:        sandbox.EnvFor(lim),
+		Env:        append(sandbox.EnvFor(lim), sandbox.UserEnv(spec.Env)...),
 		User:       fmt.Sprintf("%d:%d", uid, uid),
 		WorkingDir: d.policy.WorkDir,
 		Hostname:   d.policy.Hostname,
@@ -65,11 +65,13 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		ReadonlyRootfs: true,
 		OomScoreAdj:    oomScore,
+		// The working directory: a host tmpfs (engine.MountWorkdir, whose
+		// noexec, nosuid and nodev the bind mount keeps) with the code file
+		// and the request's files.
 		Mounts: []mount.Mount{{
-			Type:     mount.TypeBind,
-			Source:   codeDir,
-			Target:   engine.CodeDir,
-			ReadOnly: true,
+			Type:   mount.TypeBind,
+			Source: codeDir,
+			Target: engine.CodeDir,
 		}},
 		CapDrop:       []string{"ALL"},
 		SecurityOpt:   d.policy.securityOpt(),

@@ -256,7 +256,7 @@ func (d *Driver) Name() string { return "docker/" + d.opts.Runtime }
 func (d *Driver) Close() error {
 	var errs []error
 	if d.lock != nil {
-		errs = append(errs, os.RemoveAll(filepath.Join(d.opts.StateDir, d.instance)), os.Remove(d.lock.Name()))
+		errs = append(errs, removeInstanceDir(filepath.Join(d.opts.StateDir, d.instance)), os.Remove(d.lock.Name()))
 		d.lock.Close()
 		d.lock = nil
 	}

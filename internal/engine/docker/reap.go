@@ -12,6 +12,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // Reap removes what dead driver instances (a server that crashed or was
@@ -139,7 +141,7 @@ func (d *Driver) reapOwn() error {
 		if d.running(e.Name()) {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(base, e.Name())); err != nil {
+		if err := removeCodeDir(filepath.Join(base, e.Name())); err != nil {
 			errs = append(errs, fmt.Errorf("docker: removing leftover code directory: %w", err))
 		}
 	}
@@ -188,7 +190,7 @@ func (di *deadInstance) remove() error {
 		return nil
 	}
 	dir := strings.TrimSuffix(di.lockPath, lockSuffix)
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeInstanceDir(dir); err != nil {
 		return fmt.Errorf("docker: removing leftover instance directory: %w", err)
 	}
 	if err := os.Remove(di.lockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -221,4 +223,32 @@ func validInstance(s string) bool {
 		}
 	}
 	return true
+}
+
+// removeCodeDir removes one execution's directory: a cold one is the
+// working directory's tmpfs itself, a warm one holds it as code/.
+func removeCodeDir(dir string) error {
+	if err := engine.UnmountWorkdir(filepath.Join(dir, "code")); err != nil {
+		return err
+	}
+	if err := engine.UnmountWorkdir(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// removeInstanceDir removes an instance directory and every execution
+// directory in it.
+func removeInstanceDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			errs = append(errs, removeCodeDir(filepath.Join(dir, e.Name())))
+		}
+	}
+	return errors.Join(append(errs, os.RemoveAll(dir))...)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -33,11 +34,6 @@ func validID(id string) bool {
 
 // cleanupTimeout bounds the force-remove done after ctx is already over.
 const cleanupTimeout = 30 * time.Second
-
-// drainTimeout bounds how long output may keep arriving after the
-// container exited. The stream ends with the container's last process,
-// so this only matters if the engine misbehaves.
-const drainTimeout = 5 * time.Second
 
 // A SIGKILLed container is inspected up to 1+oomEventRetries times,
 // oomEventWait apart, for the engine's OOM mark.
@@ -93,19 +89,22 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 	if f := spec.Language.File; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
 		return engine.Result{}, fmt.Errorf("docker: language %q: the code file needs a plain name, not %q", spec.Language.Name, f)
 	}
-	s.dir = d.codeDir(spec.ID)
-	if err := os.Mkdir(s.dir, 0o755); err != nil {
-		s.dir = "" // not ours to remove (e.g. an ID already in use)
-		return engine.Result{}, fmt.Errorf("docker: code directory: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(s.dir, spec.Language.File), []byte(spec.Code), 0o644); err != nil {
-		return engine.Result{}, fmt.Errorf("docker: writing code: %w", err)
-	}
-
 	var err error
 	if s.uid, err = d.uids.Acquire(); err != nil {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
+	s.dir = d.codeDir(spec.ID)
+	if err := engine.MountWorkdir(s.dir, spec.Limits); err != nil {
+		s.dir = "" // not ours to remove (e.g. an ID already in use)
+		return engine.Result{}, fmt.Errorf("docker: %w", err)
+	}
+	if err := engine.WriteCode(s.dir, spec.Language.File, []byte(spec.Code)); err != nil {
+		return engine.Result{}, fmt.Errorf("docker: %w", err)
+	}
+	if err := engine.PlaceFiles(s.dir, spec.Files, s.uid.UID); err != nil {
+		return engine.Result{}, fmt.Errorf("docker: %w", err)
+	}
+
 	cfg, host := d.containerConfig(spec, s.dir, os.Getpid(), s.uid.UID)
 	// Named, so that a create whose answer was lost (ctx cancelled in
 	// flight) can still be found and removed.
@@ -116,8 +115,8 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 	}
 	s.id = created.ID
 
-	// Attach before start so no output is lost; read it as it arrives so
-	// a flood costs no memory past the caps.
+	// Attach before start so no output is lost; the loop reads it as it
+	// arrives so a flood costs no memory past the caps.
 	att, err := d.cli.ContainerAttach(ctx, s.id, container.AttachOptions{
 		Stream: true, Stdin: cfg.OpenStdin, Stdout: true, Stderr: true,
 	})
@@ -125,111 +124,100 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 		return engine.Result{}, fmt.Errorf("docker: attaching: %w", err)
 	}
 	defer att.Close()
-	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		copied <- err
-	}()
-	if cfg.OpenStdin {
-		go func() {
-			// Errors mean the process exited without reading it all.
-			_, _ = io.WriteString(att.Conn, spec.Stdin)
-			_ = att.CloseWrite()
-		}()
-	}
-
-	// Registered before start, so the exit cannot be missed.
-	waitCtx, stopWait := context.WithCancel(ctx)
+	// Registered before start, so the exit cannot be missed; not tied to
+	// ctx, whose end the loop turns into a kill.
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWait()
 	waitC, waitErrC := d.cli.ContainerWait(waitCtx, s.id, container.WaitConditionNextExit)
-
-	if err := d.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
-		return engine.Result{}, fmt.Errorf("docker: starting container: %w", err)
-	}
-	start := d.opts.Now()
-	timer := time.NewTimer(spec.Timeout)
-	defer timer.Stop()
-
-	var (
-		exitCode  int
-		timedOut  bool
-		oomKilled bool
-	)
-	// The client's wait goroutine sends its one answer on an unbuffered
-	// channel; when we stop listening early, something must take it.
-	waited := false
-	defer func() {
-		if !waited {
-			go func() {
-				select {
-				case <-waitC:
-				case <-waitErrC:
+	p := &process{
+		d: d, cid: s.id, att: &att, dir: s.dir,
+		start: func(ctx context.Context) error {
+			if err := d.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+				return fmt.Errorf("docker: starting container: %w", err)
+			}
+			return nil
+		},
+		copyOut: func(stdout, stderr io.Writer) error {
+			_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+			return err
+		},
+		wait: func() (int, error) {
+			select {
+			case w := <-waitC:
+				if w.Error != nil && w.Error.Message != "" {
+					return 0, fmt.Errorf("docker: waiting for container: %s", w.Error.Message)
 				}
-			}()
-		}
-	}()
-	select {
-	case w := <-waitC:
-		waited = true
-		if w.Error != nil && w.Error.Message != "" {
-			return engine.Result{}, fmt.Errorf("docker: waiting for container: %s", w.Error.Message)
-		}
-		exitCode = int(w.StatusCode)
-	case err := <-waitErrC:
-		waited = true
-		return engine.Result{}, fmt.Errorf("docker: waiting for container: %w", err)
-	case <-timer.C:
+				return int(w.StatusCode), nil
+			case err := <-waitErrC:
+				return 0, fmt.Errorf("docker: waiting for container: %w", err)
+			}
+		},
 		// Removing with force kills every process of the sandbox and
 		// deletes it in one call.
-		timedOut = true
-		exitCode = 128 + 9
-		if err := s.remove(); err != nil {
-			return engine.Result{}, err
-		}
-	case <-ctx.Done():
-		return engine.Result{}, fmt.Errorf("docker: %w", ctx.Err())
+		kill: s.remove,
+		// The container is removed before usage is read: its cgroup is
+		// gone by then, the parent keeps the totals.
+		finished: s.remove,
+		usage: func() (float64, int64) {
+			if d.acct == nil {
+				return 0, 0
+			}
+			return d.acct.usage(d.instance, spec.ID)
+		},
 	}
-	elapsed := d.opts.Now().Sub(start)
-
-	// Only a SIGKILL can be the OOM killer; ask the engine which it was
-	// instead of guessing.
-	if !timedOut && exitCode == 128+9 {
-		if oomKilled, err = d.oomKilled(ctx, s.id); err != nil {
-			return engine.Result{}, err
-		}
-	}
-
-	drain := time.NewTimer(drainTimeout)
-	defer drain.Stop()
-	select {
-	case <-copied:
-	case <-drain.C:
-		d.log.Warn("docker: output still open after exit; closing it", "execution", spec.ID)
-		att.Close()
-		<-copied
-	}
-
-	// The container is removed before usage is read: its cgroup is gone
-	// by then, the parent keeps the totals.
-	if err := s.remove(); err != nil {
-		return engine.Result{}, err
-	}
-	res := engine.Result{
-		Status:    engine.Classify(exitCode, timedOut, oomKilled),
-		Stdout:    stdout.String(),
-		Stderr:    stderr.String(),
-		ExitCode:  exitCode,
-		Duration:  elapsed,
-		Truncated: stdout.Truncated() || stderr.Truncated(),
-		Usage:     engine.Usage{SandboxSeconds: elapsed.Seconds()},
-	}
-	if d.acct != nil {
-		res.Usage.CPUSeconds, res.Usage.PeakMemoryBytes = d.acct.usage(d.instance, spec.ID)
-	}
-	return res, nil
+	return engine.Supervise(ctx, spec, p, engine.LoopOptions{Now: d.opts.Now})
 }
+
+// process is a container's program, cold or warm, as engine.Supervise
+// drives it; the two paths differ only in the functions they give it.
+type process struct {
+	d   *Driver
+	cid string
+	att *types.HijackedResponse
+	dir string // the working directory on the host
+
+	start    func(ctx context.Context) error
+	copyOut  func(stdout, stderr io.Writer) error
+	wait     func() (int, error)
+	kill     func() error
+	finished func() error            // after the exit is known, before usage is read
+	usage    func() (float64, int64) // CPU seconds and peak bytes since the hand-over
+}
+
+func (p *process) Start(ctx context.Context) error { return p.start(ctx) }
+
+// Stdin is the attach connection; closing it closes only its write side,
+// which the container sees as EOF.
+func (p *process) Stdin() io.WriteCloser { return stdinConn{p.att} }
+
+func (p *process) CopyOutput(stdout, stderr io.Writer) error { return p.copyOut(stdout, stderr) }
+func (p *process) Wait() (int, error)                        { return p.wait() }
+func (p *process) Kill() error                               { return p.kill() }
+func (p *process) CloseOutput()                              { p.att.Close() }
+func (p *process) Workdir() string                           { return p.dir }
+
+// Finish asks the engine whether a SIGKILL was the OOM killer instead of
+// guessing (only a SIGKILL can be), then removes the container and reads
+// its usage from the parent cgroup.
+func (p *process) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+	if !e.TimedOut && e.Code == 128+9 {
+		oom, err := p.d.oomKilled(ctx, p.cid)
+		if err != nil {
+			return e, err
+		}
+		e.OOMKilled = oom
+	}
+	if err := p.finished(); err != nil {
+		return e, err
+	}
+	e.CPUSeconds, e.PeakMemoryBytes = p.usage()
+	return e, nil
+}
+
+type stdinConn struct{ att *types.HijackedResponse }
+
+func (c stdinConn) Write(b []byte) (int, error) { return c.att.Conn.Write(b) }
+func (c stdinConn) Close() error                { return c.att.CloseWrite() }
 
 // remove force-removes the container (killing what still runs in it). It
 // runs on a context of its own: cleanup must happen even when the caller's
@@ -286,7 +274,9 @@ func (s *execution) cleanup() error {
 		errs = append(errs, err)
 	}
 	if s.dir != "" {
-		if err := os.RemoveAll(s.dir); err != nil {
+		if err := engine.UnmountWorkdir(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("docker: %w", err))
+		} else if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("docker: removing code directory: %w", err))
 		}
 	}

@@ -23,9 +23,8 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool/launcher"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
@@ -47,7 +46,7 @@ func NewPrestarter(d *Driver) *Prestarter {
 	return &Prestarter{d: d, launchers: map[string]*warmLauncher{}}
 }
 
-var _ pool.Prestarter = (*Prestarter)(nil)
+var _ engine.Prestarter = (*Prestarter)(nil)
 
 type warmLauncher struct {
 	ln  launcher.Launcher
@@ -75,7 +74,7 @@ func (p *Prestarter) launcher(ctx context.Context, lang engine.Language, img str
 	}
 	ln, err := launcher.For(lang, argv, image)
 	if err != nil {
-		err = fmt.Errorf("%w: %s: %w", pool.ErrUnsupported, lang.Name, err)
+		err = fmt.Errorf("%w: %s: %w", engine.ErrUnsupported, lang.Name, err)
 	}
 	p.launchers[key] = &warmLauncher{ln: ln, err: err}
 	return ln, err
@@ -83,7 +82,7 @@ func (p *Prestarter) launcher(ctx context.Context, lang engine.Language, img str
 
 // Prestart creates and starts a container whose interpreter waits for the
 // code, and returns once it is ready.
-func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ pool.Warm, err error) {
+func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ engine.Warm, err error) {
 	d := p.d
 	limits = limits.WithDefaults()
 	if f := lang.File; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
@@ -109,15 +108,15 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 			_ = w.Discard(context.Background())
 		}
 	}()
-	codeDir := filepath.Join(w.dir, "code")
-	if err := os.MkdirAll(codeDir, 0o755); err != nil {
+	if err := os.Mkdir(w.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("docker: code directory: %w", err)
 	}
-	if err := os.Chmod(w.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("docker: code directory: %w", err)
+	codeDir := filepath.Join(w.dir, "code")
+	if err := engine.MountWorkdir(codeDir, limits); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
 	}
 	if ln.Program != nil {
-		if err := os.WriteFile(filepath.Join(codeDir, lang.File), ln.Program, 0o644); err != nil {
+		if err := engine.WriteCode(codeDir, lang.File, ln.Program); err != nil {
 			return nil, fmt.Errorf("docker: writing launcher: %w", err)
 		}
 	}
@@ -207,7 +206,7 @@ type handoverSink struct {
 	seen    int           // bytes of Ready read so far
 	bad     bool          // the first bytes were not Ready
 	pending bytes.Buffer  // before the hand-over; bounded below
-	dst     *engine.CappedBuffer
+	dst     io.Writer
 }
 
 func (s *handoverSink) Write(p []byte) (int, error) {
@@ -239,7 +238,7 @@ func (s *handoverSink) Write(p []byte) (int, error) {
 }
 
 // handOver sends everything from now on, and what is pending, to dst.
-func (s *handoverSink) handOver(dst *engine.CappedBuffer) {
+func (s *handoverSink) handOver(dst io.Writer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dst.Write(s.pending.Bytes())
@@ -276,96 +275,70 @@ type warmContainer struct {
 func (w *warmContainer) Done() <-chan struct{} { return w.done }
 func (w *warmContainer) MemoryBytes() int64    { return w.mem }
 
-// Exec hands the code over and waits for it, as a cold Run does; time and
-// CPU count from the hand-over.
+// Exec hands the code (and the request's files) over and runs it through
+// the engine's execution loop, as a cold Run does; time and CPU count
+// from the hand-over.
 func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Result, error) {
 	d := w.d
 	if !w.used.CompareAndSwap(false, true) {
 		return engine.Result{}, fmt.Errorf("docker: warm sandbox %s already used", w.id)
 	}
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
+	if len(spec.Env) > 0 || len(spec.Args) > 0 {
+		// The launcher started with the cold path's fixed environment
+		// and command line.
+		return engine.Result{}, fmt.Errorf("%w: env and args need a cold sandbox", engine.ErrNotStarted)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
 	select {
 	case <-w.done:
-		return engine.Result{}, fmt.Errorf("%w: sandbox ended before the hand-over", pool.ErrNotStarted)
+		return engine.Result{}, fmt.Errorf("%w: sandbox ended before the hand-over", engine.ErrNotStarted)
 	default:
 	}
-	code := filepath.Join(w.dir, "code", w.file)
-	tmp := filepath.Join(w.dir, "code", ".vertal-handover")
-	if err := os.WriteFile(tmp, []byte(spec.Code), 0o644); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
+	dir := filepath.Join(w.dir, "code")
+	if err := engine.PlaceFiles(dir, spec.Files, w.uid.UID); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
-	if err := os.Rename(tmp, code); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
+	if err := engine.WriteCode(dir, w.file, []byte(spec.Code)); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
 	var cpu0 float64
 	if d.acct != nil {
 		cpu0, _ = d.acct.usage(d.instance, w.id)
 	}
-	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	w.stdout.handOver(stdout)
-	w.stderr.handOver(stderr)
-
-	start := d.opts.Now()
-	// stdin stays the pipe, as on the cold path.
-	if _, err := w.att.Conn.Write(launcher.GoLine(false)); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: go line: %v", pool.ErrNotStarted, err)
+	p := &process{
+		d: d, cid: w.cid, att: w.att, dir: dir,
+		// stdin stays the pipe, as on the cold path.
+		start: func(ctx context.Context) error {
+			if _, err := w.att.Conn.Write(launcher.GoLine(false)); err != nil {
+				return fmt.Errorf("%w: go line: %v", engine.ErrNotStarted, err)
+			}
+			return nil
+		},
+		// Output before the hand-over (interpreter warnings) lands where
+		// the cold path would have put it.
+		copyOut: func(stdout, stderr io.Writer) error {
+			w.stdout.handOver(stdout)
+			w.stderr.handOver(stderr)
+			<-w.copied
+			return nil
+		},
+		wait: func() (int, error) {
+			<-w.done
+			if w.waitErr != nil {
+				return 0, fmt.Errorf("docker: waiting for container: %w", w.waitErr)
+			}
+			return w.exitCode, nil
+		},
+		kill:     w.remove,
+		finished: func() error { return nil }, // Discard removes it
+		usage: func() (float64, int64) {
+			if d.acct == nil {
+				return 0, 0
+			}
+			cpu1, peak := d.acct.usage(d.instance, w.id)
+			return cpu1 - cpu0, peak
+		},
 	}
-	go func() {
-		_, _ = io.WriteString(w.att.Conn, spec.Stdin)
-		_ = w.att.CloseWrite()
-	}()
-	timer := time.NewTimer(spec.Timeout)
-	defer timer.Stop()
-	var exitCode int
-	timedOut := false
-	select {
-	case <-w.done:
-		if w.waitErr != nil {
-			return engine.Result{}, fmt.Errorf("docker: waiting for container: %w", w.waitErr)
-		}
-		exitCode = w.exitCode
-	case <-timer.C:
-		timedOut = true
-		exitCode = 128 + 9
-		if err := w.remove(); err != nil {
-			return engine.Result{}, err
-		}
-	case <-ctx.Done():
-		_ = w.remove()
-		return engine.Result{}, fmt.Errorf("docker: %w", ctx.Err())
-	}
-	elapsed := d.opts.Now().Sub(start)
-	oomKilled := false
-	if !timedOut && exitCode == 128+9 {
-		var err error
-		if oomKilled, err = d.oomKilled(ctx, w.cid); err != nil {
-			return engine.Result{}, err
-		}
-	}
-	select {
-	case <-w.copied:
-	case <-time.After(drainTimeout):
-		w.att.Close()
-		<-w.copied
-	}
-	res := engine.Result{
-		Status:    engine.Classify(exitCode, timedOut, oomKilled),
-		Stdout:    stdout.String(),
-		Stderr:    stderr.String(),
-		ExitCode:  exitCode,
-		Duration:  elapsed,
-		Truncated: stdout.Truncated() || stderr.Truncated(),
-		Usage:     engine.Usage{SandboxSeconds: elapsed.Seconds()},
-	}
-	if d.acct != nil {
-		cpu1, peak := d.acct.usage(d.instance, w.id)
-		res.Usage.CPUSeconds, res.Usage.PeakMemoryBytes = max(cpu1-cpu0, 0), peak
-	}
-	return res, nil
+	return engine.Supervise(ctx, spec, p, engine.LoopOptions{Now: d.opts.Now})
 }
 
 // remove force-removes the container, killing what runs in it.
@@ -400,7 +373,9 @@ func (w *warmContainer) Discard(ctx context.Context) error {
 			w.stopWait()
 		}
 		if w.dir != "" {
-			if err := os.RemoveAll(w.dir); err != nil {
+			if err := engine.UnmountWorkdir(filepath.Join(w.dir, "code")); err != nil {
+				errs = append(errs, fmt.Errorf("docker: %w", err))
+			} else if err := os.RemoveAll(w.dir); err != nil {
 				errs = append(errs, fmt.Errorf("docker: removing code directory: %w", err))
 			}
 		}

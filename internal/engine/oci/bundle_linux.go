@@ -163,7 +163,9 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: initPath, Type: "bind", Source: d.initPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 			tmp,
-			{Destination: engine.CodeDir, Type: "bind", Source: "code", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+			// The working directory: a host tmpfs (engine.MountWorkdir)
+			// with the code file and the request's files.
+			{Destination: engine.CodeDir, Type: "bind", Source: "code", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: d.cg.runtimePath(id),

@@ -7,18 +7,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
@@ -79,17 +80,25 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	return d.execute(ctx, spec, bundle, cg)
 }
 
-// writeBundle writes config.json and the code file, and for runsc mounts
-// the host tmpfs that becomes /tmp.
+// writeBundle writes config.json and fills the working directory (the
+// code file and spec's files, on a tmpfs of its own), and for runsc
+// mounts the host tmpfs that becomes /tmp.
 func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid uint32) error {
 	code := filepath.Join(bundle, "code")
-	if err := os.Mkdir(code, 0o755); err != nil {
-		return fmt.Errorf("creating code dir: %w", err)
+	if err := engine.MountWorkdir(code, spec.Limits); err != nil {
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(code, spec.Language.File), []byte(spec.Code), 0o644); err != nil {
-		return fmt.Errorf("writing code: %w", err)
+	if err := engine.WriteCode(code, spec.Language.File, []byte(spec.Code)); err != nil {
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), tpl.render(spec.ID, uid), 0o600); err != nil {
+	if err := engine.PlaceFiles(code, spec.Files, uid); err != nil {
+		return err
+	}
+	config, err := d.config(tpl, spec, uid)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), config, 0o600); err != nil {
 		return fmt.Errorf("writing config.json: %w", err)
 	}
 	if d.rt.gvisor {
@@ -106,96 +115,162 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid
 	return nil
 }
 
-// execute runs the runtime and turns its outcome into a Result.
+// config is the execution's config.json: the cached template's, unless
+// the request brings env or args, which are part of the process spec.
+func (d *Driver) config(tpl *template, spec engine.Spec, uid uint32) ([]byte, error) {
+	if len(spec.Env) == 0 && len(spec.Args) == 0 {
+		return tpl.render(spec.ID, uid), nil
+	}
+	s, err := d.spec(spec.Language, spec.Limits, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.Process.Args = append(s.Process.Args, spec.Args...)
+	s.Process.Env = append(s.Process.Env, sandbox.UserEnv(spec.Env)...)
+	s.Process.User.UID, s.Process.User.GID = uid, uid
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encoding config.json: %w", err)
+	}
+	return b, nil
+}
+
+// execute runs the sandbox through the engine's execution loop.
 func (d *Driver) execute(ctx context.Context, spec engine.Spec, bundle string, cg *execCgroup) (engine.Result, error) {
-	logPath := filepath.Join(bundle, "runtime.log")
-	pidPath := filepath.Join(bundle, "init.pid")
+	p, err := d.newColdProcess(spec.ID, bundle, cg)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	defer p.close()
+	return engine.Supervise(ctx, spec, p, engine.LoopOptions{})
+}
+
+// coldProcess is `<runtime> run` on a bundle, as engine.Supervise drives it.
+type coldProcess struct {
+	d       *Driver
+	id      string
+	bundle  string
+	cg      *execCgroup
+	cmd     *exec.Cmd
+	pidPath string
+	logPath string
+	// ours are the host's ends of stdin, stdout and stderr; child the
+	// runtime's, closed once it started.
+	ours, child [3]*os.File
+}
+
+func (d *Driver) newColdProcess(id, bundle string, cg *execCgroup) (*coldProcess, error) {
+	p := &coldProcess{d: d, id: id, bundle: bundle, cg: cg,
+		pidPath: filepath.Join(bundle, "init.pid"), logPath: filepath.Join(bundle, "runtime.log")}
+	// Always pipes, stdin too even when empty: runtimes chown the
+	// sandbox's stdio to its user, and a host file here (exec's default
+	// is the host's /dev/null) would be handed to the sandbox's uid.
+	for i := range 3 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("oci: pipe: %w", err)
+		}
+		if i == 0 {
+			p.child[i], p.ours[i] = r, w
+		} else {
+			p.child[i], p.ours[i] = w, r
+		}
+	}
 	// Not CommandContext: cancelling must kill the sandbox, not orphan it
 	// by killing only the runtime process.
-	cmd := d.runtimeCmd(context.Background(), logPath, "run", "--bundle", bundle, "--pid-file", pidPath, spec.ID)
-	// Always a pipe, even when empty: runtimes chown the sandbox's stdio to
-	// its user, and a host file here (exec's default is the host's
-	// /dev/null) would be handed to uid 65534.
-	cmd.Stdin = strings.NewReader(spec.Stdin)
-	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// If a sandbox process escaped the kill and kept the pipes open, do
-	// not wait for it forever; cleanup kills it through the cgroup.
-	cmd.WaitDelay = 5 * time.Second
+	p.cmd = d.runtimeCmd(context.Background(), p.logPath, "run", "--bundle", bundle, "--pid-file", p.pidPath, id)
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = p.child[0], p.child[1], p.child[2]
+	return p, nil
+}
 
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return engine.Result{}, fmt.Errorf("oci: starting %s: %w", d.rt.name, err)
+func (p *coldProcess) Start(ctx context.Context) error {
+	err := p.cmd.Start()
+	p.closeChild()
+	if err != nil {
+		return fmt.Errorf("oci: starting %s: %w", p.d.rt.name, err)
 	}
-	var (
-		mu       sync.Mutex
-		finished bool
-		timedOut bool
-		canceled bool
-	)
-	stop := func(reason *bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !finished {
-			*reason = true
-			d.kill(spec.ID, cmd.Process)
-		}
-	}
-	timer := time.AfterFunc(spec.Timeout, func() { stop(&timedOut) })
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			stop(&canceled)
-		case <-done:
-		}
-	}()
-	waitErr := cmd.Wait()
-	duration := time.Since(start)
-	mu.Lock()
-	finished = true
-	mu.Unlock()
-	timer.Stop()
-	close(done)
+	return nil
+}
 
-	if canceled && !timedOut {
-		return engine.Result{}, ctx.Err()
-	}
+func (p *coldProcess) Stdin() io.WriteCloser { return p.ours[0] }
+
+func (p *coldProcess) CopyOutput(stdout, stderr io.Writer) error {
+	return copyStreams(stdout, stderr, p.ours[1], p.ours[2])
+}
+
+func (p *coldProcess) Wait() (int, error) {
+	err := p.cmd.Wait()
 	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
-		return engine.Result{}, fmt.Errorf("oci: waiting for %s: %w", d.rt.name, waitErr)
+	if err != nil && !errors.As(err, &exitErr) {
+		return 0, fmt.Errorf("oci: waiting for %s: %w", p.d.rt.name, err)
 	}
-	code := exitCode(cmd.ProcessState)
-	oom := cg.oomKilled()
-	cpu, peak := cg.usage()
-	if !timedOut && !oom && code != 0 {
+	return exitCode(p.cmd.ProcessState), nil
+}
+
+func (p *coldProcess) Kill() error {
+	p.d.kill(p.id, p.cmd.Process)
+	return nil
+}
+
+func (p *coldProcess) CloseOutput() {
+	p.closeChild()
+	closeReads(p.ours[1], p.ours[2])
+}
+
+func (p *coldProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+	e.OOMKilled = p.cg.oomKilled()
+	e.CPUSeconds, e.PeakMemoryBytes = p.cg.usage()
+	if !e.TimedOut && !e.OOMKilled && e.Code != 0 {
 		// The runtime writes the pid file once the sandbox exists; if it
 		// failed before that, the platform failed, not the user's code.
-		if _, err := os.Stat(pidPath); err != nil {
-			msg := runtimeError(logPath)
+		if _, err := os.Stat(p.pidPath); err != nil {
+			msg := runtimeError(p.logPath)
 			if msg == "" {
-				msg = "exit status " + strconv.Itoa(code) + ", sandbox not created"
+				msg = "exit status " + strconv.Itoa(e.Code) + ", sandbox not created"
 			}
-			return engine.Result{}, fmt.Errorf("oci: %s failed: %s", d.rt.name, msg)
+			return e, fmt.Errorf("oci: %s failed: %s", p.d.rt.name, msg)
 		}
 	}
-	if timedOut {
-		code = 128 + int(syscall.SIGKILL)
+	return e, nil
+}
+
+func (p *coldProcess) Workdir() string { return filepath.Join(p.bundle, "code") }
+
+func (p *coldProcess) closeChild() {
+	for i, f := range p.child {
+		if f != nil {
+			f.Close()
+			p.child[i] = nil
+		}
 	}
-	return engine.Result{
-		Status:    engine.Classify(code, timedOut, oom),
-		Stdout:    stdout.String(),
-		Stderr:    stderr.String(),
-		ExitCode:  code,
-		Duration:  duration,
-		Truncated: stdout.Truncated() || stderr.Truncated(),
-		Usage: engine.Usage{
-			SandboxSeconds:  duration.Seconds(),
-			CPUSeconds:      cpu,
-			PeakMemoryBytes: peak,
-		},
-	}, nil
+}
+
+func (p *coldProcess) close() {
+	p.closeChild()
+	for _, f := range p.ours {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// copyStreams copies a sandbox's two output pipes until both end.
+func copyStreams(stdout, stderr io.Writer, out, errs *os.File) error {
+	var wg sync.WaitGroup
+	var e1, e2 error
+	wg.Add(2)
+	go func() { defer wg.Done(); _, e1 = io.Copy(stdout, out) }()
+	go func() { defer wg.Done(); _, e2 = io.Copy(stderr, errs) }()
+	wg.Wait()
+	return errors.Join(e1, e2)
+}
+
+// closeReads makes pending and future reads of the pipes return at once.
+func closeReads(files ...*os.File) {
+	for _, f := range files {
+		_ = f.SetReadDeadline(time.Now())
+	}
 }
 
 // kill ends the sandbox at once. SIGKILL to every process of the sandbox's

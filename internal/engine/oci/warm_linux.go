@@ -15,14 +15,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
 
@@ -45,7 +43,7 @@ func NewPrestarter(d *Driver) *Prestarter {
 	return &Prestarter{d: d, templates: map[templateKey]*warmTemplate{}}
 }
 
-var _ pool.Prestarter = (*Prestarter)(nil)
+var _ engine.Prestarter = (*Prestarter)(nil)
 
 // warmTemplate is a language's warm config.json and launcher.
 type warmTemplate struct {
@@ -82,7 +80,7 @@ func (p *Prestarter) build(lang engine.Language, l engine.Limits) (*template, la
 	cold := s.Process.Args[2:]
 	ln, err := launcher.For(lang, cold, os.DirFS(lang.Image))
 	if err != nil {
-		return nil, launcher.Launcher{}, fmt.Errorf("%w: %s: %w", pool.ErrUnsupported, lang.Name, err)
+		return nil, launcher.Launcher{}, fmt.Errorf("%w: %s: %w", engine.ErrUnsupported, lang.Name, err)
 	}
 	s.Process.Args = append(s.Process.Args[:2:2], ln.Args...)
 	for _, f := range ln.Files {
@@ -157,7 +155,7 @@ type startedCmd struct {
 
 // Prestart creates a sandbox for lang with limits, starts its launcher and
 // returns once the interpreter waits for code.
-func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ pool.Warm, err error) {
+func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ engine.Warm, err error) {
 	d := p.d
 	limits = limits.WithDefaults()
 	if err := d.checkImage(lang.Image); err != nil {
@@ -299,19 +297,21 @@ func (s *warmSandbox) Done() <-chan struct{} { return s.cmd.done }
 
 func (s *warmSandbox) MemoryBytes() int64 { return s.mem }
 
-// Exec hands the code over and waits for it, as Driver.execute does for a
-// cold sandbox; time, CPU and peak memory count from the hand-over.
+// Exec hands the code (and the request's files) over and runs it through
+// the engine's execution loop, as the cold path does; time, CPU and peak
+// memory count from the hand-over.
 func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result, error) {
 	if !s.used.CompareAndSwap(false, true) {
 		return engine.Result{}, fmt.Errorf("oci: warm sandbox %s already used", s.id)
 	}
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
+	if len(spec.Env) > 0 || len(spec.Args) > 0 {
+		// The launcher started with the cold path's fixed environment
+		// and command line.
+		return engine.Result{}, fmt.Errorf("%w: env and args need a cold sandbox", engine.ErrNotStarted)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
 	select {
 	case <-s.cmd.done:
-		return engine.Result{}, fmt.Errorf("%w: sandbox ended before the hand-over", pool.ErrNotStarted)
+		return engine.Result{}, fmt.Errorf("%w: sandbox ended before the hand-over", engine.ErrNotStarted)
 	default:
 	}
 	if err := ctx.Err(); err != nil {
@@ -320,117 +320,71 @@ func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result
 	// The cold path's CPU weight first: once the code is in place, it
 	// runs with it (and TestWarmCPUWeight, watching the file, sees it).
 	if err := s.cg.setCPUWeight(false); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: %v", pool.ErrNotStarted, err)
+		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
-	// Write-and-rename: the launcher's file (node, shell) is replaced
-	// atomically, and the interpreter never sees a partial file.
-	tmp := filepath.Join(s.bundle, "code", ".vertal-handover")
-	if err := os.WriteFile(tmp, []byte(spec.Code), 0o644); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
+	dir := filepath.Join(s.bundle, "code")
+	if err := engine.PlaceFiles(dir, spec.Files, s.uid.UID); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
-	if err := os.Rename(tmp, s.codePath()); err != nil {
-		return engine.Result{}, fmt.Errorf("%w: writing code: %v", pool.ErrNotStarted, err)
+	if err := engine.WriteCode(dir, s.lang.File, []byte(spec.Code)); err != nil {
+		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
 	cpu0, _ := s.cg.usage()
 	// Peak memory from here on; what the interpreter holds already counts,
 	// as it does on the cold path.
 	s.cg.resetPeak()
-
-	stdout := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	stderr := &engine.CappedBuffer{Max: spec.Limits.OutputBytes}
-	var copies sync.WaitGroup
-	for _, c := range []struct {
-		dst io.Writer
-		src *os.File
-	}{{stdout, s.stdout}, {stderr, s.stderr}} {
-		copies.Add(1)
-		go func() {
-			defer copies.Done()
-			_, _ = io.Copy(c.dst, c.src)
-		}()
-	}
-
-	start := time.Now()
-	// The go line fits the empty pipe, so this write does not block; if
-	// it fails the launcher is gone and no user code ran. stdin stays a
-	// pipe, as on the cold path, which never hands a host file to the
-	// sandbox.
-	if _, err := s.stdin.Write(launcher.GoLine(false)); err != nil {
-		s.d.kill(s.id, s.cmd.proc)
-		return engine.Result{}, fmt.Errorf("%w: go line: %v", pool.ErrNotStarted, err)
-	}
-	go func() {
-		// Errors mean the code exited without reading all its stdin.
-		_, _ = io.WriteString(s.stdin, spec.Stdin)
-		s.stdin.Close()
-	}()
-
-	var (
-		mu       sync.Mutex
-		timedOut bool
-		canceled bool
-	)
-	stop := func(reason *bool) {
-		mu.Lock()
-		*reason = true
-		mu.Unlock()
-		s.d.kill(s.id, s.cmd.proc)
-	}
-	timer := time.AfterFunc(spec.Timeout, func() { stop(&timedOut) })
-	watch := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			stop(&canceled)
-		case <-watch:
-		}
-	}()
-	<-s.cmd.done
-	duration := time.Since(start)
-	timer.Stop()
-	close(watch)
-	// Output ends when the last sandbox process is gone; if something
-	// kept a pipe open, Discard's cgroup kill ends it.
-	drained := make(chan struct{})
-	go func() { copies.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(5 * time.Second):
-		s.d.kill(s.id, s.cmd.proc)
-		s.stdout.SetReadDeadline(time.Now())
-		s.stderr.SetReadDeadline(time.Now())
-		<-drained
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if canceled && !timedOut {
-		return engine.Result{}, ctx.Err()
-	}
-	var exitErr interface{ ExitCode() int }
-	if s.cmd.err != nil && !errors.As(s.cmd.err, &exitErr) {
-		return engine.Result{}, fmt.Errorf("oci: waiting for %s: %w", s.d.rt.name, s.cmd.err)
-	}
-	code := exitCode(s.cmd.ps)
-	oom := s.cg.oomKilled()
-	cpu1, peak := s.cg.usage()
-	cpu := cpu1 - cpu0
-	if timedOut {
-		code = 128 + int(syscall.SIGKILL)
-	}
-	return engine.Result{
-		Status:    engine.Classify(code, timedOut, oom),
-		Stdout:    stdout.String(),
-		Stderr:    stderr.String(),
-		ExitCode:  code,
-		Duration:  duration,
-		Truncated: stdout.Truncated() || stderr.Truncated(),
-		Usage: engine.Usage{
-			SandboxSeconds:  duration.Seconds(),
-			CPUSeconds:      max(cpu, 0),
-			PeakMemoryBytes: peak,
-		},
-	}, nil
+	return engine.Supervise(ctx, spec, &warmProcess{s: s, cpu0: cpu0}, engine.LoopOptions{})
 }
+
+// warmProcess is a warm sandbox's program after the hand-over, as
+// engine.Supervise drives it.
+type warmProcess struct {
+	s    *warmSandbox
+	cpu0 float64
+}
+
+// Start writes the go line. It fits the empty pipe, so the write does
+// not block; if it fails the launcher is gone and no user code ran.
+func (p *warmProcess) Start(ctx context.Context) error {
+	if _, err := p.s.stdin.Write(launcher.GoLine(false)); err != nil {
+		_ = p.Kill()
+		return fmt.Errorf("%w: go line: %v", engine.ErrNotStarted, err)
+	}
+	return nil
+}
+
+// Stdin stays the pipe the go line came through, as on the cold path,
+// which never hands a host file to the sandbox.
+func (p *warmProcess) Stdin() io.WriteCloser { return p.s.stdin }
+
+func (p *warmProcess) CopyOutput(stdout, stderr io.Writer) error {
+	return copyStreams(stdout, stderr, p.s.stdout, p.s.stderr)
+}
+
+func (p *warmProcess) Wait() (int, error) {
+	<-p.s.cmd.done
+	var exitErr interface{ ExitCode() int }
+	if p.s.cmd.err != nil && !errors.As(p.s.cmd.err, &exitErr) {
+		return 0, fmt.Errorf("oci: waiting for %s: %w", p.s.d.rt.name, p.s.cmd.err)
+	}
+	return exitCode(p.s.cmd.ps), nil
+}
+
+func (p *warmProcess) Kill() error {
+	p.s.d.kill(p.s.id, p.s.cmd.proc)
+	return nil
+}
+
+func (p *warmProcess) CloseOutput() { closeReads(p.s.stdout, p.s.stderr) }
+
+func (p *warmProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+	e.OOMKilled = p.s.cg.oomKilled()
+	cpu1, peak := p.s.cg.usage()
+	e.CPUSeconds, e.PeakMemoryBytes = cpu1-p.cpu0, peak
+	return e, nil
+}
+
+func (p *warmProcess) Workdir() string { return filepath.Join(p.s.bundle, "code") }
 
 // Discard kills what still runs and removes the bundle, runtime state and
 // cgroups, as the cold path's cleanup does.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 )
 
 // Prestarter creates warm sandboxes for package pool (Linux only).
@@ -17,6 +16,6 @@ type Prestarter struct{}
 func NewPrestarter(d *Driver) *Prestarter { return &Prestarter{} }
 
 // Prestart reports that warm sandboxes need Linux.
-func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (pool.Warm, error) {
-	return nil, fmt.Errorf("%w: the oci driver needs Linux", pool.ErrUnsupported)
+func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (engine.Warm, error) {
+	return nil, fmt.Errorf("%w: the oci driver needs Linux", engine.ErrUnsupported)
 }

@@ -32,41 +32,20 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
-// Prestarter is the optional capability of a driver that can create warm
-// sandboxes. Prestart returns once the sandbox's interpreter is up and
-// waiting, or fails (ErrUnsupported when the language cannot be
-// pre-started at all).
-type Prestarter interface {
-	Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (Warm, error)
-}
-
-// Warm is one pre-started sandbox. It serves at most one Exec.
-type Warm interface {
-	// Exec hands spec's code and stdin to the sandbox and waits for the
-	// code to finish, as Driver.Run would; spec.Timeout counts from the
-	// hand-over and Result.Duration and Usage measure the code only. It
-	// returns an error wrapping ErrNotStarted when the sandbox could not
-	// take the code (it died), in which case no user code ran. Exec
-	// leaves destroying the sandbox to Discard.
-	Exec(ctx context.Context, spec engine.Spec) (engine.Result, error)
-	// Done is closed when the sandbox's processes have ended: after Exec,
-	// after Discard, or when it crashed while waiting.
-	Done() <-chan struct{}
-	// MemoryBytes is the memory the waiting sandbox holds (its cgroup's
-	// usage), for the pool's budget; 0 if unknown.
-	MemoryBytes() int64
-	// Discard destroys the sandbox and everything it left on the host.
-	// It is safe to call more than once, and after Exec.
-	Discard(ctx context.Context) error
-}
+// Prestarter and Warm are the drivers' warm-sandbox seam, declared in
+// package engine so that drivers need not import the pool that wraps them.
+type (
+	Prestarter = engine.Prestarter
+	Warm       = engine.Warm
+)
 
 var (
 	// ErrUnsupported means a language cannot be pre-started by this
 	// driver (no launcher fits its interpreter or image); it runs cold.
-	ErrUnsupported = errors.New("pool: language cannot be pre-started")
+	ErrUnsupported = engine.ErrUnsupported
 	// ErrNotStarted means a warm sandbox could not take an execution; the
 	// code did not run, so the pool runs it on the cold path instead.
-	ErrNotStarted = errors.New("pool: warm sandbox could not take the execution")
+	ErrNotStarted = engine.ErrNotStarted
 	// ErrClosed is returned by Run after Close.
 	ErrClosed = errors.New("pool: closed")
 )
@@ -190,7 +169,7 @@ type key struct {
 func keyOf(lang engine.Language, l engine.Limits) key {
 	// The output cap is applied by the host as it reads, not by the
 	// sandbox: any warm sandbox serves any cap.
-	l.OutputBytes = 0
+	l.OutputBytes, l.ReturnFiles, l.ReturnBytes = 0, 0, 0
 	return key{name: lang.Name, image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
 }
 
@@ -273,7 +252,10 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 	}
 	b := p.bucketLocked(spec.Language, spec.Limits)
 	b.requests++
-	if b.unsupported {
+	// A launcher starts with the cold path's fixed environment and command
+	// line, so a request with env or args runs cold; it is not a miss
+	// that would grow the pool.
+	if b.unsupported || len(spec.Env) > 0 || len(spec.Args) > 0 {
 		b.misses++
 		p.mu.Unlock()
 		return p.base.Run(ctx, spec)

@@ -1,0 +1,228 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fakeProcess is a program the loop drives without any sandbox: it
+// writes its output, then exits with code, or waits until killed.
+type fakeProcess struct {
+	stdout, stderr []string // written in turn, stdout first
+	code           int
+	hang           bool // never exits by itself
+	holdOutput     bool // keeps output open after the exit until CloseOutput
+	startErr       error
+	killErr        error
+	waitErr        error
+	finishErr      error
+	oom            bool
+
+	mu        sync.Mutex
+	kills     int
+	stdinGot  strings.Builder
+	exited    chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (p *fakeProcess) init() *fakeProcess {
+	p.exited = make(chan struct{})
+	p.closed = make(chan struct{})
+	return p
+}
+
+func (p *fakeProcess) Start(ctx context.Context) error {
+	if p.startErr != nil {
+		return p.startErr
+	}
+	if !p.hang {
+		go func() { time.Sleep(10 * time.Millisecond); p.exit() }()
+	}
+	return nil
+}
+
+func (p *fakeProcess) exit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.exited:
+	default:
+		close(p.exited)
+	}
+}
+
+type stdinRecorder struct{ p *fakeProcess }
+
+func (w stdinRecorder) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.stdinGot.Write(b)
+}
+func (w stdinRecorder) Close() error { return nil }
+
+func (p *fakeProcess) Stdin() io.WriteCloser { return stdinRecorder{p} }
+
+func (p *fakeProcess) CopyOutput(stdout, stderr io.Writer) error {
+	for i := range max(len(p.stdout), len(p.stderr)) {
+		if i < len(p.stdout) {
+			io.WriteString(stdout, p.stdout[i])
+		}
+		if i < len(p.stderr) {
+			io.WriteString(stderr, p.stderr[i])
+		}
+	}
+	if p.holdOutput {
+		<-p.closed
+	}
+	return nil
+}
+
+func (p *fakeProcess) Wait() (int, error) {
+	<-p.exited
+	if p.waitErr != nil {
+		return 0, p.waitErr
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kills > 0 {
+		return 137, nil
+	}
+	return p.code, nil
+}
+
+func (p *fakeProcess) Kill() error {
+	p.mu.Lock()
+	p.kills++
+	p.mu.Unlock()
+	if p.killErr != nil {
+		return p.killErr
+	}
+	p.exit()
+	return nil
+}
+
+func (p *fakeProcess) CloseOutput() { p.closeOnce.Do(func() { close(p.closed) }) }
+
+func (p *fakeProcess) Finish(ctx context.Context, e Exit) (Exit, error) {
+	e.OOMKilled = p.oom
+	e.CPUSeconds, e.PeakMemoryBytes = 0.25, 1<<20
+	return e, p.finishErr
+}
+
+func (p *fakeProcess) Workdir() string { return "/work/dir" }
+
+func TestSupervise(t *testing.T) {
+	errBoom := errors.New("boom")
+	for _, tc := range []struct {
+		name    string
+		p       *fakeProcess
+		spec    Spec
+		cancel  bool // cancel ctx right after the start
+		want    Result
+		wantErr error
+		kills   bool
+	}{
+		{name: "succeeds", p: &fakeProcess{stdout: []string{"a", "b"}, stderr: []string{"e"}},
+			want: Result{Status: StatusSucceeded, Stdout: "ab", Stderr: "e"}},
+		{name: "fails", p: &fakeProcess{code: 3}, want: Result{Status: StatusFailed, ExitCode: 3}},
+		{name: "oom", p: &fakeProcess{code: 137, oom: true}, want: Result{Status: StatusMemoryExceeded, ExitCode: 137}},
+		{name: "timeout kills", p: &fakeProcess{hang: true}, spec: Spec{Timeout: 20 * time.Millisecond},
+			want: Result{Status: StatusTimedOut, ExitCode: 137}, kills: true},
+		{name: "output capped", p: &fakeProcess{stdout: []string{"12345", "678"}}, spec: Spec{Limits: Limits{OutputBytes: 4}},
+			want: Result{Status: StatusSucceeded, Stdout: "1234", Truncated: true}},
+		{name: "cancel kills and returns ctx error", p: &fakeProcess{hang: true}, cancel: true,
+			wantErr: context.Canceled, kills: true},
+		{name: "start fails", p: &fakeProcess{startErr: errBoom}, wantErr: errBoom},
+		{name: "wait fails", p: &fakeProcess{waitErr: errBoom}, wantErr: errBoom},
+		{name: "finish fails", p: &fakeProcess{code: 1, finishErr: errBoom}, wantErr: errBoom},
+		{name: "kill fails at timeout", p: &fakeProcess{hang: true, killErr: errBoom}, spec: Spec{Timeout: 20 * time.Millisecond},
+			wantErr: errBoom, kills: true},
+		{name: "returned files", p: &fakeProcess{}, spec: Spec{ReturnFiles: []string{"*.png"}},
+			want: Result{Status: StatusSucceeded, Files: []File{{Path: "/work/dir:*.png"}}, FilesTruncated: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p.init()
+			if tc.name == "kill fails at timeout" {
+				// The kill fails; the program ends anyway a little later.
+				go func() { time.Sleep(100 * time.Millisecond); p.exit() }()
+			}
+			spec := tc.spec
+			spec.Stdin = "input"
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				time.AfterFunc(20*time.Millisecond, cancel)
+			}
+			collect := func(dir string, globs []string, l Limits) ([]File, bool, error) {
+				return []File{{Path: dir + ":" + strings.Join(globs, ",")}}, true, nil
+			}
+			got, err := Supervise(ctx, spec, p, LoopOptions{Collect: collect})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v; want %v", err, tc.wantErr)
+			}
+			if (p.kills > 0) != tc.kills {
+				t.Errorf("kills = %d; want killed %v", p.kills, tc.kills)
+			}
+			if err != nil {
+				return
+			}
+			if got.Duration <= 0 || got.Usage.SandboxSeconds <= 0 {
+				t.Errorf("duration %v, sandbox seconds %v; want both > 0", got.Duration, got.Usage.SandboxSeconds)
+			}
+			if got.Usage.CPUSeconds != 0.25 || got.Usage.PeakMemoryBytes != 1<<20 {
+				t.Errorf("usage %+v; want Finish's", got.Usage)
+			}
+			got.Duration, got.Usage = 0, Usage{}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("result (-want +got):\n%s", diff)
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if s := p.stdinGot.String(); s != "input" {
+				t.Errorf("stdin got %q; want the spec's", s)
+			}
+		})
+	}
+}
+
+// TestSuperviseDrainBound: output held open after the exit (a process
+// that escaped the kill) is cut after DrainTimeout, not waited for.
+func TestSuperviseDrainBound(t *testing.T) {
+	p := (&fakeProcess{stdout: []string{"x"}, holdOutput: true}).init()
+	res, err := Supervise(context.Background(), Spec{}, p, LoopOptions{})
+	if err != nil || res.Stdout != "x" || p.kills == 0 {
+		t.Fatalf("res %+v err %v kills %d; want stdout x, no error, killed", res, err, p.kills)
+	}
+}
+
+// TestSuperviseOutputSink: the live sink gets exactly what is kept, in
+// order per stream, with nothing past the cap.
+func TestSuperviseOutputSink(t *testing.T) {
+	p := (&fakeProcess{stdout: []string{"ab", "cd", "ef"}, stderr: []string{"1", "2"}}).init()
+	var mu sync.Mutex
+	got := map[Stream]string{}
+	spec := Spec{Limits: Limits{OutputBytes: 5}, Output: func(s Stream, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[s] += string(b)
+	}}
+	res, err := Supervise(context.Background(), spec, p, LoopOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[Stream]string{Stdout: "abcde", Stderr: "12"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sink (-want +got):\n%s", diff)
+	}
+	if res.Stdout != got[Stdout] || res.Stderr != got[Stderr] {
+		t.Errorf("result %q/%q differs from the sink", res.Stdout, res.Stderr)
+	}
+}
