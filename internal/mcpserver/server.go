@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -57,7 +58,37 @@ type RunRequest struct {
 	Code     string
 	TimeoutS *float64 // nil: the plan's default
 	Stdin    string
+	// Files, Env, Args and ReturnFiles are the request fields of the same
+	// names (docs/API.md); the execution service validates them.
+	Files       []execution.InputFile
+	Env         map[string]string
+	Args        []string
+	ReturnFiles []string
 }
+
+// Input is req as the execution service takes it.
+func (req RunRequest) Input() execution.Input {
+	return execution.Input{
+		Language:    &req.Language,
+		Code:        &req.Code,
+		TimeoutS:    req.TimeoutS,
+		Stdin:       &req.Stdin,
+		Files:       req.Files,
+		Env:         req.Env,
+		Args:        req.Args,
+		ReturnFiles: req.ReturnFiles,
+	}
+}
+
+// hasFilesEnvArgs reports whether req uses a field the client package
+// cannot send yet.
+func (req RunRequest) hasFilesEnvArgs() bool {
+	return len(req.Files) > 0 || len(req.Env) > 0 || len(req.Args) > 0 || len(req.ReturnFiles) > 0
+}
+
+// errClientFields refuses, over the HTTP API client, a run_code call with
+// fields that client cannot send yet, rather than run it without them.
+var errClientFields = errors.New("files, env, args and return_files are not supported by this MCP server's API client yet; call run_code without them, or use the MCP endpoint of the server itself (/mcp)")
 
 // ClientBackend is a Backend over the HTTP API.
 func ClientBackend(c *client.Client) Backend { return clientBackend{c} }
@@ -65,6 +96,9 @@ func ClientBackend(c *client.Client) Backend { return clientBackend{c} }
 type clientBackend struct{ c *client.Client }
 
 func (b clientBackend) RunCode(ctx context.Context, req RunRequest) (*client.Execution, error) {
+	if req.hasFilesEnvArgs() {
+		return nil, errClientFields
+	}
 	opts := []client.RunOption{client.WithLanguage(req.Language)}
 	if req.TimeoutS != nil {
 		opts = append(opts, client.WithTimeout(time.Duration(*req.TimeoutS*float64(time.Second))))
@@ -175,10 +209,30 @@ func fetchLanguages(ctx context.Context, c *client.Client, log *slog.Logger) []c
 
 // runArgs are run_code's arguments.
 type runArgs struct {
-	Language string   `json:"language"`
-	Code     string   `json:"code"`
-	TimeoutS *float64 `json:"timeout_s"`
-	Stdin    string   `json:"stdin"`
+	Language    string            `json:"language"`
+	Code        string            `json:"code"`
+	TimeoutS    *float64          `json:"timeout_s"`
+	Stdin       string            `json:"stdin"`
+	Files       []fileArg         `json:"files"`
+	Env         map[string]string `json:"env"`
+	Args        []string          `json:"args"`
+	ReturnFiles []string          `json:"return_files"`
+}
+
+// fileArg is one entry of run_code's files.
+type fileArg struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding"`
+}
+
+func (a runArgs) request() RunRequest {
+	req := RunRequest{Language: a.Language, Code: a.Code, TimeoutS: a.TimeoutS, Stdin: a.Stdin,
+		Env: a.Env, Args: a.Args, ReturnFiles: a.ReturnFiles}
+	for _, f := range a.Files {
+		req.Files = append(req.Files, execution.InputFile(f))
+	}
+	return req
 }
 
 func decodeRunArgs(raw json.RawMessage) (runArgs, error) {
@@ -199,6 +253,16 @@ func decodeRunArgs(raw json.RawMessage) (runArgs, error) {
 	case a.TimeoutS != nil && *a.TimeoutS < 1:
 		return a, errors.New("argument timeout_s must be at least 1")
 	}
+	// Paths, sizes and names are the service's to check, with the same
+	// messages as the API; only what the schema fixes is checked here.
+	for i, f := range a.Files {
+		switch {
+		case f.Path == "":
+			return a, fmt.Errorf("argument files[%d].path is required", i)
+		case f.Encoding != "" && f.Encoding != "utf8" && f.Encoding != "base64":
+			return a, fmt.Errorf("argument files[%d].encoding must be utf8 or base64, not %q", i, clip(f.Encoding, 20))
+		}
+	}
 	return a, nil
 }
 
@@ -211,7 +275,10 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	ex, err := b.RunCode(ctx, RunRequest(args))
+	ex, err := b.RunCode(ctx, args.request())
+	if errors.Is(err, errClientFields) {
+		return errorResult(err.Error()), nil
+	}
 	if err != nil {
 		return t.apiErrorResult(err), nil
 	}
@@ -219,8 +286,21 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 	if err := json.Unmarshal(ex.Raw, &structured); err != nil {
 		return nil, fmt.Errorf("decoding execution: %w", err)
 	}
+	files, truncated, err := returnedFiles(ex.Raw)
+	if err != nil {
+		return nil, err
+	}
+	content := []mcp.Content{&mcp.TextContent{Text: formatExecution(ex, filesLine(files, truncated))}}
+	for _, f := range files {
+		c, err := fileContent(ex.ID, f)
+		if err != nil {
+			return nil, err
+		}
+		content = append(content, c)
+	}
+	withoutFileContent(structured)
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: formatExecution(ex)}},
+		Content:           content,
 		StructuredContent: structured,
 		// A program that did not succeed is a tool error the agent should
 		// read and react to, not a protocol failure.
@@ -247,8 +327,9 @@ func (t *tools) getUsage(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 	}, nil
 }
 
-// formatExecution renders a result for a model to read.
-func formatExecution(ex *client.Execution) string {
+// formatExecution renders a result for a model to read; files is the
+// line naming the returned files, or "".
+func formatExecution(ex *client.Execution, files string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status: %s\nexit_code: %d\nduration_ms: %d\n", ex.Status, ex.ExitCode, ex.DurationMS)
 	if ex.Truncated {
@@ -263,6 +344,7 @@ func formatExecution(ex *client.Execution) string {
 		b.WriteString("note: the sandbox failed, not the program; try again\n")
 	}
 	fmt.Fprintf(&b, "execution_id: %s\n", ex.ID)
+	b.WriteString(files)
 	fmt.Fprintf(&b, "--- stdout ---\n%s", streamText(ex.Stdout))
 	fmt.Fprintf(&b, "--- stderr ---\n%s", streamText(ex.Stderr))
 	return b.String()
@@ -325,6 +407,14 @@ func (t *tools) apiErrorResult(err error) *mcp.CallToolResult {
 		b.WriteString(" " + h)
 	}
 	return errorResult(b.String())
+}
+
+// clip shortens client input echoed in a message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func errorResult(msg string) *mcp.CallToolResult {

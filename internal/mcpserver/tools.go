@@ -54,6 +54,8 @@ What the sandbox cannot do: it has no network access (no HTTP requests, no downl
 
 What it can do: read standard input (the stdin argument), write files under /tmp (16 MB in total, 1 MB per file, files cannot be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped per plan (memory_mb in get_usage).
 
+Files, environment and arguments: the program runs in the working directory /code. Give it input files with files (paths relative to /code, content as text or base64), environment variables with env and command-line arguments with args (sys.argv[1:], process.argv.slice(2), $1...). To get back files the program writes in /code, list globs in return_files ("*.png", "out/**"): images come back as image content, any other file as an embedded resource. The number and total size of files in and out are capped per plan.
+
 Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; beyond that it is cut and truncated is true, so print summaries rather than huge data.
 
 A program that fails, times out or runs out of memory comes back as an error result that still carries its status, output and exit code: read stderr, fix the code and call again. Every call counts once toward the daily quota.`, strings.Join(labels, ", "))
@@ -92,6 +94,24 @@ func runCodeTool(langs []client.Language) *mcp.Tool {
 				"timeout_s": obj{"type": "number", "minimum": 1,
 					"description": "Wall-clock limit in seconds, from 1 to the plan's max_timeout_s (see get_usage). Default 10, or the plan's maximum if lower."},
 				"stdin": obj{"type": "string", "description": "Text given to the program on standard input. Optional."},
+				"files": obj{"type": "array", "description": "Files placed in the working directory (/code) before the program runs. Optional.",
+					"items": obj{
+						"type": "object",
+						"properties": obj{
+							"path":    obj{"type": "string", "description": "Relative path with / separators, e.g. data/input.csv; no .. and no leading /."},
+							"content": obj{"type": "string", "description": "The file's content: text, or base64 when encoding is base64."},
+							"encoding": obj{"type": "string", "enum": []any{"utf8", "base64"}, "default": "utf8",
+								"description": "utf8 (the default) for text, base64 (standard, padded) for binary content."},
+						},
+						"required":             []any{"path", "content"},
+						"additionalProperties": false,
+					}},
+				"env": obj{"type": "object", "additionalProperties": obj{"type": "string"},
+					"description": "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
+				"args": obj{"type": "array", "items": obj{"type": "string"},
+					"description": "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
+				"return_files": obj{"type": "array", "items": obj{"type": "string"}, "maxItems": 20,
+					"description": "Globs relative to /code of files to send back after the run, e.g. [\"*.png\", \"out/**\"]. Images come back as image content, other files as embedded resources. Optional."},
 			},
 			"required":             []any{"language", "code"},
 			"additionalProperties": false,
@@ -100,7 +120,7 @@ func runCodeTool(langs []client.Language) *mcp.Tool {
 			"type": "object",
 			"properties": obj{
 				"id": obj{"type": "string", "description": "Execution id (exe_...)."},
-				"status": obj{"type": "string", "enum": []any{"succeeded", "failed", "timed_out", "memory_exceeded", "error"},
+				"status": obj{"type": "string", "enum": []any{"succeeded", "failed", "timed_out", "memory_exceeded", "error", "canceled"},
 					"description": "succeeded means the program exited with code 0."},
 				"stdout":      obj{"type": "string"},
 				"stderr":      obj{"type": "string"},
@@ -111,6 +131,12 @@ func runCodeTool(langs []client.Language) *mcp.Tool {
 					"sandbox_seconds": obj{"type": "number"},
 				}},
 				"request_id": obj{"type": "string"},
+				"files": obj{"type": "array", "description": "Files matched by return_files (their content is in the result's content).",
+					"items": obj{"type": "object", "properties": obj{
+						"path": obj{"type": "string"},
+						"size": obj{"type": "integer"},
+					}}},
+				"files_truncated": obj{"type": "boolean", "description": "True if the plan's caps left some matching files out."},
 			},
 			"required": []any{"id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"},
 		},

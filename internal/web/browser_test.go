@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -309,6 +314,9 @@ type target struct {
 	key        string
 	quotaKey   string // a key whose daily quota is used up; "" to skip
 	realEngine bool
+	// fake is the fake API behind url, if it is one: it holds a stream
+	// until the test lets it go on, and shows the files a run got.
+	fake *fakeAPI
 }
 
 // runPlaygroundSuite is the browser suite, run against the fake API and
@@ -389,6 +397,8 @@ func runPlaygroundSuite(t *testing.T, tg target) {
 			b.checkClean()
 		})
 	}
+
+	t.Run("live output and files", func(t *testing.T) { testLiveOutputAndFiles(t, tg) })
 
 	t.Run("ctrl-enter and typing", func(t *testing.T) {
 		b := newBrowser(t, 1366, 768)
@@ -555,6 +565,124 @@ func runPlaygroundSuite(t *testing.T, tg target) {
 	})
 }
 
+// realLiveProgram prints a hostile marker, reads the attached CSV, writes
+// a PNG with nothing but the standard library and a report, then sleeps so
+// the marker is on the page while the run is still going.
+const realLiveProgram = `import struct, sys, time, zlib
+print('<img src=x onerror=alert(1)>', flush=True)
+rows = open('input.csv').read().splitlines()
+def chunk(t, d):
+    return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+raw = b''.join(b'\x00' + b'\xc8\x1e\x1e' * 4 for _ in range(3))
+png = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 4, 3, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')
+open('plot.png', 'wb').write(png)
+open('report.txt', 'w').write('<img src=x onerror=alert(1)> is only text\n')
+open('data.bin', 'wb').write(open('blob.bin', 'rb').read())
+time.sleep(4)
+print('second')
+`
+
+// testLiveOutputAndFiles: output shows while the run goes on (the fake
+// holds its stream after the first chunk until the test has looked; the
+// real program sleeps), attached files reach the program, a returned PNG
+// shows inline from a blob: URL, other files are download links, and
+// hostile output and file content stay text.
+func testLiveOutputAndFiles(t *testing.T, tg target) {
+	dir := t.TempDir()
+	csv := "a,b\n1,2\n3,4\n"
+	bin := []byte{0, 0xff, 0x10, 0x80}
+	for name, content := range map[string][]byte{"input.csv": []byte(csv), "blob.bin": bin} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBrowser(t, 1366, 768)
+	b.open(tg.url + "/")
+	b.typeKey(tg.key)
+	b.setLanguage("python")
+	code := realLiveProgram
+	release := func() {}
+	if tg.fake != nil {
+		code = streamProgram
+		release = tg.fake.hold()
+		defer release()
+	}
+	b.setCode(code)
+	b.do(
+		chromedp.SetUploadFiles(chromedp.ID("files"), []string{filepath.Join(dir, "input.csv"), filepath.Join(dir, "blob.bin")}),
+		chromedp.SendKeys(chromedp.ID("return-files"), "*.png report.txt, data.bin"),
+		// An alert that ran would say so.
+		chromedp.Evaluate[chromedp.Void](`window.alert = () => { window.__xss = 'alert'; }`),
+	)
+	if got := eval[string](b, `document.getElementById('attached').textContent`); !strings.Contains(got, "input.csv") || !strings.Contains(got, "blob.bin") {
+		t.Errorf("attached files shown as %q", got)
+	}
+	b.do(chromedp.Click(chromedp.ID("run")))
+	const marker = "<img src=x onerror=alert(1)>"
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.getElementById('stdout').textContent.includes(`+jsString(marker)+`)`,
+		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("the first output never appeared: %v (page shows %+v)", err, eval[view](b, readView))
+	}
+	// The first chunk is on the page and the run has not ended.
+	type live struct {
+		Status, Busy, Stdout, ExecutionID string
+		Elements                          int
+	}
+	got := eval[live](b, `(() => ({Status: document.getElementById('status').textContent,
+	  Busy: document.getElementById('run').getAttribute('aria-busy'), Stdout: document.getElementById('stdout').textContent,
+	  ExecutionID: document.getElementById('execution-id').textContent,
+	  Elements: document.getElementById('stdout').querySelectorAll('*').length}))()`)
+	if got.Status != "running…" || got.Busy != "true" || strings.Contains(got.Stdout, "second") || got.Stdout != marker+"\n" {
+		t.Errorf("while running: %+v; want the first line only, still running", got)
+	}
+	if !strings.HasPrefix(got.ExecutionID, "exe_") {
+		t.Errorf("execution id while running = %q; want the started event's", got.ExecutionID)
+	}
+	if got.Elements != 0 {
+		t.Errorf("live output became %d elements", got.Elements)
+	}
+	release()
+	res := b.waitResult()
+	if res.ErrorShown || res.Status != "succeeded" || res.Stdout != marker+"\nsecond\n" || res.StdoutElements != 0 {
+		t.Fatalf("result: %+v", res)
+	}
+	if tg.fake != nil {
+		want := map[string][]byte{"input.csv": []byte(csv), "blob.bin": bin}
+		if diff := cmp.Diff(want, tg.fake.lastFiles()); diff != "" {
+			t.Errorf("files the run got (-want +got):\n%s", diff)
+		}
+	}
+
+	// Returned files: every one a download link to a blob: URL, the PNG
+	// also shown as an image.
+	type link struct{ Text, Download, Scheme string }
+	links := eval[[]link](b, `Array.from(document.querySelectorAll('#returned-list a')).map((a) => ({Text: a.textContent, Download: a.download, Scheme: new URL(a.href).protocol}))`)
+	wantLinks := []link{{"data.bin", "data.bin", "blob:"}, {"plot.png", "plot.png", "blob:"}, {"report.txt", "report.txt", "blob:"}}
+	if diff := cmp.Diff(wantLinks, links); diff != "" {
+		t.Errorf("returned file links (-want +got):\n%s", diff)
+	}
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`(() => { const i = document.querySelectorAll('#returned-images img'); return i.length === 1 && i[0].complete; })()`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("no returned image: %v", err)
+	}
+	type img struct {
+		Alt, Scheme   string
+		Width, Height int
+	}
+	imgs := eval[[]img](b, `Array.from(document.querySelectorAll('#returned-images img')).map((i) => ({Alt: i.alt, Scheme: new URL(i.src).protocol, Width: i.naturalWidth, Height: i.naturalHeight}))`)
+	if diff := cmp.Diff([]img{{"plot.png", "blob:", 4, 3}}, imgs); diff != "" {
+		t.Errorf("inline images (-want +got):\n%s", diff)
+	}
+	if n := eval[int](b, `document.querySelectorAll('#returned img').length`); n != 1 {
+		t.Errorf("%d images in the files panel; only the PNG may be one", n)
+	}
+	b.do(chromedp.Sleep(300 * time.Millisecond)) // give an injected handler every chance
+	if flag := eval[string](b, `String(window.__xss)`); flag != "undefined" {
+		t.Errorf("a payload ran: window.__xss = %s", flag)
+	}
+	b.checkClean()
+}
+
 func collapseReplacement(s string) string {
 	for strings.Contains(s, "\ufffd\ufffd") {
 		s = strings.ReplaceAll(s, "\ufffd\ufffd", "\ufffd")
@@ -563,10 +691,60 @@ func collapseReplacement(s string) string {
 }
 
 // fakeAPI answers like the API for the programs above. It is a unit-test
-// seam for the page; the real server is tested in e2e_test.go.
+// seam for the page; the real server is tested in e2e_test.go. Asked for
+// text/event-stream, it streams as docs/API.md describes (wire.md of issue
+// 10): started, the output in several chunks, then the result.
 type fakeAPI struct {
+	// plainJSON makes it a server without streaming: it answers JSON
+	// whatever the Accept header.
+	plainJSON bool
+
 	mu   sync.Mutex
 	runs int
+	// files are the files (decoded) of the last run.
+	files map[string][]byte
+	// gate, when set, holds a stream of streamProgram after its first
+	// chunk until it is closed.
+	gate chan struct{}
+}
+
+// streamProgram prints a hostile first line, waits for the test, then
+// prints more and writes what return_files asks for.
+const streamProgram = "print('<img src=x onerror=alert(1)>', flush=True)\nwait()\nprint('second')\n"
+
+// hold makes the next stream of streamProgram wait; the returned func
+// lets it go on.
+func (f *fakeAPI) hold() func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate = make(chan struct{})
+	g := f.gate
+	return sync.OnceFunc(func() { close(g) })
+}
+
+func (f *fakeAPI) lastFiles() map[string][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.files
+}
+
+// returnedPNG is the PNG the fake "program" writes.
+func returnedPNG() []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 4, 3))
+	for x := range 4 {
+		img.Set(x, 1, color.RGBA{200, 30, 30, 255})
+	}
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return b.Bytes()
+}
+
+// leftFiles are what every fake run leaves in its working directory, for
+// return_files to pick from.
+var leftFiles = map[string][]byte{
+	"plot.png":   returnedPNG(),
+	"report.txt": []byte("<img src=x onerror=alert(1)> is only text\n"),
+	"data.bin":   {0, 1, 2, 0xff},
 }
 
 const (
@@ -618,6 +796,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Language string `json:"language"`
 			Code     string `json:"code"`
+			Files    []struct {
+				Path, Content, Encoding string
+			} `json:"files"`
+			ReturnFiles []string `json:"return_files"`
 		}
 		if r.Header.Get("Content-Type") != "application/json" {
 			fail(http.StatusBadRequest, "invalid_request", "Content-Type must be application/json")
@@ -636,24 +818,118 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if req.Code == "for i in range(2):\n    print(i * 21)" {
 			match = &program{rawStdout: "0\n21\n"}
 		}
+		if req.Code == streamProgram {
+			match = &program{rawStdout: "<img src=x onerror=alert(1)>\nsecond\n"}
+		}
+		files := map[string][]byte{}
+		for i, fl := range req.Files {
+			content := []byte(fl.Content)
+			if fl.Encoding == "base64" {
+				var err error
+				if content, err = base64.StdEncoding.DecodeString(fl.Content); err != nil {
+					fail(http.StatusBadRequest, "invalid_request", fmt.Sprintf("files[%d].content: not base64", i))
+					return
+				}
+			}
+			files[fl.Path] = content
+		}
 		if match == nil {
 			match = &program{rawStdout: "fake API: unknown program\n"}
 		}
 		f.mu.Lock()
 		f.runs++
+		f.files = files
+		var gate chan struct{}
+		if req.Code == streamProgram {
+			gate, f.gate = f.gate, nil
+		}
 		f.mu.Unlock()
 		status := "succeeded"
 		if match.exitCode != 0 {
 			status = "failed"
 		}
+		id := newID("exe_")
 		// Written by hand so invalid UTF-8 reaches the browser as raw bytes,
 		// worse than what the real server (which replaces it) sends.
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":%q,"status":%q,"stdout":"%s","stderr":"%s","exit_code":%d,"duration_ms":21,"truncated":false,"usage":{"sandbox_seconds":0.021},"request_id":%q}`,
-			newID("exe_"), status, rawJSONString(match.rawStdout), rawJSONString(match.rawStderr), match.exitCode, reqID)
+		result := fmt.Sprintf(`{"id":%q,"status":%q,"stdout":"%s","stderr":"%s","exit_code":%d,"duration_ms":21,"truncated":false,"usage":{"sandbox_seconds":0.021},"request_id":%q,"files":%s,"files_truncated":false}`,
+			id, status, rawJSONString(match.rawStdout), rawJSONString(match.rawStderr), match.exitCode, reqID, returned(req.ReturnFiles))
+		if f.plainJSON || r.Header.Get("Accept") != "text/event-stream" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, result)
+			return
+		}
+		f.stream(w, r, id, req.Language, match, gate, result)
 	default:
 		fail(http.StatusNotFound, "not_found", "no such route")
 	}
+}
+
+// stream answers as POST /v1/executions does with Accept:
+// text/event-stream: each line of output its own event (so the page sees
+// several chunks), a heartbeat comment, CRLF line ends on some events as a
+// proxy may send them, and a pause at the gate after the first chunk.
+func (f *fakeAPI) stream(w http.ResponseWriter, r *http.Request, id, lang string, p *program, gate chan struct{}, result string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	fl := w.(http.Flusher)
+	fmt.Fprintf(w, "id: 0-0\nevent: started\ndata: {\"id\":%q,\"language\":%q}\n\n: heartbeat\n\n", id, lang)
+	fl.Flush()
+	var nout, nerr int
+	send := func(stream, text string) {
+		if stream == "stdout" {
+			nout += len(text)
+		} else {
+			nerr += len(text)
+		}
+		eol := "\n"
+		if (nout+nerr)%2 == 0 {
+			eol = "\r\n"
+		}
+		fmt.Fprintf(w, "id: %d-%d%sevent: %s%sdata: {\"text\":\"%s\"}%s%s", nout, nerr, eol, stream, eol, rawJSONString(text), eol, eol)
+		fl.Flush()
+	}
+	for i, line := range strings.SplitAfter(p.rawStdout, "\n") {
+		if line == "" {
+			continue
+		}
+		send("stdout", line)
+		if i == 0 && gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+	for _, line := range strings.SplitAfter(p.rawStderr, "\n") {
+		if line != "" {
+			send("stderr", line)
+		}
+	}
+	fmt.Fprintf(w, "id: end\nevent: result\ndata: %s\n\n", result)
+	fl.Flush()
+}
+
+// returned is the "files" of a result: those of leftFiles that globs match.
+func returned(globs []string) string {
+	type file struct {
+		Path     string `json:"path"`
+		Size     int    `json:"size"`
+		Encoding string `json:"encoding"`
+		Content  string `json:"content"`
+	}
+	out := []file{}
+	for _, name := range []string{"data.bin", "plot.png", "report.txt"} {
+		for _, g := range globs {
+			if ok, _ := path.Match(g, name); ok {
+				out = append(out, file{name, len(leftFiles[name]), "base64", base64.StdEncoding.EncodeToString(leftFiles[name])})
+				break
+			}
+		}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
 }
 
 // rawJSONString escapes s for a JSON string but leaves invalid UTF-8 bytes
@@ -686,14 +962,41 @@ func testOpenAPIDoc(t *testing.T) []byte {
 	return doc
 }
 
-func TestPlaygroundWithFakeAPI(t *testing.T) {
+// TestPlaygroundWithoutStreaming: a server that answers JSON to a request
+// for an event stream (one without streaming) still gets its result and
+// files shown.
+func TestPlaygroundWithoutStreaming(t *testing.T) {
 	requireE2E(t)
 	mux := http.NewServeMux()
-	mux.Handle("/api/", &fakeAPI{})
+	mux.Handle("/api/", &fakeAPI{plainJSON: true})
 	mux.Handle("/", web.Handler(web.Options{OpenAPI: testOpenAPIDoc(t), Version: "test"}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	runPlaygroundSuite(t, target{url: srv.URL, key: fakeKey, quotaKey: fakeQuotaKey})
+	b := newBrowser(t, 1366, 768)
+	b.open(srv.URL + "/")
+	b.typeKey(fakeKey)
+	b.setLanguage("javascript")
+	b.setCode(programs[1].code)
+	b.do(chromedp.SendKeys(chromedp.ID("return-files"), "*.png"))
+	got := b.clickRun()
+	if got.Status != "succeeded" || got.Stdout != programs[1].stdout || got.Stderr != programs[1].stderr {
+		t.Errorf("result: %+v", got)
+	}
+	if n := eval[int](b, `document.querySelectorAll('#returned-images img').length`); n != 1 {
+		t.Errorf("%d returned images, want the PNG", n)
+	}
+	b.checkClean()
+}
+
+func TestPlaygroundWithFakeAPI(t *testing.T) {
+	requireE2E(t)
+	mux := http.NewServeMux()
+	fake := &fakeAPI{}
+	mux.Handle("/api/", fake)
+	mux.Handle("/", web.Handler(web.Options{OpenAPI: testOpenAPIDoc(t), Version: "test"}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	runPlaygroundSuite(t, target{url: srv.URL, key: fakeKey, quotaKey: fakeQuotaKey, fake: fake})
 }
 
 // TestScreenshots renders the pages at a laptop's and a phone's size, after

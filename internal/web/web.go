@@ -72,12 +72,15 @@ type Options struct {
 const DefaultRepoURL = "https://github.com/kuboprotocol/Vertal2Kubo"
 
 // ContentSecurityPolicy is sent with every page and asset. It allows
-// nothing but this origin's own script, style and images, and data: images
-// for the icon; no inline code, plugins, frames, forms or base-URL changes.
+// nothing but this origin's own script, style and images, data: images for
+// the icon and blob: images for the raster images a run returned (the
+// playground makes those from bytes it sniffed; blob: URLs are only ever
+// made by this origin's own script); no inline code, plugins, frames,
+// forms or base-URL changes.
 // require-trusted-types-for makes the browser reject assignments of plain
 // strings to innerHTML and similar sinks, so output can only become text.
 const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; " +
-	"connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; " +
+	"connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; " +
 	"frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
 
 // SecurityHeaders sets the headers every page and asset carries. The API

@@ -106,7 +106,7 @@ func TestContentSecurityPolicyIsStrict(t *testing.T) {
 		"script-src":                "'self'",
 		"style-src":                 "'self'",
 		"connect-src":               "'self'",
-		"img-src":                   "'self' data:",
+		"img-src":                   "'self' data: blob:",
 		"base-uri":                  "'none'",
 		"form-action":               "'none'",
 		"frame-ancestors":           "'none'",

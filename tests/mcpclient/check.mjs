@@ -1,11 +1,13 @@
 // Checks a Vertal Run MCP server with the official TypeScript MCP client.
 //
 //   node check.mjs stdio COMMAND [ARG...]   (KUBO_API_URL / KUBO_API_KEY pass through)
-//   node check.mjs http URL KEY             (Streamable HTTP, Authorization: Bearer KEY)
+//   node check.mjs http URL KEY [files]     (Streamable HTTP, Authorization: Bearer KEY)
 //
 // It lists the tools, runs print(6*7) and expects 42, runs a failing
 // program and expects a tool error (not a protocol error), and reads the
-// usage. It prints one JSON line with what it saw and exits 0 on success.
+// usage. With "files" it also sends a CSV and gets back a PNG the program
+// wrote (as image content) and a CSV (as an embedded text resource). It
+// prints one JSON line with what it saw and exits 0 on success.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -26,12 +28,12 @@ if (mode === 'stdio' && rest.length >= 1) {
   // The SDK passes only a few variables to the child by default; the
   // server needs KUBO_API_URL and KUBO_API_KEY.
   transport = new StdioClientTransport({ command: rest[0], args: rest.slice(1), env: { ...process.env }, stderr: 'inherit' });
-} else if (mode === 'http' && rest.length === 2) {
+} else if (mode === 'http' && (rest.length === 2 || (rest.length === 3 && rest[2] === 'files'))) {
   transport = new StreamableHTTPClientTransport(new URL(rest[0]), {
     requestInit: { headers: { Authorization: `Bearer ${rest[1]}` } },
   });
 } else {
-  fail('usage: node check.mjs stdio COMMAND [ARG...] | node check.mjs http URL KEY');
+  fail('usage: node check.mjs stdio COMMAND [ARG...] | node check.mjs http URL KEY [files]');
 }
 
 const client = new Client({ name: 'vertal-mcpclient-check', version: '1.0.0' });
@@ -56,6 +58,33 @@ try {
     fail('a failing program should be a tool error carrying exit code 3', bad);
   }
 
+  let files = null;
+  if (rest[2] === 'files') {
+    // A PNG written with the standard library only, and the CSV doubled.
+    const code = [
+      'import struct, sys, zlib',
+      'def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)',
+      'raw = b"".join(b"\\x00" + b"\\x10\\x20\\x30" * 2 for _ in range(2))',
+      'open("plot.png", "wb").write(b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))',
+      'rows = open("in/data.csv").read().splitlines()',
+      'open("out.csv", "w").write("\\n".join(rows * 2) + "\\n")',
+      'print(len(rows), sys.argv[1:])',
+    ].join('\n');
+    const res = await client.callTool({ name: 'run_code', arguments: {
+      language: 'python', code, files: [{ path: 'in/data.csv', content: 'a,b\n1,2\n' }], args: ['x'],
+      return_files: ['*.png', '*.csv'],
+    } });
+    const image = (res.content ?? []).find((c) => c.type === 'image');
+    const resource = (res.content ?? []).find((c) => c.type === 'resource');
+    const png = image ? Buffer.from(image.data, 'base64') : Buffer.alloc(0);
+    if (res.isError || !image || image.mimeType !== 'image/png' || png.readUInt32BE(0) !== 0x89504e47 ||
+        !resource || !resource.resource.uri.endsWith('/files/out.csv') || resource.resource.text !== 'a,b\n1,2\na,b\n1,2\n' ||
+        !textOf(res).includes("2 ['x']") || !textOf(res).includes('files: out.csv')) {
+      fail('run_code with files did not give back the PNG and the CSV', res);
+    }
+    files = { image: image.mimeType, resource: resource.resource.uri };
+  }
+
   const usage = await client.callTool({ name: 'get_usage', arguments: {} });
   if (usage.isError || typeof usage.structuredContent?.limits?.max_timeout_s !== 'number') fail('get_usage failed', usage);
 
@@ -65,6 +94,7 @@ try {
     tools: names,
     stdout: ok.structuredContent.stdout,
     failedExitCode: bad.structuredContent.exit_code,
+    files,
     executionsToday: usage.structuredContent.today.executions,
   }));
 } catch (err) {

@@ -418,7 +418,9 @@ func TestMCPHTTP(t *testing.T) {
 	key := newKey(t, "pro")
 	for _, path := range []string{"/mcp", "/api/mcp"} {
 		t.Run(path, func(t *testing.T) {
-			checkMCP(t, nil, "http", e2e.url+path, key)
+			// files: a CSV in, a PNG (image content) and a CSV (embedded
+			// resource) out, through the server's execution service.
+			checkMCP(t, nil, "http", e2e.url+path, key, "files")
 		})
 	}
 	t.Run("no key", func(t *testing.T) {
@@ -440,8 +442,8 @@ func TestMCPHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Today.Executions != 4 {
-		t.Errorf("the caller's key shows %d executions, want 4 (its own key reached the API)", u.Today.Executions)
+	if u.Today.Executions != 6 {
+		t.Errorf("the caller's key shows %d executions, want 6 (its own key reached the API)", u.Today.Executions)
 	}
 }
 

@@ -2,8 +2,11 @@
 //
 // Program output is untrusted: it only ever reaches the page through
 // textContent (the page's Content-Security-Policy enforces Trusted Types, so
-// an innerHTML assignment would throw). The API key lives in sessionStorage
-// for this tab only and is sent only in the Authorization header.
+// an innerHTML assignment would throw). Returned files are never parsed:
+// raster images (sniffed from their bytes) are shown through blob: URLs in
+// <img>, everything else is only offered as a download. The API key lives
+// in sessionStorage for this tab only and is sent only in the Authorization
+// header, which is why output is streamed with fetch and not EventSource.
 'use strict';
 
 (function () {
@@ -58,6 +61,8 @@
     truncated: $('truncated'), error: $('error'), errorStatus: $('error-status'), errorCode: $('error-code'),
     errorMessage: $('error-message'), errorHint: $('error-hint'), stdout: $('stdout'), stderr: $('stderr'),
     executionId: $('execution-id'), requestId: $('request-id'), panel: $('snippet-panel'),
+    files: $('files'), attached: $('attached'), filesClear: $('files-clear'), returnFiles: $('return-files'),
+    returned: $('returned'), returnedNote: $('returned-note'), returnedList: $('returned-list'), returnedImages: $('returned-images'),
   };
 
   // ---- state -------------------------------------------------------------
@@ -297,6 +302,56 @@
     updateSnippets();
   });
   els.stdin.addEventListener('input', debounce(updateSnippets, 250));
+  els.returnFiles.addEventListener('input', debounce(updateSnippets, 250));
+
+  // ---- files in ----------------------------------------------------------
+
+  let attached = [];
+  const ATTACHED_NONE = els.attached.textContent;
+  els.files.addEventListener('change', () => {
+    attached = Array.from(els.files.files || []);
+    showAttached();
+  });
+  els.filesClear.addEventListener('click', () => {
+    attached = [];
+    els.files.value = '';
+    showAttached();
+  });
+
+  function showAttached() {
+    els.attached.textContent = attached.length === 0 ? ATTACHED_NONE
+      : attached.map((f) => f.name + ' (' + formatBytes(f.size) + ')').join(', ');
+    els.filesClear.hidden = attached.length === 0;
+  }
+
+  // encodeFiles reads the attached files as the request's files: base64,
+  // named as picked (a browser gives no directories).
+  async function encodeFiles() {
+    const out = [];
+    for (const f of attached) {
+      out.push({ path: f.name, content: toBase64(new Uint8Array(await f.arrayBuffer())), encoding: 'base64' });
+    }
+    return out;
+  }
+
+  function toBase64(bytes) {
+    let bin = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) {
+      bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+    }
+    return btoa(bin);
+  }
+
+  function fromBase64(s) {
+    const bin = atob(s);
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    return bytes;
+  }
+
+  function returnGlobs() {
+    return els.returnFiles.value.split(/[\s,]+/).filter((g) => g !== '');
+  }
   els.timeout.addEventListener('input', debounce(updateSnippets, 250));
 
   // Ctrl+Enter (⌘+Enter on a Mac) runs from anywhere on the page.
@@ -315,6 +370,8 @@
     const t = els.timeout.value.trim();
     if (t !== '') body.timeout_s = Number(t);
     if (!els.stdinWrap.hidden && els.stdin.value !== '') body.stdin = els.stdin.value;
+    const globs = returnGlobs();
+    if (globs.length > 0) body.return_files = globs;
     return body;
   }
 
@@ -341,7 +398,13 @@
     setRunning(true);
     clearResult();
     setBadge('running…', 'running');
-    const res = await api('POST', '/v1/executions', key, body);
+    let res;
+    try {
+      if (attached.length > 0) body.files = await encodeFiles();
+      res = await execute(key, body);
+    } catch (e) {
+      res = { ok: false, status: 0, error: { status: 0, code: 'file_error', message: 'Could not read an attached file (' + (e && e.message ? e.message : 'error') + ').', retryAfter: null } };
+    }
     setRunning(false);
     if (res.ok && res.data && typeof res.data.status === 'string') {
       showResult(res.data, res.requestId);
@@ -370,6 +433,7 @@
     }
     setOutput(els.stdout, '');
     setOutput(els.stderr, '');
+    clearFiles();
   }
 
   function setBadge(text, kind) {
@@ -389,6 +453,61 @@
     setOutput(els.stderr, typeof r.stderr === 'string' ? r.stderr : '');
     els.executionId.textContent = typeof r.id === 'string' ? r.id : '—';
     els.requestId.textContent = r.request_id || headerRequestId || '—';
+    showFiles(Array.isArray(r.files) ? r.files : [], !!r.files_truncated);
+  }
+
+  // ---- files out ---------------------------------------------------------
+
+  let blobURLs = [];
+  function clearFiles() {
+    for (const u of blobURLs) URL.revokeObjectURL(u);
+    blobURLs = [];
+    els.returnedList.replaceChildren();
+    els.returnedImages.replaceChildren();
+    els.returnedNote.hidden = true;
+    els.returned.hidden = true;
+  }
+
+  // imageType sniffs a raster image from its first bytes, as the MCP
+  // server does; a file's name says nothing about what it holds.
+  function imageType(b) {
+    const starts = (sig, at) => sig.every((v, i) => b[(at || 0) + i] === v);
+    if (starts([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) return 'image/png';
+    if (starts([0xff, 0xd8, 0xff])) return 'image/jpeg';
+    if (starts([0x47, 0x49, 0x46, 0x38]) && (b[4] === 0x37 || b[4] === 0x39) && b[5] === 0x61) return 'image/gif';
+    if (starts([0x52, 0x49, 0x46, 0x46]) && starts([0x57, 0x45, 0x42, 0x50, 0x56, 0x50], 8)) return 'image/webp';
+    return '';
+  }
+
+  function showFiles(files, truncated) {
+    clearFiles();
+    if (files.length === 0 && !truncated) return;
+    for (const f of files) {
+      if (!f || typeof f.path !== 'string' || typeof f.content !== 'string') continue;
+      let bytes;
+      try {
+        bytes = f.encoding === 'base64' ? fromBase64(f.content) : new TextEncoder().encode(f.content);
+      } catch (e) {
+        continue;
+      }
+      const type = imageType(bytes);
+      // Anything not an image is a download only: as octet-stream, a
+      // blob: URL opened by hand cannot render as a page of this origin.
+      const url = URL.createObjectURL(new Blob([bytes], { type: type || 'application/octet-stream' }));
+      blobURLs.push(url);
+      const name = f.path.split('/').pop() || 'file';
+      const link = el('a', { href: url, download: name }, [f.path]);
+      els.returnedList.append(el('li', {}, [link, el('span', { class: 'size' }, [formatBytes(bytes.length)])]));
+      if (type) {
+        const img = el('img', { src: url, alt: f.path });
+        els.returnedImages.append(el('figure', {}, [img, el('figcaption', {}, [f.path])]));
+      }
+    }
+    if (truncated) {
+      els.returnedNote.textContent = 'Some matching files were left out: the plan caps how many files and bytes come back.';
+      els.returnedNote.hidden = false;
+    }
+    els.returned.hidden = false;
   }
 
   // setOutput shows untrusted program output as text. Control characters
@@ -396,6 +515,19 @@
   // marked escapes like \x1b, so they can neither style the page nor hide
   // text. Every piece goes in through a text node; nothing is parsed.
   function setOutput(el, s) {
+    el.replaceChildren(...outputNodes(s));
+    el.classList.toggle('empty', s === '');
+  }
+
+  // appendOutput adds a chunk that arrived while the program runs; the
+  // result replaces it all with the stored output at the end.
+  function appendOutput(el, s) {
+    if (s === '') return;
+    el.append(...outputNodes(s));
+    el.classList.remove('empty');
+  }
+
+  function outputNodes(s) {
     const parts = [];
     const text = s.replace(/\r\n/g, '\n');
     const re = /[\u0000-\u0008\u000b-\u001f\u007f]/g;
@@ -412,8 +544,7 @@
       last = m.index + 1;
     }
     if (last < text.length) parts.push(document.createTextNode(text.slice(last)));
-    el.replaceChildren(...parts);
-    el.classList.toggle('empty', s === '');
+    return parts;
   }
 
   function showError(err, hint) {
@@ -442,8 +573,128 @@
       case 'network_error':
         return 'Is the server still running? The playground talks to ' + serverURL + '.';
     }
-    if (err.status === 413) return 'The code or input is larger than the server accepts.';
+    if (err.status === 413) return 'The code, input or attached files are larger than the server accepts.';
+    if (err.code === 'stream_ended') return 'The run goes on without the page and its result is stored; GET ' + apiBase + '/v1/executions/{id} shows it.';
     return '';
+  }
+
+  // execute runs body with live output: POST with Accept: text/event-stream,
+  // reading the Server-Sent Events from the response body as they come
+  // (stdout and stderr chunks, then the result). A response that is not an
+  // event stream (an error decided before the run, or a server without
+  // streaming) is read as the plain JSON call's. It resolves like api().
+  async function execute(key, body) {
+    let resp;
+    try {
+      resp = await fetch(apiBase + '/v1/executions', {
+        method: 'POST',
+        headers: { Authorization: 'Bearer ' + key, Accept: 'text/event-stream', 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+        cache: 'no-store',
+        credentials: 'omit',
+      });
+    } catch (e) {
+      return networkError(e);
+    }
+    const type = (resp.headers.get('Content-Type') || '').split(';')[0].trim().toLowerCase();
+    if (!resp.ok || type !== 'text/event-stream' || !resp.body) return readJSON(resp);
+    const requestId = resp.headers.get('X-Request-ID') || '';
+    let outcome = null;
+    let execId = '';
+    const parser = sseParser((ev) => {
+      let data = null;
+      try {
+        data = JSON.parse(ev.data);
+      } catch (e) {
+        return; // not ours to show
+      }
+      if (!data || typeof data !== 'object') return;
+      switch (ev.event) {
+        case 'started':
+          if (typeof data.id === 'string') {
+            execId = data.id;
+            els.executionId.textContent = data.id;
+          }
+          break;
+        case 'stdout':
+        case 'stderr':
+          if (typeof data.text === 'string') appendOutput(ev.event === 'stdout' ? els.stdout : els.stderr, data.text);
+          break;
+        case 'result':
+          outcome = { ok: true, status: resp.status, data: data, requestId: requestId };
+          break;
+        case 'error': {
+          const e = data.error && typeof data.error === 'object' ? data.error : {};
+          outcome = { ok: false, status: resp.status, error: { status: resp.status, code: typeof e.code === 'string' ? e.code : 'error',
+            message: typeof e.message === 'string' ? e.message : 'The run failed.', requestId: requestId, retryAfter: null } };
+          break;
+        }
+      }
+    });
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        parser.push(decoder.decode(value, { stream: true }));
+        if (outcome) break;
+      }
+      if (!outcome) parser.push(decoder.decode() + '\n\n');
+    } catch (e) {
+      // The connection dropped; what arrived is on the page.
+    }
+    if (outcome) {
+      reader.cancel().catch(() => {});
+      return outcome;
+    }
+    return { ok: false, status: resp.status, error: { status: 0, code: 'stream_ended', requestId: requestId, retryAfter: null,
+      message: 'The connection closed before the result arrived' + (execId ? ' (execution ' + execId + ').' : '.') } };
+  }
+
+  // sseParser splits a text/event-stream into events as the HTML standard
+  // reads it: lines end with CR, LF or CRLF, a blank line ends an event,
+  // ':' starts a comment (the heartbeat), and data lines are joined by LF.
+  function sseParser(onEvent) {
+    let buf = '';
+    let data = [];
+    let event = '';
+    let id = '';
+    function line(l) {
+      if (l === '') {
+        if (data.length > 0) onEvent({ event: event || 'message', data: data.join('\n'), id: id });
+        data = [];
+        event = '';
+        return;
+      }
+      if (l[0] === ':') return;
+      const i = l.indexOf(':');
+      const field = i === -1 ? l : l.slice(0, i);
+      let value = i === -1 ? '' : l.slice(i + 1);
+      if (value[0] === ' ') value = value.slice(1);
+      if (field === 'data') data.push(value);
+      else if (field === 'event') event = value;
+      else if (field === 'id') id = value;
+    }
+    return {
+      push(text) {
+        buf += text;
+        const re = /\r\n|\r|\n/g;
+        let start = 0;
+        let m;
+        while ((m = re.exec(buf)) !== null) {
+          // A CR at the very end may be the first half of a CRLF.
+          if (m[0] === '\r' && m.index === buf.length - 1) break;
+          line(buf.slice(start, m.index));
+          start = m.index + m[0].length;
+        }
+        buf = buf.slice(start);
+      },
+    };
+  }
+
+  function networkError(e) {
+    return { ok: false, status: 0, error: { status: 0, code: 'network_error', message: 'Could not reach the API (' + (e && e.message ? e.message : 'network error') + ').', retryAfter: null } };
   }
 
   // api calls the API and normalises the outcome:
@@ -463,8 +714,12 @@
     try {
       resp = await fetch(apiBase + path, init);
     } catch (e) {
-      return { ok: false, status: 0, error: { status: 0, code: 'network_error', message: 'Could not reach the API (' + (e && e.message ? e.message : 'network error') + ').', retryAfter: null } };
+      return networkError(e);
     }
+    return readJSON(resp);
+  }
+
+  async function readJSON(resp) {
     const requestId = resp.headers.get('X-Request-ID') || '';
     let data = null;
     try {
@@ -493,6 +748,12 @@
   function formatMs(ms) {
     if (ms < 1000) return ms + ' ms';
     return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s';
+  }
+
+  function formatBytes(n) {
+    if (n < 1024) return n + ' B';
+    if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KB';
+    return (n / 1024 / 1024).toFixed(1) + ' MB';
   }
 
   function formatWait(sec) {
