@@ -379,6 +379,10 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (s
 		exe.SandboxSeconds = res.Usage.SandboxSeconds
 		exe.CPUSeconds = res.Usage.CPUSeconds
 		exe.PeakMemoryBytes = res.Usage.PeakMemoryBytes
+		for _, f := range res.Files {
+			exe.Files = append(exe.Files, store.File{Path: f.Path, Content: f.Content})
+		}
+		exe.FilesTruncated = res.FilesTruncated
 	}
 	if canceled {
 		// Its sandbox started, so it counts, with what it used.
