@@ -68,7 +68,9 @@ func TestPrepareRefusals(t *testing.T) {
 		{"file and dir", func(in *Input) { in.Files = []InputFile{file("a/b/c"), file("a/b")} }, KindInvalidRequest, `files[0].path: "a/b" is a file (files[1])`},
 		{"code file", func(in *Input) { in.Files = []InputFile{file("main.py")} }, KindInvalidRequest, "files[0].path: main.py is the code file"},
 		{"bad encoding", func(in *Input) { in.Files = []InputFile{{Path: "a", Content: "x", Encoding: "hex"}} }, KindInvalidRequest, `files[0].encoding: "hex" is not utf8 or base64`},
-		{"bad base64", func(in *Input) { in.Files = []InputFile{file("a"), {Path: "b", Content: "not base64!", Encoding: "base64"}} }, KindInvalidRequest, "files[1].content: not valid standard base64"},
+		{"bad base64", func(in *Input) {
+			in.Files = []InputFile{file("a"), {Path: "b", Content: "not base64!", Encoding: "base64"}}
+		}, KindInvalidRequest, "files[1].content: not valid standard base64"},
 		{"base64 without padding", func(in *Input) { in.Files = []InputFile{{Path: "b", Content: "YQ", Encoding: "base64"}} }, KindInvalidRequest, "files[0].content: not valid standard base64"},
 		{"too many files", func(in *Input) { in.Files = manyFiles(11) }, KindPayloadTooLarge, "files has 11 entries; plan free allows 10"},
 		{"too large files", func(in *Input) {
@@ -142,7 +144,7 @@ func TestPrepareSpec(t *testing.T) {
 		Env:         in.Env,
 		Args:        in.Args,
 		ReturnFiles: in.ReturnFiles,
-		Limits: engine.Limits{MemoryBytes: 512 << 20, WorkdirBytes: 10<<20 + 16<<20, ReturnFiles: 50, ReturnBytes: 10 << 20}.WithDefaults(),
+		Limits:      engine.Limits{MemoryBytes: 512 << 20, WorkdirBytes: 10<<20 + 16<<20, ReturnFiles: 50, ReturnBytes: 10 << 20}.WithDefaults(),
 	}
 	if diff := cmp.Diff(want, p.spec, cmp.Comparer(func(a, b func(engine.Stream, []byte)) bool { return true })); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)
