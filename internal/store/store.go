@@ -190,19 +190,21 @@ type Store interface {
 	Close() error
 }
 
+// storedFile is File in the column MarshalFiles writes.
+type storedFile struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+}
+
 // MarshalFiles is how both SQL stores keep an execution's files in one
 // column: JSON (contents in base64), nil when there are none.
 func MarshalFiles(files []File) ([]byte, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
-	type file struct {
-		Path    string `json:"path"`
-		Content []byte `json:"content"`
-	}
-	out := make([]file, len(files))
+	out := make([]storedFile, len(files))
 	for i, f := range files {
-		out[i] = file{f.Path, f.Content}
+		out[i] = storedFile(f)
 	}
 	return json.Marshal(out)
 }
@@ -212,16 +214,13 @@ func UnmarshalFiles(b []byte) ([]File, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
-	var in []struct {
-		Path    string `json:"path"`
-		Content []byte `json:"content"`
-	}
+	var in []storedFile
 	if err := json.Unmarshal(b, &in); err != nil {
 		return nil, fmt.Errorf("decoding stored files: %w", err)
 	}
 	files := make([]File, len(in))
 	for i, f := range in {
-		files[i] = File{Path: f.Path, Content: f.Content}
+		files[i] = File(f)
 	}
 	return files, nil
 }
