@@ -51,9 +51,12 @@ func TestOpenAPICoverage(t *testing.T) {
 	env.driver.release()
 	<-blocked
 	env.do(request{path: "/v1/executions/" + id})
-	env.do(request{path: "/v1/executions/exe_00000000000000000000000000000000"})                        // 404
-	env.do(request{method: "POST", path: "/v1/executions/" + id + "/cancel"})                           // 409: finished
-	env.do(request{method: "POST", path: "/v1/executions/exe_00000000000000000000000000000000/cancel"}) // 404
+	env.do(request{path: "/v1/executions/exe_00000000000000000000000000000000"})                                                 // 404
+	env.do(request{path: "/v1/executions/" + id + "/events"})                                                                    // 200, replayed from the store
+	env.do(request{path: "/v1/executions/exe_00000000000000000000000000000000/events"})                                          // 404
+	env.do(request{method: "POST", path: "/v1/executions", body: run, header: map[string]string{"Accept": "text/event-stream"}}) // 200, streamed
+	env.do(request{method: "POST", path: "/v1/executions/" + id + "/cancel"})                                                    // 409: finished
+	env.do(request{method: "POST", path: "/v1/executions/exe_00000000000000000000000000000000/cancel"})                          // 404
 	cenv := newEnv(t)
 	cenv.driver.started = make(chan string, 1)
 	go func() { blocked <- cenv.run("python", "block", nil) }()
@@ -68,7 +71,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run},
 		{path: "/v1/executions/" + id}, {path: "/v1/usage"}, {method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"},
-		{method: "POST", path: "/v1/executions/" + id + "/cancel"},
+		{method: "POST", path: "/v1/executions/" + id + "/cancel"}, {path: "/v1/executions/" + id + "/events"},
 	} {
 		r.key = slow
 		env.do(r) // 429 rate
@@ -84,6 +87,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
 		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {method: "POST", path: "/v1/executions/" + id + "/cancel"},
+		{path: "/v1/executions/" + id + "/events"},
 	} {
 		benv.do(r)
 	}
@@ -93,7 +97,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
 		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/openapi.json", key: "-"},
-		{method: "POST", path: "/v1/executions/" + id + "/cancel"},
+		{method: "POST", path: "/v1/executions/" + id + "/cancel"}, {path: "/v1/executions/" + id + "/events"},
 	} {
 		eenv.do(r)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -22,10 +23,30 @@ import (
 // executionRequest is the body of POST /v1/executions. Pointers tell a
 // missing field from a zero one.
 type executionRequest struct {
-	Language *string  `json:"language"`
-	Code     *string  `json:"code"`
-	TimeoutS *float64 `json:"timeout_s"`
-	Stdin    *string  `json:"stdin"`
+	Language    *string           `json:"language"`
+	Code        *string           `json:"code"`
+	TimeoutS    *float64          `json:"timeout_s"`
+	Stdin       *string           `json:"stdin"`
+	Files       []fileRequest     `json:"files"`
+	Env         map[string]string `json:"env"`
+	Args        []string          `json:"args"`
+	ReturnFiles []string          `json:"return_files"`
+}
+
+// fileRequest is one file of a request; the service checks path and
+// encoding and decodes the content.
+type fileRequest struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding"`
+}
+
+// fileResponse is one returned file; content is always base64.
+type fileResponse struct {
+	Path     string `json:"path"`
+	Size     int    `json:"size"`
+	Encoding string `json:"encoding"`
+	Content  []byte `json:"content"`
 }
 
 type usageJSON struct {
@@ -37,24 +58,30 @@ type usageJSON struct {
 // executionResponse is one execution on the wire, for POST (run or
 // replay), GET and cancel alike; GET may show it queued or running.
 type executionResponse struct {
-	ID               string    `json:"id"`
-	Status           string    `json:"status"`
-	Stdout           string    `json:"stdout"`
-	Stderr           string    `json:"stderr"`
-	ExitCode         int       `json:"exit_code"`
-	DurationMS       int64     `json:"duration_ms"`
-	Truncated        bool      `json:"truncated"`
-	Usage            usageJSON `json:"usage"`
-	Language         string    `json:"language"`
-	CreatedAt        int64     `json:"created_at"`
-	StartedAt        *int64    `json:"started_at"`
-	FinishedAt       *int64    `json:"finished_at"`
-	IdempotentReplay bool      `json:"idempotent_replay,omitempty"`
-	OutputPurged     bool      `json:"output_purged,omitempty"`
-	RequestID        string    `json:"request_id"`
+	ID               string         `json:"id"`
+	Status           string         `json:"status"`
+	Stdout           string         `json:"stdout"`
+	Stderr           string         `json:"stderr"`
+	ExitCode         int            `json:"exit_code"`
+	DurationMS       int64          `json:"duration_ms"`
+	Truncated        bool           `json:"truncated"`
+	Usage            usageJSON      `json:"usage"`
+	Language         string         `json:"language"`
+	CreatedAt        int64          `json:"created_at"`
+	StartedAt        *int64         `json:"started_at"`
+	FinishedAt       *int64         `json:"finished_at"`
+	Files            []fileResponse `json:"files"`
+	FilesTruncated   bool           `json:"files_truncated"`
+	IdempotentReplay bool           `json:"idempotent_replay,omitempty"`
+	OutputPurged     bool           `json:"output_purged,omitempty"`
+	RequestID        string         `json:"request_id"`
 }
 
 func toResponse(e store.Execution, requestID string) executionResponse {
+	files := make([]fileResponse, 0, len(e.Files)) // [] when none, never null
+	for _, f := range e.Files {
+		files = append(files, fileResponse{Path: f.Path, Size: len(f.Content), Encoding: "base64", Content: f.Content})
+	}
 	return executionResponse{
 		ID:         e.ID,
 		Status:     e.Status,
@@ -68,12 +95,14 @@ func toResponse(e store.Execution, requestID string) executionResponse {
 			CPUSeconds:      round3(e.CPUSeconds),
 			PeakMemoryBytes: e.PeakMemoryBytes,
 		},
-		Language:     e.Language,
-		CreatedAt:    e.CreatedAt.Unix(),
-		StartedAt:    unixOrNil(e.StartedAt),
-		FinishedAt:   unixOrNil(e.FinishedAt),
-		OutputPurged: e.Purged,
-		RequestID:    requestID,
+		Language:       e.Language,
+		CreatedAt:      e.CreatedAt.Unix(),
+		StartedAt:      unixOrNil(e.StartedAt),
+		FinishedAt:     unixOrNil(e.FinishedAt),
+		Files:          files,
+		FilesTruncated: e.FilesTruncated,
+		OutputPurged:   e.Purged,
+		RequestID:      requestID,
 	}
 }
 
@@ -99,8 +128,6 @@ func setQuotaHeaders(h http.Header, q execution.Quota) {
 // createExecution translates POST /v1/executions to the execution service
 // and its outcome back.
 func (s *Server) createExecution(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	ctx := r.Context()
-	info := infoFrom(ctx)
 	idemKey, err := idempotencyKey(r)
 	if err != nil {
 		return err
@@ -109,20 +136,32 @@ func (s *Server) createExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if err != nil {
 		return err
 	}
+	req := runRequest(w, r, idemKey, in)
+	if wantsEventStream(r) {
+		return s.streamExecution(w, r, c, req)
+	}
+	out, err := s.exec.Run(r.Context(), *c, req)
+	if err != nil {
+		return err
+	}
+	info := infoFrom(r.Context())
+	resp := toResponse(out.Execution, info.id)
+	resp.IdempotentReplay = out.Replay
+	return s.writeJSON(w, r, http.StatusOK, resp)
+}
+
+// runRequest is the service request of a POST: its execution id goes to
+// the access log, its quota to the headers.
+func runRequest(w http.ResponseWriter, r *http.Request, idemKey string, in execution.Input) execution.Request {
+	info := infoFrom(r.Context())
 	h := w.Header()
-	out, err := s.exec.Run(ctx, *c, execution.Request{
+	return execution.Request{
 		Input:          in,
 		IdempotencyKey: idemKey,
 		RequestID:      info.id,
 		Accepted:       func(id string) { info.executionID = id },
 		Quota:          func(q execution.Quota) { setQuotaHeaders(h, q) },
-	})
-	if err != nil {
-		return err
 	}
-	resp := toResponse(out.Execution, info.id)
-	resp.IdempotentReplay = out.Replay
-	return s.writeJSON(w, r, http.StatusOK, resp)
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, c *Caller) error {
@@ -147,16 +186,26 @@ func (s *Server) cancelExecution(w http.ResponseWriter, r *http.Request, c *Call
 	return s.writeJSON(w, r, http.StatusOK, toResponse(e, info.id))
 }
 
-// maxBodyBytes leaves room for the worst JSON escaping of the largest code
-// and stdin (a control character such as \u0001 takes six bytes for one),
-// so a request within the documented limits is never refused for its
-// encoding. Only authenticated callers get this far.
-func (s *Server) maxBodyBytes() int64 {
-	return int64(6*(s.exec.MaxCodeBytes()+s.exec.MaxStdinBytes())) + 64<<10
+// maxBodyBytes leaves room for the worst JSON escaping of the largest code,
+// stdin, files, env and args the caller's plan allows (a control character
+// such as \u0001 takes six bytes for one; base64 takes 4/3, less than
+// that), so a request within the documented limits is never refused for
+// its encoding. Only authenticated callers get this far, and the bound is
+// the plan's: a free key cannot make the server read a large body.
+func (s *Server) maxBodyBytes(p config.Plan) int64 {
+	const esc = 6 // the worst JSON escaping, in bytes per byte
+	n := int64(esc * (s.exec.MaxCodeBytes() + s.exec.MaxStdinBytes()))
+	n += esc * p.FilesBytes()
+	// Each file's path and the JSON around it.
+	n += int64(p.FilesLimit()) * (esc*execution.MaxPathBytes + 64)
+	n += esc*execution.MaxEnvBytes + execution.MaxEnv*16
+	n += esc*execution.MaxArgsBytes + execution.MaxArgs*8
+	n += execution.MaxReturnGlobs * (esc*execution.MaxGlobBytes + 8)
+	return n + 64<<10
 }
 
 // executionFields are the body's fields, spelled exactly so.
-var executionFields = []string{"language", "code", "timeout_s", "stdin"}
+var executionFields = []string{"language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files"}
 
 // decodeExecution reads the body strictly; the service checks the values.
 // Every problem is named, so a client (or an agent) can fix its request
@@ -165,7 +214,7 @@ func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if err := checkJSONContentType(r); err != nil {
 		return execution.Input{}, err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes()))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes(c.Plan)))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return execution.Input{}, errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
@@ -195,7 +244,12 @@ func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if err := checkFieldNames(body, executionFields); err != nil {
 		return execution.Input{}, err
 	}
-	return execution.Input{Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin}, nil
+	files := make([]execution.InputFile, len(in.Files))
+	for i, f := range in.Files {
+		files[i] = execution.InputFile{Path: f.Path, Content: f.Content, Encoding: f.Encoding}
+	}
+	return execution.Input{Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
+		Files: files, Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles}, nil
 }
 
 func checkJSONContentType(r *http.Request) error {
@@ -236,7 +290,8 @@ func decodeStrict(body []byte, v any) error {
 		}
 		return &Error{Kind: KindInvalidRequest, Msg: fmt.Sprintf("field %s must be %s, not %s", typ.Field, jsonTypeName(typ.Type.String()), typ.Value), Err: err}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return errorf(KindInvalidRequest, "unknown field %s; allowed: language, code, timeout_s, stdin", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return errorf(KindInvalidRequest, "unknown field %s; allowed: %s (and path, content, encoding in a file)",
+			strings.TrimPrefix(err.Error(), "json: unknown field "), strings.Join(executionFields, ", "))
 	default:
 		return errorf(KindInvalidJSON, "request body is not valid JSON")
 	}
@@ -362,6 +417,11 @@ func jsonTypeName(goType string) string {
 		return "a number"
 	case "bool":
 		return "a boolean"
+	case "map[string]string":
+		return "an object of strings"
+	}
+	if strings.HasPrefix(goType, "[]") {
+		return "an array"
 	}
 	return "of another type"
 }

@@ -32,6 +32,10 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 //	"hog"            memory_exceeded, exit 137
 //	"crash"          the platform fails (error, no result)
 //	"block"          waits until the test closes unblock (or ctx ends)
+//	"stream"         writes "é" to stdout split across two writes, then "warn"
+//	                 to stderr, then "done"; stdout "é tick\ndone\n"
+//	"slow"           writes "tick\n", waits for unblock (not ctx: a client
+//	                 leaving must not stop it), writes "tock\n"
 //	anything else    succeeded, stdout = the code's language name + "\n"
 type fakeDriver struct {
 	runs    atomic.Int64
@@ -75,6 +79,26 @@ func (d *fakeDriver) Run(ctx context.Context, spec engine.Spec) (engine.Result, 
 		ok.Status, ok.ExitCode = engine.StatusMemoryExceeded, 137
 	case code == "crash":
 		return engine.Result{}, errors.New("runtime exploded at /var/lib/vertal/run/secret-path")
+	case code == "stream":
+		out := func(st engine.Stream, p string) {
+			if spec.Output != nil {
+				spec.Output(st, []byte(p))
+			}
+		}
+		out(engine.Stdout, "\xc3")
+		out(engine.Stdout, "\xa9 tick\n")
+		out(engine.Stderr, "warn\n")
+		out(engine.Stdout, "done\n")
+		ok.Stdout, ok.Stderr = "é tick\ndone\n", "warn\n"
+	case code == "slow":
+		if spec.Output != nil {
+			spec.Output(engine.Stdout, []byte("tick\n"))
+		}
+		<-d.unblock
+		if spec.Output != nil {
+			spec.Output(engine.Stdout, []byte("tock\n"))
+		}
+		ok.Stdout = "tick\ntock\n"
 	case code == "block":
 		select {
 		case <-d.unblock:
@@ -84,6 +108,10 @@ func (d *fakeDriver) Run(ctx context.Context, spec engine.Spec) (engine.Result, 
 		}
 	default:
 		ok.Stdout = spec.Language.Name + "\n"
+	}
+	if len(spec.ReturnFiles) > 0 {
+		// Returns the files it was given, as if it had made them.
+		ok.Files, ok.FilesTruncated = spec.Files, true
 	}
 	return ok, nil
 }
@@ -143,6 +171,22 @@ type countingStore struct {
 	claims   atomic.Int64
 	broken   atomic.Bool
 	failSave atomic.Bool // SaveExecution fails, as on a full disk
+	queued   sync.Map    // ids of executions created queued
+}
+
+func (s *countingStore) CreateExecution(ctx context.Context, e store.Execution) error {
+	err := s.Store.CreateExecution(ctx, e)
+	if err == nil && e.Status == store.StatusQueued {
+		s.queued.Store(e.ID, true)
+	}
+	return err
+}
+
+// queuedID is the id of an execution that was created queued, or "".
+func (e *testEnv) queuedID(t *testing.T) string {
+	id := ""
+	e.store.queued.Range(func(k, _ any) bool { id = k.(string); return false })
+	return id
 }
 
 func (s *countingStore) SaveExecution(ctx context.Context, e store.Execution) error {

@@ -112,8 +112,18 @@ func (d *openAPIDoc) lookup(ptr string) map[string]any {
 	var cur any = d.raw
 	for _, part := range strings.Split(strings.TrimPrefix(ptr, "#/"), "/") {
 		part = strings.NewReplacer("~1", "/", "~0", "~").Replace(part)
-		m, _ := cur.(map[string]any)
-		cur = m[part]
+		switch c := cur.(type) {
+		case map[string]any:
+			cur = c[part]
+		case []any: // oneOf/0
+			i, err := strconv.Atoi(part)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil
+			}
+			cur = c[i]
+		default:
+			return nil
+		}
 	}
 	v, _ := cur.(map[string]any)
 	return v
@@ -224,8 +234,12 @@ func (d *openAPIDoc) checkResponse(method, path string, status int, h http.Heade
 			}
 		}
 	}
-	if _, ok := resp["content"].(map[string]any); ok && method != http.MethodHead {
-		for _, e := range d.checkBody(pointer(ptr, "content", "application/json", "schema"), h, body) {
+	if content, ok := resp["content"].(map[string]any); ok && method != http.MethodHead {
+		check := d.checkBody(pointer(ptr, "content", "application/json", "schema"), h, body)
+		if _, sse := content["text/event-stream"]; sse && h.Get("Content-Type") == "text/event-stream" {
+			check = d.checkEvents(pointer(ptr, "content", "text/event-stream", "schema"), body)
+		}
+		for _, e := range check {
 			errs = append(errs, key+": "+e)
 		}
 	}
@@ -248,6 +262,39 @@ func (d *openAPIDoc) checkBody(ptr string, h http.Header, body []byte) []string 
 		return []string{fmt.Sprintf("body is not JSON: %v", err)}
 	}
 	return d.validate(ptr, v, "body")
+}
+
+// checkEvents validates a server-sent event stream: each event, as
+// {"id", "event", "data"}, against the schema at ptr; comments are only
+// the heartbeat.
+func (d *openAPIDoc) checkEvents(ptr string, body []byte) []string {
+	var errs []string
+	for i, block := range strings.Split(strings.TrimSuffix(string(body), "\n\n"), "\n\n") {
+		if block == "" {
+			continue
+		}
+		if block == ": heartbeat" {
+			continue
+		}
+		ev := map[string]any{}
+		for _, line := range strings.Split(block, "\n") {
+			field, value, _ := strings.Cut(line, ": ")
+			switch field {
+			case "id", "event":
+				ev[field] = value
+			case "data":
+				v, err := jsonschema.UnmarshalJSON(strings.NewReader(value))
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("event %d: data is not JSON: %v", i, err))
+				}
+				ev["data"] = v
+			default:
+				errs = append(errs, fmt.Sprintf("event %d: unexpected line %q", i, line))
+			}
+		}
+		errs = append(errs, d.validate(ptr, ev, fmt.Sprintf("event %d", i))...)
+	}
+	return errs
 }
 
 // conformance checks every response h gives against the document and
@@ -286,7 +333,8 @@ type teeWriter struct {
 func (w *teeWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
-		w.web = !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") && code < 400
+		ct := w.Header().Get("Content-Type")
+		w.web = !strings.HasPrefix(ct, "application/json") && ct != "text/event-stream" && code < 400
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -446,7 +494,7 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestOpenAPIValidatorRefuses(t *testing.T) {
 	d := loadDoc(t)
 	good := `{"id":"exe_0123456789abcdef0123456789abcdef","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":5,` +
-		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"started_at":1,"finished_at":null,"request_id":"req_0123456789abcdef0123456789abcdef"}`
+		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"started_at":1,"finished_at":null,"files":[],"files_truncated":false,"request_id":"req_0123456789abcdef0123456789abcdef"}`
 	for _, tc := range []struct {
 		name, body, want string
 		header           func(http.Header)

@@ -59,6 +59,9 @@ type Options struct {
 	// CancelPoll is how often a running execution looks in the store for
 	// a cancel recorded by another node; zero means once a second.
 	CancelPoll time.Duration
+	// Heartbeat is how often an idle event stream gets a comment line;
+	// zero means DefaultHeartbeat (15 s).
+	Heartbeat time.Duration
 	// Web serves the playground and documentation: it gets GET and HEAD
 	// requests for every path outside the API (/v1/, /api/, /health, /mcp).
 	// Its 404s are turned into the API's error shape. Nil: not mounted.
@@ -92,6 +95,7 @@ type Server struct {
 	mux        *http.ServeMux
 	openapi    map[string][]byte // by mount prefix: "" and "/api"
 	edgeSecret *[32]byte
+	heartbeat  time.Duration
 }
 
 // New returns a Server.
@@ -119,6 +123,10 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
+	}
+	s.heartbeat = opts.Heartbeat
+	if s.heartbeat <= 0 {
+		s.heartbeat = DefaultHeartbeat
 	}
 	s.metrics.setEngine(opts.Engine)
 	if opts.EdgeSecret != "" {
@@ -167,6 +175,7 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/v1/executions", s.authed(s.createExecution))
 		s.handle("GET "+p+"/v1/executions/{id}", s.authed(s.getExecution))
 		s.handle("POST "+p+"/v1/executions/{id}/cancel", s.authed(s.cancelExecution))
+		s.handle("GET "+p+"/v1/executions/{id}/events", s.authed(s.executionEvents))
 		s.handle("GET "+p+"/v1/usage", s.authed(s.getUsage))
 		s.handle("POST "+p+"/v1/keys/rotate", s.authed(s.rotateKey))
 		s.handle("GET "+p+"/v1/languages", s.authed(s.listLanguages))
@@ -391,7 +400,7 @@ func (w *webWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // tool argument would otherwise become U+FFFD on its way to the API) and
 // refuses JSON-RPC batches, so that one request is one counted message.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes()))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes(c.Plan)))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)

@@ -43,9 +43,9 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Errorf("defaults %+v", c)
 	}
 	want := map[string]Plan{
-		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1},
-		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4},
-		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16},
+		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1, MaxFiles: 10, MaxFilesMB: 1},
+		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4, MaxFiles: 50, MaxFilesMB: 10},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16, MaxFiles: 200, MaxFilesMB: 50},
 	}
 	if diff := cmp.Diff(want, c.Plans); diff != "" {
 		t.Errorf("plans (-want +got):\n%s", diff)
@@ -70,12 +70,16 @@ func TestPrecedence(t *testing.T) {
 	want := map[string]any{
 		"host": "10.0.0.1", "port": 9100, "max": 6, "queue": 7 * time.Second, "runtime": "runc",
 		"dev": true, "edge": "0123456789abcdef", "pg": true,
-		"pro":  Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4},
+		"pro":  Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4, MaxFiles: 50, MaxFilesMB: 10},
 		"team": Plan{ExecutionsPerDay: 500, RequestsPerMinute: 60, MaxTimeoutS: 30, MemoryMB: 256, MaxConcurrent: 2},
 		"free": DefaultPlans()["free"],
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// A plan without file caps gets the free plan's.
+	if team := c.Plans["team"]; team.FilesLimit() != 10 || team.FilesBytes() != 1<<20 {
+		t.Errorf("team file caps = %d files, %d bytes; want the free plan's 10, 1 MiB", team.FilesLimit(), team.FilesBytes())
 	}
 	// VERTAL_CONFIG names the file when --config does not.
 	c, err = resolve(t, nil, map[string]string{"VERTAL_CONFIG": file})

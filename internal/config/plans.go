@@ -17,16 +17,30 @@ type Plan struct {
 	// a node (and 4 queue places for each, with the default queue size),
 	// so that no tenant can take every slot.
 	MaxConcurrent int `json:"max_concurrent"`
+	// MaxFiles and MaxFilesMB cap a request's files (how many, and their
+	// decoded bytes in all) and the files returned to it. Zero (a custom
+	// plan that names neither) means the free plan's caps.
+	MaxFiles   int   `json:"max_files"`
+	MaxFilesMB int64 `json:"max_files_mb"`
 }
+
+// The free plan's file caps, which a plan without its own gets.
+const (
+	DefaultMaxFiles   = 10
+	DefaultMaxFilesMB = 1
+)
 
 // The built-in plans. pro is the documented one; free keeps the documented
 // daily quota of 100 and a low rate so a leaked free key costs little;
 // enterprise is ten times pro in volume and allows longer jobs.
 func DefaultPlans() map[string]Plan {
 	return map[string]Plan{
-		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1},
-		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4},
-		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16},
+		"free": {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1,
+			MaxFiles: DefaultMaxFiles, MaxFilesMB: DefaultMaxFilesMB},
+		"pro": {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4,
+			MaxFiles: 50, MaxFilesMB: 10},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16,
+			MaxFiles: 200, MaxFilesMB: 50},
 	}
 }
 
@@ -39,6 +53,23 @@ func (p Plan) DefaultTimeout() float64 { return float64(min(DefaultTimeoutS, p.M
 
 // MemoryBytes is the sandbox memory limit in bytes.
 func (p Plan) MemoryBytes() int64 { return p.MemoryMB << 20 }
+
+// FilesLimit is how many files a request may send (and get back).
+func (p Plan) FilesLimit() int {
+	if p.MaxFiles <= 0 {
+		return DefaultMaxFiles
+	}
+	return p.MaxFiles
+}
+
+// FilesBytes is the total decoded size a request's files may have (and
+// the files returned to it).
+func (p Plan) FilesBytes() int64 {
+	if p.MaxFilesMB <= 0 {
+		return DefaultMaxFilesMB << 20
+	}
+	return p.MaxFilesMB << 20
+}
 
 func (p Plan) validate() error {
 	var errs []error
@@ -56,6 +87,12 @@ func (p Plan) validate() error {
 	}
 	if p.MaxConcurrent < 1 || p.MaxConcurrent > 1024 {
 		errs = append(errs, errors.New("max_concurrent must be in 1..1024"))
+	}
+	if p.MaxFiles < 0 || p.MaxFiles > 10000 {
+		errs = append(errs, errors.New("max_files must be in 0..10000 (0: the free plan's)"))
+	}
+	if p.MaxFilesMB < 0 || p.MaxFilesMB > 1024 {
+		errs = append(errs, errors.New("max_files_mb must be in 0..1024 (0: the free plan's)"))
 	}
 	return errors.Join(errs...)
 }

@@ -11,6 +11,8 @@ import (
 
 // active is an execution accepted on this node that has not finished.
 type active struct {
+	tenant   string
+	events   *eventLog // what Attach follows while it runs here
 	mu       sync.Mutex
 	cancel   context.CancelFunc // ends the current phase: the wait for a slot, then the run
 	canceled bool

@@ -178,6 +178,11 @@ type Request struct {
 	Accepted func(id string)
 	// Quota, if set, is called once the daily quota has been reserved.
 	Quota func(Quota)
+	// Started, if set, is called when the sandbox is about to run: past
+	// every refusal, quota reserved. Attach follows it live from then on
+	// (a stream that attaches in Started misses nothing). It is not
+	// called for a replay or an execution canceled before it started.
+	Started func(id string)
 }
 
 // Quota is a tenant's daily execution quota after a reservation.
@@ -233,7 +238,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req Request) (Outcome, erro
 
 // run is the sequence after the idempotency claim. On error nothing is
 // left stored or counted.
-func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (store.Execution, error) {
+func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_ store.Execution, err error) {
 	tenant := c.Key.Tenant
 	bg := context.WithoutCancel(ctx)
 	now := s.now().UTC()
@@ -246,7 +251,8 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (s
 		CreatedAt: now,
 	}
 	p.spec.ID = exe.ID
-	a := &active{done: make(chan struct{})}
+	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}
+	p.spec.Output = a.events.output
 	stored := false // a row for exe is in the store
 	accept := func(status string) error {
 		exe.Status = status
@@ -265,6 +271,9 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (s
 		return nil
 	}
 	defer func() {
+		// The followers get the outcome before the log is dropped; later
+		// ones replay from the store.
+		a.events.finish(exe, err)
 		if stored {
 			s.untrack(exe.ID)
 		}
@@ -343,6 +352,12 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (s
 		return store.Execution{}, err
 	}
 
+	if !a.isCanceled() {
+		a.events.start(exe)
+		if req.Started != nil {
+			req.Started(exe.ID)
+		}
+	}
 	if a.isCanceled() {
 		// Canceled between the slot and the start: nothing ran.
 		refund()
@@ -379,6 +394,10 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (s
 		exe.SandboxSeconds = res.Usage.SandboxSeconds
 		exe.CPUSeconds = res.Usage.CPUSeconds
 		exe.PeakMemoryBytes = res.Usage.PeakMemoryBytes
+		for _, f := range res.Files {
+			exe.Files = append(exe.Files, store.File{Path: f.Path, Content: f.Content})
+		}
+		exe.FilesTruncated = res.FilesTruncated
 	}
 	if canceled {
 		// Its sandbox started, so it counts, with what it used.

@@ -2,10 +2,17 @@ package execution
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
 	"time"
+
+	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
@@ -84,20 +91,60 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 		}
 		timeoutS = t
 	}
+	files, err := checkFiles(c, lang, in.Files)
+	if err != nil {
+		return prepared{}, err
+	}
+	if err := checkEnv(in.Env); err != nil {
+		return prepared{}, err
+	}
+	if err := checkArgs(in.Args); err != nil {
+		return prepared{}, err
+	}
+	if err := checkReturnFiles(in.ReturnFiles); err != nil {
+		return prepared{}, err
+	}
+	// The new fields are left out when empty, so a request without them
+	// hashes as it did before they existed. Files hash by their decoded
+	// bytes: the same file sent as utf8 or as base64 is the same request.
+	type canonFile struct {
+		Path    string `json:"path"`
+		Content []byte `json:"content"`
+	}
+	var cfiles []canonFile
+	for _, f := range files {
+		cfiles = append(cfiles, canonFile{f.Path, f.Content})
+	}
 	canon, _ := json.Marshal(struct {
-		Language string  `json:"language"`
-		Code     string  `json:"code"`
-		Stdin    string  `json:"stdin"`
-		TimeoutS float64 `json:"timeout_s"`
-	}{lang.Name, code, stdin, timeoutS})
+		Language    string            `json:"language"`
+		Code        string            `json:"code"`
+		Stdin       string            `json:"stdin"`
+		TimeoutS    float64           `json:"timeout_s"`
+		Files       []canonFile       `json:"files,omitempty"`
+		Env         map[string]string `json:"env,omitempty"`
+		Args        []string          `json:"args,omitempty"`
+		ReturnFiles []string          `json:"return_files,omitempty"`
+	}{lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles})
 	sum := sha256.Sum256(canon)
+	filesBytes := c.Plan.FilesBytes()
 	return prepared{
 		spec: engine.Spec{
-			Language: lang,
-			Code:     code,
-			Stdin:    stdin,
-			Timeout:  time.Duration(timeoutS * float64(time.Second)),
-			Limits:   engine.Limits{MemoryBytes: c.Plan.MemoryBytes()}.WithDefaults(),
+			Language:    lang,
+			Code:        code,
+			Stdin:       stdin,
+			Timeout:     time.Duration(timeoutS * float64(time.Second)),
+			Files:       files,
+			Env:         in.Env,
+			Args:        in.Args,
+			ReturnFiles: in.ReturnFiles,
+			Limits: engine.Limits{
+				MemoryBytes: c.Plan.MemoryBytes(),
+				// Fixed per plan, so warm sandboxes of a plan are alike:
+				// room for the largest files in plus what /tmp gets.
+				WorkdirBytes: filesBytes + engine.DefaultTmpBytes,
+				ReturnFiles:  c.Plan.FilesLimit(),
+				ReturnBytes:  filesBytes,
+			}.WithDefaults(),
 		},
 		hash: hex.EncodeToString(sum[:]),
 	}, nil
@@ -115,4 +162,183 @@ func clip(s string, n int) string {
 func (s *Service) RequestHash(c Caller, in Input) (string, error) {
 	p, err := s.prepare(c, in)
 	return p.hash, err
+}
+
+// Caps on a request's files, env, args and return globs that no plan
+// changes (the count and size of files are the plan's).
+const (
+	MaxPathBytes      = 1024
+	MaxComponentBytes = 255
+	MaxPathDepth      = 16
+	MaxEnv            = 64
+	MaxEnvBytes       = 32 << 10 // names and values in all
+	MaxArgs           = 64
+	MaxArgsBytes      = 32 << 10
+	MaxReturnGlobs    = 20
+	MaxGlobBytes      = 256
+)
+
+// checkFiles validates and decodes a request's files.
+func checkFiles(c Caller, lang engine.Language, in []InputFile) ([]engine.File, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if limit := c.Plan.FilesLimit(); len(in) > limit {
+		return nil, Errorf(KindPayloadTooLarge, "files has %d entries; plan %s allows %d", len(in), c.Key.Plan, limit)
+	}
+	out := make([]engine.File, 0, len(in))
+	seen := make(map[string]int, len(in))
+	var total int64
+	for i, f := range in {
+		if msg := badPath(f.Path); msg != "" {
+			return nil, Errorf(KindInvalidRequest, "files[%d].path: %s", i, msg)
+		}
+		if f.Path == lang.File {
+			return nil, Errorf(KindInvalidRequest, "files[%d].path: %s is the code file; send the program as code", i, lang.File)
+		}
+		if j, dup := seen[f.Path]; dup {
+			return nil, Errorf(KindInvalidRequest, "files[%d].path: %q is also files[%d].path", i, clip(f.Path, 60), j)
+		}
+		seen[f.Path] = i
+		var content []byte
+		switch f.Encoding {
+		case "", "utf8":
+			content = []byte(f.Content)
+		case "base64":
+			b, err := base64.StdEncoding.Strict().DecodeString(f.Content)
+			if err != nil {
+				return nil, Errorf(KindInvalidRequest, "files[%d].content: not valid standard base64 with padding", i)
+			}
+			content = b
+		default:
+			return nil, Errorf(KindInvalidRequest, "files[%d].encoding: %q is not utf8 or base64", i, clip(f.Encoding, 20))
+		}
+		total += int64(len(content))
+		out = append(out, engine.File{Path: f.Path, Content: content})
+	}
+	if limit := c.Plan.FilesBytes(); total > limit {
+		return nil, Errorf(KindPayloadTooLarge, "files are %d bytes in all; plan %s allows %d bytes", total, c.Key.Plan, limit)
+	}
+	// A path that is a directory of another ("a" and "a/b") cannot be both.
+	for i, f := range in {
+		for dir := f.Path; ; {
+			k := strings.LastIndexByte(dir, '/')
+			if k < 0 {
+				break
+			}
+			dir = dir[:k]
+			if j, ok := seen[dir]; ok {
+				return nil, Errorf(KindInvalidRequest, "files[%d].path: %q is a file (files[%d]), so it cannot be a directory", i, clip(dir, 60), j)
+			}
+		}
+	}
+	return out, nil
+}
+
+// badPath says what is wrong with a file path, or "".
+func badPath(p string) string {
+	switch {
+	case p == "":
+		return "must not be empty"
+	case len(p) > MaxPathBytes:
+		return "is longer than 1024 bytes"
+	case strings.HasPrefix(p, "/"):
+		return "must be relative (no leading /)"
+	case strings.ContainsRune(p, 0):
+		return "must not contain a NUL byte"
+	case strings.Contains(p, "\\"):
+		return "must use / to separate directories, not a backslash"
+	}
+	parts := strings.Split(p, "/")
+	if len(parts) > MaxPathDepth {
+		return "is more than 16 levels deep"
+	}
+	for _, part := range parts {
+		switch {
+		case part == "":
+			return "has an empty component (// or a trailing /)"
+		case part == "." || part == "..":
+			return "must not contain . or .. components"
+		case len(part) > MaxComponentBytes:
+			return "has a component longer than 255 bytes"
+		}
+	}
+	return ""
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// reservedEnv are names the sandbox sets itself.
+var reservedEnv = []string{"PATH", "HOME", "LANG", "NODE_OPTIONS"}
+
+func checkEnv(env map[string]string) error {
+	if len(env) > MaxEnv {
+		return Errorf(KindInvalidRequest, "env has %d names; the limit is %d", len(env), MaxEnv)
+	}
+	names := make([]string, 0, len(env))
+	for n := range env {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	total := 0
+	for _, n := range names {
+		v := env[n]
+		switch {
+		case !envName.MatchString(n):
+			return Errorf(KindInvalidRequest, "env[%q]: a name must match [A-Za-z_][A-Za-z0-9_]* and be at most 128 bytes", clip(n, 40))
+		case slices.Contains(reservedEnv, n) || strings.HasPrefix(n, "VERTAL_"):
+			return Errorf(KindInvalidRequest, "env[%q]: the name is reserved (PATH, HOME, LANG, NODE_OPTIONS, VERTAL_*)", n)
+		case strings.ContainsRune(v, 0):
+			return Errorf(KindInvalidRequest, "env[%q]: the value must not contain a NUL byte", n)
+		}
+		total += len(n) + len(v)
+	}
+	if total > MaxEnvBytes {
+		return Errorf(KindInvalidRequest, "env is %d bytes (names and values); the limit is %d", total, MaxEnvBytes)
+	}
+	return nil
+}
+
+func checkArgs(args []string) error {
+	if len(args) > MaxArgs {
+		return Errorf(KindInvalidRequest, "args has %d entries; the limit is %d", len(args), MaxArgs)
+	}
+	total := 0
+	for i, a := range args {
+		if strings.ContainsRune(a, 0) {
+			return Errorf(KindInvalidRequest, "args[%d]: must not contain a NUL byte", i)
+		}
+		total += len(a)
+	}
+	if total > MaxArgsBytes {
+		return Errorf(KindInvalidRequest, "args are %d bytes in all; the limit is %d", total, MaxArgsBytes)
+	}
+	return nil
+}
+
+func checkReturnFiles(globs []string) error {
+	if len(globs) > MaxReturnGlobs {
+		return Errorf(KindInvalidRequest, "return_files has %d globs; the limit is %d", len(globs), MaxReturnGlobs)
+	}
+	for i, g := range globs {
+		msg := ""
+		switch {
+		case g == "":
+			msg = "must not be empty"
+		case len(g) > MaxGlobBytes:
+			msg = "is longer than 256 bytes"
+		case strings.HasPrefix(g, "/"):
+			msg = "must be relative to the working directory (no leading /)"
+		case strings.ContainsRune(g, 0):
+			msg = "must not contain a NUL byte"
+		case slices.Contains(strings.Split(g, "/"), ".."):
+			msg = "must not contain a .. component"
+		case !doublestar.ValidatePattern(g):
+			msg = "is not a valid glob (see doublestar: *, **, ?, [a-z], {a,b})"
+		}
+		if msg != "" {
+			return Errorf(KindInvalidRequest, "return_files[%d]: %s", i, msg)
+		}
+	}
+	return nil
 }

@@ -11,7 +11,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -80,7 +82,7 @@ type Execution struct {
 	// CancelRequested is set by RequestCancel; the node running the
 	// execution sees it and ends the run. SaveExecution ignores it.
 	CancelRequested bool
-	// Purged is set by Purge, which blanked Stdout and Stderr; SaveExecution
+	// Purged is set by Purge, which blanked Stdout, Stderr and Files; SaveExecution
 	// ignores it.
 	Purged bool
 	// Files are the files the program left that matched the request's
@@ -164,7 +166,7 @@ type Store interface {
 	Execution(ctx context.Context, tenant, id string) (Execution, error)
 	// Usage returns tenant's metering for day (zero if none).
 	Usage(ctx context.Context, tenant, day string) (DayUsage, error)
-	// Purge blanks stdout/stderr of executions created before t and deletes
+	// Purge blanks stdout/stderr and returned files of executions created before t and deletes
 	// idempotency records and rate-limit windows older than t; metering is
 	// kept. It returns how many executions were purged.
 	Purge(ctx context.Context, before time.Time) (int64, error)
@@ -186,4 +188,39 @@ type Store interface {
 	ReleaseIdempotency(ctx context.Context, tenant, key string) error
 
 	Close() error
+}
+
+// storedFile is File in the column MarshalFiles writes.
+type storedFile struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+}
+
+// MarshalFiles is how both SQL stores keep an execution's files in one
+// column: JSON (contents in base64), nil when there are none.
+func MarshalFiles(files []File) ([]byte, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	out := make([]storedFile, len(files))
+	for i, f := range files {
+		out[i] = storedFile(f)
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalFiles reads what MarshalFiles wrote (nil or empty: none).
+func UnmarshalFiles(b []byte) ([]File, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var in []storedFile
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("decoding stored files: %w", err)
+	}
+	files := make([]File, len(in))
+	for i, f := range in {
+		files[i] = File(f)
+	}
+	return files, nil
 }

@@ -328,17 +328,18 @@ func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Tim
 // executionColumns are read by scanExecution, in its order.
 const executionColumns = `id, tenant, key_id, request_id, language, status, stdout, stderr,
 	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-	created_at, started_at, finished_at, cancel_requested, purged`
+	created_at, started_at, finished_at, cancel_requested, purged, files, files_truncated`
 
 func scanExecution(row pgx.Row) (store.Execution, error) {
 	var (
 		e                 store.Execution
 		stdout, stderr    []byte
+		files             []byte
 		started, finished *time.Time
 	)
 	err := row.Scan(&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
-		&e.CreatedAt, &started, &finished, &e.CancelRequested, &e.Purged)
+		&e.CreatedAt, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -346,6 +347,9 @@ func scanExecution(row pgx.Row) (store.Execution, error) {
 		return store.Execution{}, err
 	}
 	e.Stdout, e.Stderr = string(stdout), string(stderr)
+	if e.Files, err = store.UnmarshalFiles(files); err != nil {
+		return store.Execution{}, err
+	}
 	e.CreatedAt = e.CreatedAt.UTC()
 	if started != nil {
 		e.StartedAt = started.UTC()
@@ -418,28 +422,33 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 	if !store.Final(e.Status) {
 		return fmt.Errorf("postgres: save execution: status %q is not final", e.Status)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	files, err := store.MarshalFiles(e.Files)
+	if err != nil {
+		return fmt.Errorf("postgres: save execution: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := lockExecution(ctx, tx, e.Tenant, e.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			// An INSERT: a row of another tenant with this id makes it fail.
 			_, err = tx.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
 				stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-				created_at, started_at, finished_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+				created_at, started_at, finished_at, files, files_truncated)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
 				e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
 				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt))
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt), files, e.FilesTruncated)
 		case errors.Is(err, store.ErrFinished):
 			err = fmt.Errorf("execution %s exists", e.ID)
 		case err == nil:
 			_, err = tx.Exec(ctx, `UPDATE executions SET key_id = $2, request_id = $3, language = $4, status = $5,
 				stdout = $6, stderr = $7, exit_code = $8, duration_ms = $9, truncated = $10, sandbox_seconds = $11,
-				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16
+				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16,
+				files = $17, files_truncated = $18
 				WHERE id = $1`,
 				e.ID, e.KeyID, e.RequestID, e.Language, e.Status,
 				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt))
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt), files, e.FilesTruncated)
 		}
 		if err != nil {
 			return err
@@ -530,7 +539,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		t := ts(before)
-		tag, err := tx.Exec(ctx, `UPDATE executions SET stdout = '', stderr = '', purged = true
+		tag, err := tx.Exec(ctx, `UPDATE executions SET stdout = '', stderr = '', files = NULL, purged = true
 			WHERE created_at < $1 AND NOT purged`, t)
 		if err != nil {
 			return err

@@ -357,18 +357,19 @@ func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Tim
 // executionColumns are read by scanExecution, in its order.
 const executionColumns = `id, tenant, key_id, request_id, language, status, stdout, stderr,
 	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-	created_at, started_at, finished_at, cancel_requested, purged`
+	created_at, started_at, finished_at, cancel_requested, purged, files, files_truncated`
 
 func scanExecution(row *sql.Row) (store.Execution, error) {
 	var (
 		e                 store.Execution
 		stdout, stderr    []byte
+		files             []byte
 		created           int64
 		started, finished sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
-		&created, &started, &finished, &e.CancelRequested, &e.Purged)
+		&created, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -376,6 +377,9 @@ func scanExecution(row *sql.Row) (store.Execution, error) {
 		return store.Execution{}, err
 	}
 	e.Stdout, e.Stderr = string(stdout), string(stderr)
+	if e.Files, err = store.UnmarshalFiles(files); err != nil {
+		return store.Execution{}, err
+	}
 	e.CreatedAt = fromMicros(created)
 	if started.Valid {
 		e.StartedAt = fromMicros(started.Int64)
@@ -454,28 +458,33 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 	if !store.Final(e.Status) {
 		return fmt.Errorf("sqlite: save execution: status %q is not final", e.Status)
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	files, err := store.MarshalFiles(e.Files)
+	if err != nil {
+		return fmt.Errorf("sqlite: save execution: %w", err)
+	}
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		owner, status, err := executionState(ctx, tx, e.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			_, err = tx.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
 				stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-				created_at, started_at, finished_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+				created_at, started_at, finished_at, files, files_truncated)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
 				e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
 				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt))
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt), files, e.FilesTruncated)
 		case err != nil:
 		case owner != e.Tenant || store.Final(status):
 			err = fmt.Errorf("execution %s exists", e.ID)
 		default:
 			_, err = tx.ExecContext(ctx, `UPDATE executions SET key_id = $2, request_id = $3, language = $4, status = $5,
 				stdout = $6, stderr = $7, exit_code = $8, duration_ms = $9, truncated = $10, sandbox_seconds = $11,
-				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16
+				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16,
+				files = $17, files_truncated = $18
 				WHERE id = $1`,
 				e.ID, e.KeyID, e.RequestID, e.Language, e.Status,
 				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt))
+				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt), files, e.FilesTruncated)
 		}
 		if err != nil {
 			return err
@@ -563,7 +572,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		t := micros(before)
-		res, err := tx.ExecContext(ctx, `UPDATE executions SET stdout = x'', stderr = x'', purged = 1
+		res, err := tx.ExecContext(ctx, `UPDATE executions SET stdout = x'', stderr = x'', files = NULL, purged = 1
 			WHERE created_at < $1 AND purged = 0`, t)
 		if err != nil {
 			return err

@@ -326,7 +326,7 @@ func (s *Store) Purge(_ context.Context, before time.Time) (int64, error) {
 	var n int64
 	for id, e := range s.executions {
 		if e.CreatedAt.Before(before) && !e.Purged {
-			e.Stdout, e.Stderr, e.Purged = "", "", true
+			e.Stdout, e.Stderr, e.Files, e.Purged = "", "", nil, true
 			s.executions[id] = e
 			n++
 		}

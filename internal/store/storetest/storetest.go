@@ -598,13 +598,20 @@ func testSaveAndGetExecution(t *testing.T, s store.Store) {
 	e.Stdout = "nul\x00 invalid \xff\xfe ok ✓ 日本\n"
 	e.Stderr = "Traceback (most recent call last):\n  ZeroDivisionError\n"
 	e.Status, e.ExitCode, e.Truncated = "failed", 1, true
+	// Returned files are bytes (a PNG), in the order the driver gave them.
+	e.Files = []store.File{
+		{Path: "out/chart.png", Content: []byte("\x89PNG\r\n\x1a\n\x00\xff")},
+		{Path: "a.csv", Content: []byte("a,b\n1,2\n")},
+		{Path: "empty", Content: []byte{}},
+	}
+	e.FilesTruncated = true
 	must(t, "SaveExecution", s.SaveExecution(ctx, e))
 
 	got, err := s.Execution(ctx, "acme", e.ID)
 	must(t, "Execution", err)
 	want := e
 	want.CreatedAt = us(e.CreatedAt)
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("Execution (-want +got):\n%s", diff)
 	}
 
@@ -775,6 +782,9 @@ func testPurge(t *testing.T, s store.Store) {
 
 	oldExe := execution("exe_00000000000000000000000000000001", "acme", old)
 	newExe := execution("exe_00000000000000000000000000000002", "acme", recent)
+	oldExe.Files = []store.File{{Path: "secret.txt", Content: []byte("old data")}}
+	newExe.Files = []store.File{{Path: "report.txt", Content: []byte("new data")}}
+	oldExe.FilesTruncated = true
 	must(t, "SaveExecution", s.SaveExecution(ctx, oldExe))
 	must(t, "SaveExecution", s.SaveExecution(ctx, newExe))
 	oldDay, newDay := old.Format(time.DateOnly), recent.Format(time.DateOnly)
@@ -801,18 +811,18 @@ func testPurge(t *testing.T, s store.Store) {
 		t.Errorf("second Purge = %d, %v; want 0, nil", n, err)
 	}
 
-	// Output is gone, the row and its metering stay.
+	// Output and files are gone, the row and its metering stay.
 	got, err := s.Execution(ctx, "acme", oldExe.ID)
 	must(t, "Execution of a purged execution", err)
 	want := oldExe
-	want.Stdout, want.Stderr, want.CreatedAt, want.Purged = "", "", us(old), true
+	want.Stdout, want.Stderr, want.Files, want.CreatedAt, want.Purged = "", "", nil, us(old), true
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("purged execution (-want +got):\n%s", diff)
 	}
 	got, err = s.Execution(ctx, "acme", newExe.ID)
 	must(t, "Execution", err)
-	if got.Stdout != newExe.Stdout || got.Stderr != newExe.Stderr {
-		t.Errorf("recent execution lost its output: %q, %q", got.Stdout, got.Stderr)
+	if got.Stdout != newExe.Stdout || got.Stderr != newExe.Stderr || !cmp.Equal(got.Files, newExe.Files) {
+		t.Errorf("recent execution lost its output: %q, %q, %v", got.Stdout, got.Stderr, got.Files)
 	}
 	usageAfter := []store.DayUsage{usage(t, s, "acme", oldDay), usage(t, s, "acme", newDay)}
 	if diff := cmp.Diff(usageBefore, usageAfter); diff != "" {
