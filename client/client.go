@@ -14,13 +14,16 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -29,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultBaseURL is the hosted service, used by FromEnv when KUBO_API_URL is
@@ -46,8 +50,11 @@ const (
 	defaultMaxRetries   = 3
 	defaultMaxRetryWait = 30 * time.Second
 	firstBackoff        = 500 * time.Millisecond
-	maxResponseBytes    = 16 << 20
-	userAgent           = "vertal-go/0.2"
+	// maxResponseBytes bounds one JSON answer (and one SSE line): two
+	// 64 KB output streams plus the largest plan's returned files (50 MB)
+	// in base64, with room to spare.
+	maxResponseBytes = 96 << 20
+	userAgent        = "vertal-go/0.2"
 )
 
 // Client calls one Vertal Run server with one API key.
@@ -175,8 +182,47 @@ type runRequest struct {
 	Code     string   `json:"code"`
 	TimeoutS *float64 `json:"timeout_s,omitempty"`
 	Stdin    string   `json:"stdin,omitempty"`
+	// Files, Env, Args and ReturnFiles are left out of the body when
+	// empty, so a plain run sends exactly what older servers expect.
+	Files       []wireFile        `json:"files,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	Args        []string          `json:"args,omitempty"`
+	ReturnFiles []string          `json:"return_files,omitempty"`
 
 	idempotencyKey string
+}
+
+// File is a file placed in the program's working directory before it
+// starts, next to main.py (or main.js, main.sh).
+type File struct {
+	// Path is relative and '/'-separated, e.g. "data.csv" or "in/a.txt".
+	// The server refuses "..", absolute paths, duplicates and the name of
+	// the code file itself.
+	Path string
+	// Content is the file's bytes, text or binary.
+	Content []byte
+}
+
+// wireFile is a File as the API takes it.
+type wireFile struct {
+	Path     string `json:"path"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding"`
+}
+
+const (
+	encodingUTF8   = "utf8"
+	encodingBase64 = "base64"
+)
+
+// encodeFile sends text as it is and anything else as base64: bytes
+// that are valid UTF-8 without NUL survive a JSON string unchanged, the
+// rest would not.
+func encodeFile(f File) wireFile {
+	if utf8.Valid(f.Content) && bytes.IndexByte(f.Content, 0) < 0 {
+		return wireFile{Path: f.Path, Content: string(f.Content), Encoding: encodingUTF8}
+	}
+	return wireFile{Path: f.Path, Content: base64.StdEncoding.EncodeToString(f.Content), Encoding: encodingBase64}
 }
 
 // RunOption configures one Run.
@@ -201,6 +247,47 @@ func WithStdin(s string) RunOption {
 	return func(r *runRequest) { r.Stdin = s }
 }
 
+// WithFiles places files in the program's working directory, where the
+// program finds them by relative path (open("data.csv")). Repeated
+// options add to the list. The plan caps their number and total size.
+func WithFiles(files ...File) RunOption {
+	return func(r *runRequest) {
+		for _, f := range files {
+			r.Files = append(r.Files, encodeFile(f))
+		}
+	}
+}
+
+// WithEnv sets environment variables of the program. Repeated options
+// merge, the later value winning. Names are letters, digits and _, not
+// starting with a digit; PATH, HOME, LANG, NODE_OPTIONS and VERTAL_* are
+// refused.
+func WithEnv(env map[string]string) RunOption {
+	return func(r *runRequest) {
+		if len(env) == 0 {
+			return
+		}
+		if r.Env == nil {
+			r.Env = make(map[string]string, len(env))
+		}
+		maps.Copy(r.Env, env)
+	}
+}
+
+// WithArgs passes command-line arguments to the program: sys.argv[1:] in
+// Python, process.argv.slice(2) in JavaScript, $1... in Bash. Repeated
+// options append.
+func WithArgs(args ...string) RunOption {
+	return func(r *runRequest) { r.Args = append(r.Args, args...) }
+}
+
+// WithReturnFiles asks for the files matching these globs, relative to
+// the working directory ("*.png", "out/**"), once the program ends; they
+// come back in Execution.Files. Repeated options append.
+func WithReturnFiles(globs ...string) RunOption {
+	return func(r *runRequest) { r.ReturnFiles = append(r.ReturnFiles, globs...) }
+}
+
 // WithIdempotencyKey makes Run retry-safe across processes: the same key
 // with the same request returns the first result (IdempotentReplay set)
 // without running the code or using quota again. Keys are 1-255 letters,
@@ -215,6 +302,22 @@ func WithIdempotencyKey(key string) RunOption {
 // error: check Execution.Status and ExitCode. The error is an *Error when
 // the API refused the request.
 func (c *Client) Run(ctx context.Context, code string, opts ...RunOption) (*Execution, error) {
+	cl, err := c.runCall(code, opts)
+	if err != nil {
+		return nil, err
+	}
+	var ex Execution
+	cl.decodes = &ex
+	raw, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	ex.Raw = raw
+	return &ex, nil
+}
+
+// runCall builds the POST /v1/executions call shared by Run and Stream.
+func (c *Client) runCall(code string, opts []RunOption) (call, error) {
 	req := runRequest{Language: "python", Code: code}
 	for _, o := range opts {
 		o(&req)
@@ -224,22 +327,15 @@ func (c *Client) Run(ctx context.Context, code string, opts ...RunOption) (*Exec
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("vertal: encoding request: %w", err)
+		return call{}, fmt.Errorf("vertal: encoding request: %w", err)
 	}
-	var ex Execution
-	raw, err := c.do(ctx, call{
-		method:  http.MethodPost,
-		path:    "/v1/executions",
-		body:    body,
-		header:  http.Header{"Idempotency-Key": {req.idempotencyKey}},
-		retry:   retryAlways,
-		decodes: &ex,
-	})
-	if err != nil {
-		return nil, err
-	}
-	ex.Raw = raw
-	return &ex, nil
+	return call{
+		method: http.MethodPost,
+		path:   "/v1/executions",
+		body:   body,
+		header: http.Header{"Idempotency-Key": {req.idempotencyKey}},
+		retry:  retryAlways,
+	}, nil
 }
 
 // Get returns a stored execution of this key's tenant.
@@ -334,25 +430,59 @@ type call struct {
 	body    []byte
 	header  http.Header
 	retry   retryPolicy
+	accept  string // default application/json
 	decodes any
 }
 
 // do sends a call, retrying as its policy allows, and decodes a 2xx body
 // into c.decodes. It returns the raw body.
 func (c *Client) do(ctx context.Context, cl call) (json.RawMessage, error) {
-	for attempt := 0; ; attempt++ {
-		raw, wait, err := c.attempt(ctx, cl, attempt)
-		if err == nil || wait < 0 || attempt >= c.maxRetries {
-			return raw, err
+	return withRetries(ctx, c, func(n int) (json.RawMessage, time.Duration, error) { return c.attempt(ctx, cl, n) })
+}
+
+// open is do for a streamed answer: it retries like do, and returns the
+// first 2xx response with its body unread. The caller closes the body.
+func (c *Client) open(ctx context.Context, cl call) (*http.Response, error) {
+	return withRetries(ctx, c, func(n int) (*http.Response, time.Duration, error) { return c.roundTrip(ctx, cl, n) })
+}
+
+// withRetries runs try(0), try(1), ... until it succeeds, its error is
+// final (negative wait) or the retries are spent, sleeping between tries.
+func withRetries[T any](ctx context.Context, c *Client, try func(n int) (T, time.Duration, error)) (T, error) {
+	for n := 0; ; n++ {
+		v, wait, err := try(n)
+		if err == nil || wait < 0 || n >= c.maxRetries {
+			return v, err
 		}
 		if err := c.sleep(ctx, wait); err != nil {
-			return nil, err
+			var zero T
+			return zero, err
 		}
 	}
 }
 
-// attempt sends the call once. A negative wait means the error is final.
+// attempt sends the call once and reads its answer. A negative wait means
+// the error is final.
 func (c *Client) attempt(ctx context.Context, cl call, n int) (json.RawMessage, time.Duration, error) {
+	resp, wait, err := c.roundTrip(ctx, cl, n)
+	if err != nil {
+		return nil, wait, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, c.transportWait(ctx, cl, n), fmt.Errorf("vertal: reading %s %s response: %w", cl.method, cl.path, err)
+	}
+	if err := json.Unmarshal(raw, cl.decodes); err != nil {
+		return nil, -1, fmt.Errorf("vertal: decoding %s %s response: %w", cl.method, cl.path, err)
+	}
+	return raw, 0, nil
+}
+
+// roundTrip sends the call once. It returns a 2xx response unread; any
+// other answer becomes an *Error, with the wait before a retry (negative:
+// final).
+func (c *Client) roundTrip(ctx context.Context, cl call, n int) (*http.Response, time.Duration, error) {
 	var body io.Reader
 	if cl.body != nil {
 		body = bytes.NewReader(cl.body)
@@ -368,7 +498,7 @@ func (c *Client) attempt(ctx context.Context, cl call, n int) (json.RawMessage, 
 		req.Header[k] = vs
 	}
 	req.Header.Set("Authorization", "Bearer "+c.apiKey())
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", cmp.Or(cl.accept, "application/json"))
 	req.Header.Set("User-Agent", c.userAgent)
 	if cl.body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -376,29 +506,28 @@ func (c *Client) attempt(ctx context.Context, cl call, n int) (json.RawMessage, 
 
 	resp, err := c.httpClient.Do(req)
 	if err != nil {
-		if ctx.Err() != nil || cl.retry != retryAlways {
-			return nil, -1, fmt.Errorf("vertal: %s %s: %w", cl.method, cl.path, err)
-		}
-		return nil, c.backoff(n), fmt.Errorf("vertal: %s %s: %w", cl.method, cl.path, err)
+		return nil, c.transportWait(ctx, cl, n), fmt.Errorf("vertal: %s %s: %w", cl.method, cl.path, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, 0, nil
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		if ctx.Err() != nil || cl.retry != retryAlways {
-			return nil, -1, fmt.Errorf("vertal: reading %s %s response: %w", cl.method, cl.path, err)
-		}
-		return nil, c.backoff(n), fmt.Errorf("vertal: reading %s %s response: %w", cl.method, cl.path, err)
+		return nil, c.transportWait(ctx, cl, n), fmt.Errorf("vertal: reading %s %s response: %w", cl.method, cl.path, err)
 	}
-
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, cl.decodes); err != nil {
-			return nil, -1, fmt.Errorf("vertal: decoding %s %s response: %w", cl.method, cl.path, err)
-		}
-		return raw, 0, nil
-	}
-
 	apiErr := c.parseError(resp, raw)
 	return nil, c.retryWait(cl.retry, apiErr, n), apiErr
+}
+
+// transportWait is the wait before retrying a call whose connection
+// failed: only idempotent calls are sent again, never after the caller
+// gave up.
+func (c *Client) transportWait(ctx context.Context, cl call, n int) time.Duration {
+	if ctx.Err() != nil || cl.retry != retryAlways {
+		return -1
+	}
+	return c.backoff(n)
 }
 
 // retryWait decides whether a refused request is retried and after how

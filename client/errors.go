@@ -51,11 +51,13 @@ var sentinelByCode = map[string]error{
 	CodeIdempotencyConflict: ErrIdempotencyConflict,
 }
 
-// Error is a failure reported by the API: any non-2xx response. Transport
+// Error is a failure reported by the API: any non-2xx response, or an
+// error event of a stream. Transport
 // failures (DNS, refused connections, cancelled contexts) are returned as
 // the underlying error instead.
 type Error struct {
-	// StatusCode is the HTTP status, e.g. 429.
+	// StatusCode is the HTTP status, e.g. 429; 0 for an error event of a
+	// stream, which fails after its 200 was sent.
 	StatusCode int
 	// Code is the API's error code, e.g. "quota_exceeded". When the body was
 	// not the API's error shape (a proxy's HTML page, say) it is
@@ -75,11 +77,16 @@ func (e *Error) Error() string {
 	if e.Message != "" {
 		fmt.Fprintf(&b, ": %s", e.Message)
 	}
-	fmt.Fprintf(&b, " (HTTP %d", e.StatusCode)
-	if e.RequestID != "" {
-		fmt.Fprintf(&b, ", request %s", e.RequestID)
+	var details []string
+	if e.StatusCode != 0 {
+		details = append(details, fmt.Sprintf("HTTP %d", e.StatusCode))
 	}
-	b.WriteString(")")
+	if e.RequestID != "" {
+		details = append(details, "request "+e.RequestID)
+	}
+	if len(details) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(details, ", "))
+	}
 	return b.String()
 }
 

@@ -2,13 +2,16 @@ package client_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,8 +42,31 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 			Language string  `json:"language"`
 			Code     string  `json:"code"`
 			TimeoutS float64 `json:"timeout_s"`
+			Files    []struct {
+				Path, Content string
+			} `json:"files"`
+			Args        []string `json:"args"`
+			ReturnFiles []string `json:"return_files"`
 		}
 		json.NewDecoder(r.Body).Decode(&req)
+		if r.Header.Get("Accept") == "text/event-stream" {
+			exampleStream(w)
+			return
+		}
+		if len(req.ReturnFiles) > 0 {
+			// The program of ExampleWithFiles: it reads data.csv and
+			// writes the column's sum to out/sum.txt.
+			sum := 0
+			for _, line := range strings.Fields(req.Files[0].Content)[1:] {
+				n, _ := strconv.Atoi(line)
+				sum += n
+			}
+			content := base64.StdEncoding.EncodeToString([]byte(strconv.Itoa(sum) + "\n"))
+			write(200, map[string]any{"id": "exe_f", "status": "succeeded", "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 80,
+				"truncated": false, "usage": map[string]any{"sandbox_seconds": 0.08}, "request_id": "req_f",
+				"files": []map[string]any{{"path": "out/sum.txt", "size": len(strconv.Itoa(sum)) + 1, "encoding": "base64", "content": content}}, "files_truncated": false})
+			return
+		}
 		if req.TimeoutS > 60 {
 			write(400, map[string]any{"error": map[string]string{"code": "invalid_timeout", "message": "timeout_s must be between 1 and 60"}, "request_id": "req_be05ea1492f949f8a0617a4f3cd738cc"})
 			return
@@ -49,6 +75,8 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 		write(200, map[string]any{"id": "exe_9392448a9b514e3f90193963b7d948d0", "status": "succeeded", "stdout": stdout, "stderr": "",
 			"exit_code": 0, "duration_ms": 265, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.265},
 			"request_id": "req_1", "idempotent_replay": r.Header.Get("Idempotency-Key") == "job-42"})
+	case "GET /v1/executions/exe_s/events":
+		exampleStream(w)
 	case "GET /v1/usage":
 		write(200, map[string]any{"tenant": "kubo-vibe", "plan": "pro", "today": map[string]any{"executions": 3, "sandbox_seconds": 2.635},
 			"limits": map[string]any{"executions_per_day": 10000, "requests_per_minute": 120, "max_timeout_s": 60}})
@@ -58,6 +86,22 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 		write(200, map[string]any{"languages": []map[string]string{{"name": "python", "version": "3.11.2"}, {"name": "javascript", "version": "22.23.5"}, {"name": "bash", "version": "5.2.15"}}})
 	default:
 		write(404, map[string]any{"error": map[string]string{"code": "not_found", "message": "not found"}, "request_id": "req_2"})
+	}
+}
+
+// exampleStream is the event stream of a program printing two lines with
+// a pause between them.
+func exampleStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, ev := range []string{
+		"id: 0-0\nevent: started\ndata: {\"id\":\"exe_s\",\"language\":\"python\"}\n\n",
+		"id: 9-0\nevent: stdout\ndata: {\"text\":\"step one\\n\"}\n\n",
+		": heartbeat\n\n",
+		"id: 18-0\nevent: stdout\ndata: {\"text\":\"step two\\n\"}\n\n",
+		"id: end\nevent: result\ndata: {\"id\":\"exe_s\",\"status\":\"succeeded\",\"stdout\":\"step one\\nstep two\\n\",\"stderr\":\"\",\"exit_code\":0,\"duration_ms\":1012,\"truncated\":false,\"usage\":{\"sandbox_seconds\":1.012},\"request_id\":\"req_s\",\"files\":[],\"files_truncated\":false}\n\n",
+	} {
+		io.WriteString(w, ev)
+		w.(http.Flusher).Flush()
 	}
 }
 
@@ -168,4 +212,82 @@ func ExampleClient_Languages() {
 	// python 3.11.2
 	// javascript 22.23.5
 	// bash 5.2.15
+}
+
+// Stream shows the program's output while it runs; the result event ends
+// the stream with what Run would have returned.
+func ExampleClient_Stream() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	code := "import time\nprint('step one', flush=True)\ntime.sleep(1)\nprint('step two')"
+	for ev, err := range c.Stream(context.Background(), code) {
+		if err != nil {
+			log.Fatal(err) // a refusal (*client.Error), an error event or a lost connection
+		}
+		switch ev.Type {
+		case client.EventStarted:
+			fmt.Println("started", ev.ExecutionID)
+		case client.EventStdout:
+			fmt.Print(ev.Text)
+		case client.EventStderr:
+			fmt.Fprint(os.Stderr, ev.Text)
+		case client.EventResult:
+			fmt.Println(ev.Execution.Status, "after", ev.Execution.DurationMS, "ms")
+		}
+	}
+	// Output:
+	// started exe_s
+	// step one
+	// step two
+	// succeeded after 1012 ms
+}
+
+// Attach follows an execution started elsewhere, from the start or after
+// the last event id seen (here: after the first line).
+func ExampleClient_Attach() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for ev, err := range c.Attach(context.Background(), "exe_s", "") {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Type == client.EventStdout {
+			fmt.Printf("%s %q\n", ev.ID, ev.Text)
+		}
+	}
+	// Output:
+	// 9-0 "step one\n"
+	// 18-0 "step two\n"
+}
+
+// Files go into the program's working directory; the ones matching
+// WithReturnFiles come back decoded.
+func ExampleWithFiles() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	code := `import os, sys
+total = sum(int(line) for line in open("data.csv").read().split()[1:])
+os.makedirs("out", exist_ok=True)
+open("out/sum.txt", "w").write(f"{total}\n")`
+	ex, err := c.Run(context.Background(), code,
+		client.WithFiles(client.File{Path: "data.csv", Content: []byte("n\n1\n2\n39\n")}),
+		client.WithEnv(map[string]string{"MODE": "report"}),
+		client.WithArgs("--verbose"),
+		client.WithReturnFiles("out/*.txt"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range ex.Files {
+		fmt.Printf("%s (%d bytes): %s", f.Path, f.Size, f.Content)
+	}
+	if ex.FilesTruncated {
+		fmt.Println("some files were left out by the plan's limits")
+	}
+	// Output: out/sum.txt (3 bytes): 42
 }

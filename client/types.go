@@ -1,6 +1,10 @@
 package client
 
-import "encoding/json"
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+)
 
 // Status is the outcome of an execution.
 type Status string
@@ -34,10 +38,54 @@ type Execution struct {
 	// Language and CreatedAt (Unix seconds) are set by Get.
 	Language  string `json:"language,omitempty"`
 	CreatedAt int64  `json:"created_at,omitempty"`
+	// Files are the files the program left in its working directory that
+	// matched WithReturnFiles, decoded. FilesTruncated is true when the
+	// plan's count or size cap left some out.
+	Files          []ReturnedFile `json:"files,omitempty"`
+	FilesTruncated bool           `json:"files_truncated,omitempty"`
 
 	// Raw is the response body exactly as received, including fields this
 	// version of the package does not know.
 	Raw json.RawMessage `json:"-"`
+}
+
+// ReturnedFile is one file an execution handed back.
+type ReturnedFile struct {
+	// Path is relative to the program's working directory, '/'-separated.
+	Path string
+	// Size is the file's size in bytes, as the server reports it.
+	Size int64
+	// Content is the file's bytes, decoded from the response's base64.
+	Content []byte
+}
+
+// UnmarshalJSON decodes {"path", "size", "encoding", "content"}. The API
+// always sends base64; "utf8" is accepted too so that a file written by
+// hand in a test or a proxy reads the same.
+func (f *ReturnedFile) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Path     string `json:"path"`
+		Size     int64  `json:"size"`
+		Encoding string `json:"encoding"`
+		Content  string `json:"content"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	f.Path, f.Size = w.Path, w.Size
+	switch w.Encoding {
+	case "", encodingBase64:
+		c, err := base64.StdEncoding.DecodeString(w.Content)
+		if err != nil {
+			return fmt.Errorf("returned file %q: %w", w.Path, err)
+		}
+		f.Content = c
+	case encodingUTF8:
+		f.Content = []byte(w.Content)
+	default:
+		return fmt.Errorf("returned file %q: unknown encoding %q", w.Path, w.Encoding)
+	}
+	return nil
 }
 
 // ExecutionUsage is what one execution consumed.

@@ -60,6 +60,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		stdin    string
 		asJSON   bool
 		idemKey  string
+		noStream bool
+		files    []client.File
+		envVars  = map[string]string{}
+		progArgs []string
+		globs    []string
+		outDir   string
 	)
 	cf.register(fs)
 	fs.StringVar(&language, "language", "", "python, javascript or bash (default: from the file extension, else python)")
@@ -68,30 +74,70 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&stdin, "stdin", "", "text fed to the program's standard input; - reads it from this command's stdin")
 	fs.BoolVar(&asJSON, "json", false, "print the whole API response as JSON instead of the program's output")
 	fs.StringVar(&idemKey, "idempotency-key", "", "retry-safe key: the same key and code return the first result")
+	fs.BoolVar(&noStream, "no-stream", false, "wait for the end and print the output at once instead of as it comes")
+	fs.Func("file", "put a local file in the program's working directory, as LOCAL or LOCAL:PATH (PATH defaults to the base name; repeatable)", func(v string) error {
+		f, err := readFileFlag(v)
+		files = append(files, f)
+		return err
+	})
+	fs.Func("env", "set an environment variable of the program, K=V, or K to pass this command's value (repeatable)", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok {
+			if value, ok = lookupEnv(e, name); !ok {
+				return fmt.Errorf("%s is not set here; give it as %s=VALUE", name, name)
+			}
+		}
+		if name == "" {
+			return errors.New("want NAME=VALUE")
+		}
+		envVars[name] = value
+		return nil
+	})
+	fs.Func("arg", "pass an argument to the program (repeatable; arguments after -- are passed too)", func(v string) error {
+		progArgs = append(progArgs, v)
+		return nil
+	})
+	fs.Func("return", "return the files matching this glob, relative to the working directory, e.g. '*.png' or 'out/**' (repeatable)", func(v string) error {
+		globs = append(globs, v)
+		return nil
+	})
+	fs.StringVar(&outDir, "out", ".", "directory the returned files are written to")
 	fs.Usage = func() {
-		fmt.Fprint(e.Stderr, `usage: vertal run [flags] CODE | FILE | -
+		fmt.Fprint(e.Stderr, `usage: vertal run [flags] CODE | FILE | - [-- ARGS...]
 
 Runs code on a Vertal Run server and mirrors the program: its stdout and
-stderr go to this command's stdout and stderr, and vertal run exits with the
-program's exit code. If the API refuses the request or cannot be reached, the
-error's code, message and request id go to stderr and the exit status is 125.
+stderr go to this command's stdout and stderr as the program writes them,
+and vertal run exits with the program's exit code. If the API refuses the
+request or cannot be reached, the error's code, message and request id go
+to stderr and the exit status is 125.
 
   vertal run "print('hello')"
   vertal run "console.log(6*7)" --language javascript --timeout 5
   vertal run script.py --stdin "input text"
   echo 'echo hi' | vertal run - -l bash
+  vertal run plot.py --file data.csv --return '*.png' --out results
+  vertal run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
+
+Returned files are written under --out (subdirectories are created; a
+path that would leave it or go through a symlink is refused), one line per
+file on stderr.
 
 flags:
 `)
 		fs.PrintDefaults()
 	}
-	positional, err := parseInterspersed(fs, args)
+	positional, rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return exitCode(exitUsage)
 	}
+	if len(positional) == 0 && len(rest) > 0 {
+		// vertal run [flags] -- CODE ARGS...
+		positional, rest = rest[:1], rest[1:]
+	}
+	progArgs = append(progArgs, rest...)
 	if len(positional) != 1 {
 		fmt.Fprintln(e.Stderr, "vertal run: want exactly one CODE, FILE or -; see vertal run -h")
 		return exitCode(exitUsage)
@@ -124,7 +170,8 @@ flags:
 		fmt.Fprintf(e.Stderr, "vertal run: %v\n", err)
 		return exitCode(exitUsage)
 	}
-	opts := []client.RunOption{client.WithLanguage(language)}
+	opts := []client.RunOption{client.WithLanguage(language),
+		client.WithFiles(files...), client.WithEnv(envVars), client.WithArgs(progArgs...), client.WithReturnFiles(globs...)}
 	if timeout > 0 {
 		opts = append(opts, client.WithTimeout(time.Duration(timeout*float64(time.Second))))
 	}
@@ -134,29 +181,32 @@ flags:
 	if idemKey != "" {
 		opts = append(opts, client.WithIdempotencyKey(idemKey))
 	}
-	ex, err := c.Run(ctx, code, opts...)
-	if err != nil {
-		return reportClientError(e, "run", c, err)
-	}
 
-	if asJSON {
-		writeJSON(e.Stdout, ex.Raw)
-	} else {
-		io.WriteString(e.Stdout, ex.Stdout)
-		io.WriteString(e.Stderr, ex.Stderr)
-		switch ex.Status {
-		case client.StatusTimedOut:
-			fmt.Fprintf(e.Stderr, "vertal run: timed out (%s, %s)\n", time.Duration(ex.DurationMS)*time.Millisecond, ex.ID)
-		case client.StatusMemoryExceeded:
-			fmt.Fprintf(e.Stderr, "vertal run: memory limit exceeded (%s)\n", ex.ID)
-		case client.StatusError:
-			fmt.Fprintf(e.Stderr, "vertal run: the sandbox failed (%s, request %s)\n", ex.ID, ex.RequestID)
+	var ex *client.Execution
+	if asJSON || noStream {
+		// --json prints one document at the end, so it never streams.
+		if ex, err = c.Run(ctx, code, opts...); err != nil {
+			return reportClientError(e, "run", c, err)
 		}
-		if ex.Truncated {
-			fmt.Fprintln(e.Stderr, "vertal run: output truncated at the per-stream limit (64 KB)")
+		if asJSON {
+			writeJSON(e.Stdout, ex.Raw)
+		} else {
+			io.WriteString(e.Stdout, ex.Stdout)
+			io.WriteString(e.Stderr, ex.Stderr)
 		}
+	} else if ex, err = streamRun(ctx, e, c, code, opts); err != nil {
+		return err
+	}
+	if !asJSON {
+		reportOutcome(e, ex)
+	}
+	filesErr := writeReturnedFiles(e, outDir, ex)
+	if filesErr != nil {
+		fmt.Fprintf(e.Stderr, "vertal run: %v\n", filesErr)
 	}
 	switch {
+	case ex.Status == client.StatusSucceeded && filesErr != nil:
+		return exitCode(1) // the caller asked for files it did not get
 	case ex.Status == client.StatusSucceeded:
 		return nil
 	case ex.ExitCode > 0 && ex.ExitCode < 256:
@@ -164,6 +214,58 @@ flags:
 	default:
 		return exitCode(1)
 	}
+}
+
+// streamRun runs the code with Stream, writing each chunk of output to
+// this command's stdout or stderr as it arrives, and returns the result.
+func streamRun(ctx context.Context, e *env, c *client.Client, code string, opts []client.RunOption) (*client.Execution, error) {
+	var execID string
+	for ev, err := range c.Stream(ctx, code, opts...) {
+		if err != nil {
+			if execID != "" && errors.Is(err, context.Canceled) {
+				// The run goes on on the server; say where to find it.
+				fmt.Fprintf(e.Stderr, "vertal run: interrupted; %s keeps running and its result will be stored\n", execID)
+				return nil, exitCode(exitAPIFailed)
+			}
+			return nil, reportClientError(e, "run", c, err)
+		}
+		switch ev.Type {
+		case client.EventStarted:
+			execID = ev.ExecutionID
+		case client.EventStdout:
+			io.WriteString(e.Stdout, ev.Text)
+		case client.EventStderr:
+			io.WriteString(e.Stderr, ev.Text)
+		case client.EventResult:
+			return ev.Execution, nil
+		}
+	}
+	// Stream always ends with a result or an error; this is a safety net.
+	fmt.Fprintln(e.Stderr, "vertal run: the event stream ended without a result")
+	return nil, exitCode(exitAPIFailed)
+}
+
+// reportOutcome tells a person why a run ended when its output does not
+// say so.
+func reportOutcome(e *env, ex *client.Execution) {
+	switch ex.Status {
+	case client.StatusTimedOut:
+		fmt.Fprintf(e.Stderr, "vertal run: timed out (%s, %s)\n", time.Duration(ex.DurationMS)*time.Millisecond, ex.ID)
+	case client.StatusMemoryExceeded:
+		fmt.Fprintf(e.Stderr, "vertal run: memory limit exceeded (%s)\n", ex.ID)
+	case client.StatusError:
+		fmt.Fprintf(e.Stderr, "vertal run: the sandbox failed (%s, request %s)\n", ex.ID, ex.RequestID)
+	}
+	if ex.Truncated {
+		fmt.Fprintln(e.Stderr, "vertal run: output truncated at the per-stream limit (64 KB)")
+	}
+}
+
+// lookupEnv reads this command's environment; an empty value counts as
+// unset, as env.Getenv cannot tell them apart.
+func lookupEnv(e *env, name string) (string, bool) {
+	v := e.Getenv(name)
+	return v, v != ""
 }
 
 func cmdUsage(ctx context.Context, e *env, args []string) error {
@@ -226,23 +328,22 @@ func cmdUsage(ctx context.Context, e *env, args []string) error {
 // parseInterspersed parses flags that may come before or after positional
 // arguments, as in the documented `run "code" --language javascript`. The
 // standard flag package stops at the first positional argument; "--" ends
-// flag parsing.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
+// flag parsing, and what follows it is returned apart as rest.
+func parseInterspersed(fs *flag.FlagSet, args []string) (positional, rest []string, err error) {
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
+		left := fs.Args()
+		if len(left) == 0 {
+			return positional, nil, nil
 		}
 		// fs.Parse consumed a "--" if that is what stopped it.
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(positional, rest...), nil
+		if len(args) > len(left) && args[len(args)-len(left)-1] == "--" {
+			return positional, left, nil
 		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
+		positional = append(positional, left[0])
+		args = left[1:]
 	}
 }
 
@@ -273,14 +374,22 @@ func reportClientError(e *env, cmd string, c *client.Client, err error) error {
 	var apiErr *client.Error
 	switch {
 	case errors.As(err, &apiErr):
-		fmt.Fprintf(e.Stderr, "vertal %s: %s: %s (HTTP %d", cmd, apiErr.Code, apiErr.Message, apiErr.StatusCode)
+		// An error event of a stream has no HTTP status of its own.
+		var details []string
+		if apiErr.StatusCode != 0 {
+			details = append(details, fmt.Sprintf("HTTP %d", apiErr.StatusCode))
+		}
 		if apiErr.RequestID != "" {
-			fmt.Fprintf(e.Stderr, ", request id %s", apiErr.RequestID)
+			details = append(details, "request id "+apiErr.RequestID)
 		}
 		if apiErr.RetryAfter > 0 {
-			fmt.Fprintf(e.Stderr, ", retry after %s", apiErr.RetryAfter)
+			details = append(details, fmt.Sprintf("retry after %s", apiErr.RetryAfter))
 		}
-		fmt.Fprintln(e.Stderr, ")")
+		fmt.Fprintf(e.Stderr, "vertal %s: %s: %s", cmd, apiErr.Code, apiErr.Message)
+		if len(details) > 0 {
+			fmt.Fprintf(e.Stderr, " (%s)", strings.Join(details, ", "))
+		}
+		fmt.Fprintln(e.Stderr)
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintf(e.Stderr, "vertal %s: interrupted\n", cmd)
 	default:

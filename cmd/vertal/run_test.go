@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -20,9 +22,10 @@ import (
 // runAPI stands in for the Vertal Run API: it answers executions from a
 // table keyed by code and records the request bodies.
 type runAPI struct {
-	mu     sync.Mutex
-	bodies []map[string]any
-	auth   []string
+	mu      sync.Mutex
+	bodies  []map[string]any
+	auth    []string
+	accepts []string
 }
 
 var runReplies = map[string]struct {
@@ -34,6 +37,9 @@ var runReplies = map[string]struct {
 	"fail":             {200, `{"id":"exe_3","status":"failed","stdout":"partial\n","stderr":"Traceback\n","exit_code":3,"duration_ms":20,"truncated":true,"usage":{"sandbox_seconds":0.02},"request_id":"req_3"}`},
 	"sleep":            {200, `{"id":"exe_4","status":"timed_out","stdout":"","stderr":"","exit_code":137,"duration_ms":5000,"truncated":false,"usage":{"sandbox_seconds":5},"request_id":"req_4"}`},
 	"x":                {400, `{"error":{"code":"invalid_timeout","message":"timeout_s must be between 1 and 60"},"request_id":"req_bad"}`},
+	"returns":          {200, `{"id":"exe_5","status":"succeeded","stdout":"","stderr":"","exit_code":0,"duration_ms":9,"truncated":false,"usage":{"sandbox_seconds":0.009},"request_id":"req_5","files":[{"path":"chart.png","size":4,"encoding":"base64","content":"iVBORw=="},{"path":"out/deep/r.txt","size":3,"encoding":"base64","content":"b2sK"}],"files_truncated":true}`},
+	"hostile":          {200, `{"id":"exe_6","status":"succeeded","stdout":"","stderr":"","exit_code":0,"duration_ms":9,"truncated":false,"usage":{"sandbox_seconds":0.009},"request_id":"req_6","files":[{"path":"../escape.txt","size":1,"encoding":"base64","content":"eA=="},{"path":"/abs.txt","size":1,"encoding":"base64","content":"eA=="},{"path":"link/x.txt","size":1,"encoding":"base64","content":"eA=="},{"path":"final","size":1,"encoding":"base64","content":"eA=="},{"path":"ok.txt","size":1,"encoding":"base64","content":"eA=="}],"files_truncated":false}`},
+	"broken":           {200, ""},
 	"quota":            {429, `{"error":{"code":"quota_exceeded","message":"daily quota of 100 executions reached"},"request_id":"req_q"}`},
 }
 
@@ -41,6 +47,7 @@ func (a *runAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	a.mu.Lock()
 	a.auth = append(a.auth, r.Header.Get("Authorization"))
+	a.accepts = append(a.accepts, r.Header.Get("Accept"))
 	a.mu.Unlock()
 	switch strings.TrimPrefix(r.URL.Path, "/api") {
 	case "/v1/executions":
@@ -56,6 +63,10 @@ func (a *runAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"duration_ms": 1, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.001}, "request_id": "req_e"})
 			rep.status, rep.body = 200, string(out)
 		}
+		if r.Header.Get("Accept") == "text/event-stream" && rep.status == 200 {
+			streamReply(w, rep.body)
+			return
+		}
 		w.WriteHeader(rep.status)
 		io.WriteString(w, rep.body)
 	case "/v1/usage":
@@ -64,6 +75,37 @@ func (a *runAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(404)
 		io.WriteString(w, `{"error":{"code":"not_found","message":"no such route"},"request_id":"req_404"}`)
 	}
+}
+
+// streamReply sends an execution as the API streams it: started, its
+// stdout and stderr, then the result. An empty execution stands for a
+// platform failure after the start: an error event.
+func streamReply(w http.ResponseWriter, execution string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Request-ID", "req_sse")
+	event := func(id, name string, data any) {
+		b, _ := json.Marshal(data)
+		fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", id, name, b)
+		w.(http.Flusher).Flush()
+	}
+	if execution == "" {
+		event("0-0", "started", map[string]string{"id": "exe_b", "language": "python"})
+		event("end", "error", map[string]any{"error": map[string]string{"code": "internal", "message": "the sandbox failed"}})
+		return
+	}
+	var ex struct {
+		ID, Stdout, Stderr string
+	}
+	json.Unmarshal([]byte(execution), &ex)
+	event("0-0", "started", map[string]string{"id": ex.ID, "language": "python"})
+	io.WriteString(w, ": heartbeat\n\n")
+	if ex.Stdout != "" {
+		event(fmt.Sprintf("%d-0", len(ex.Stdout)), "stdout", map[string]string{"text": ex.Stdout})
+	}
+	if ex.Stderr != "" {
+		event(fmt.Sprintf("%d-%d", len(ex.Stdout), len(ex.Stderr)), "stderr", map[string]string{"text": ex.Stderr})
+	}
+	event("end", "result", json.RawMessage(execution))
 }
 
 type cliResult struct {
@@ -259,6 +301,227 @@ limits
 func TestCmdMCPNeedsKey(t *testing.T) {
 	got := runCLI(t, cmdMCP, map[string]string{"KUBO_API_URL": "http://127.0.0.1:1"}, "")
 	want := cliResult{Stderr: "vertal mcp: no API key: pass --key or set KUBO_API_KEY\n", Exit: 2}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestCmdRunStreamsUnlessAskedNot(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		wantAccept string
+	}{
+		{[]string{"print(6 * 7)"}, "text/event-stream"},
+		{[]string{"--no-stream", "print(6 * 7)"}, "application/json"},
+		{[]string{"print(6 * 7)", "--json"}, "application/json"},
+	} {
+		api := &runAPI{}
+		srv := httptest.NewServer(api)
+		got := runCLI(t, cmdRun, map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}, "", tc.args...)
+		srv.Close()
+		if got.Exit != 0 || got.Stderr != "" || !strings.Contains(got.Stdout, "42") {
+			t.Errorf("%v: %+v", tc.args, got)
+		}
+		if diff := cmp.Diff([]string{tc.wantAccept}, api.accepts); diff != "" {
+			t.Errorf("%v: Accept (-want +got):\n%s", tc.args, diff)
+		}
+	}
+}
+
+func TestCmdRunFilesEnvArgs(t *testing.T) {
+	api := &runAPI{}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "data.csv")
+	bin := filepath.Join(dir, "blob.bin")
+	colon := filepath.Join(dir, "a:b.txt")
+	for name, content := range map[string]string{csv: "a,b\n1,2\n", bin: "\x00\xff", colon: "c"} {
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k", "TOKEN": "from-here"}
+	got := runCLI(t, cmdRun, environ, "", "import sys", "--file", csv, "--file", bin+":in/blob.bin", "--file", colon,
+		"--env", "MODE=fast", "--env", "EQ=a=b", "--env", "TOKEN", "--arg", "--n", "--return", "*.png", "--return", "out/**", "--", "x y", "-z")
+	if got.Exit != 0 {
+		t.Fatalf("%+v", got)
+	}
+	want := []map[string]any{{
+		"language": "python", "code": "import sys",
+		"files": []any{
+			map[string]any{"path": "data.csv", "content": "a,b\n1,2\n", "encoding": "utf8"},
+			map[string]any{"path": "in/blob.bin", "content": "AP8=", "encoding": "base64"},
+			map[string]any{"path": "a:b.txt", "content": "c", "encoding": "utf8"},
+		},
+		"env":          map[string]any{"MODE": "fast", "EQ": "a=b", "TOKEN": "from-here"},
+		"args":         []any{"--n", "x y", "-z"},
+		"return_files": []any{"*.png", "out/**"},
+	}}
+	if diff := cmp.Diff(want, api.bodies); diff != "" {
+		t.Errorf("request (-want +got):\n%s", diff)
+	}
+
+	// `vertal run -- CODE ARGS` takes the code from after the --.
+	api.bodies = nil
+	if got := runCLI(t, cmdRun, environ, "", "-l", "bash", "--", "echo", "a"); got.Exit != 0 {
+		t.Fatalf("%+v", got)
+	}
+	if diff := cmp.Diff([]map[string]any{{"language": "bash", "code": "echo", "args": []any{"a"}}}, api.bodies); diff != "" {
+		t.Errorf("-- CODE ARGS (-want +got):\n%s", diff)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--file", filepath.Join(dir, "missing")}, "no such file"},
+		{[]string{"--file", dir}, "is not a regular file"},
+		{[]string{"--env", "UNSET_HERE"}, "UNSET_HERE is not set here"},
+		{[]string{"--env", "=v"}, "want NAME=VALUE"},
+	} {
+		got := runCLI(t, cmdRun, environ, "", append(tc.args, "print(1)")...)
+		if got.Exit != 2 || !strings.Contains(got.Stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, got.Exit, got.Stderr, tc.want)
+		}
+	}
+}
+
+func TestCmdRunWritesReturnedFiles(t *testing.T) {
+	api := &runAPI{}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}
+	for _, stream := range []string{"", "--no-stream"} {
+		t.Run("stream="+stream, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "results")
+			args := []string{"returns", "--return", "*", "--out", out}
+			if stream != "" {
+				args = append(args, stream)
+			}
+			got := runCLI(t, cmdRun, environ, "", args...)
+			want := cliResult{Stderr: "vertal run: returned files truncated at the plan's limit (count or size)\n" +
+				"vertal run: wrote " + filepath.Join(out, "chart.png") + " (4 bytes)\n" +
+				"vertal run: wrote " + filepath.Join(out, "out", "deep", "r.txt") + " (3 bytes)\n"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			for path, content := range map[string]string{"chart.png": "\x89PNG", "out/deep/r.txt": "ok\n"} {
+				if b, err := os.ReadFile(filepath.Join(out, path)); err != nil || string(b) != content {
+					t.Errorf("%s = %q, %v; want %q", path, b, err, content)
+				}
+			}
+		})
+	}
+}
+
+// Returned paths are the server's: none of them may write outside --out
+// or through a symlink there.
+func TestCmdRunRefusesHostileReturnedPaths(t *testing.T) {
+	api := &runAPI{}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	base := t.TempDir()
+	out, elsewhere := filepath.Join(base, "out"), filepath.Join(base, "elsewhere")
+	for _, d := range []string{out, elsewhere} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(out, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "target"), filepath.Join(out, "final")); err != nil {
+		t.Fatal(err)
+	}
+	got := runCLI(t, cmdRun, map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}, "", "hostile", "--return", "*", "--out", out)
+	for _, want := range []string{
+		`not writing returned file "../escape.txt"`, `not writing returned file "/abs.txt"`,
+		`not writing returned file "link/x.txt": link is a symlink`, `not writing returned file "final": final exists and is not a regular file`,
+		"wrote " + filepath.Join(out, "ok.txt") + " (1 bytes)", "vertal run: 4 of 5 returned files were not written\n",
+	} {
+		if !strings.Contains(got.Stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, got.Stderr)
+		}
+	}
+	if got.Exit != 1 {
+		t.Errorf("exit %d, want 1", got.Exit)
+	}
+	var found []string
+	filepath.WalkDir(base, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(base, p)
+			found = append(found, rel)
+		}
+		return nil
+	})
+	if diff := cmp.Diff([]string{"out/final", "out/link", "out/ok.txt"}, found); diff != "" {
+		t.Errorf("files under the test directory (-want +got):\n%s", diff)
+	}
+}
+
+// notifyWriter collects writes and reports each one.
+type notifyWriter struct {
+	mu     sync.Mutex
+	b      strings.Builder
+	writes chan string
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.b.Write(p)
+	w.mu.Unlock()
+	w.writes <- string(p)
+	return len(p), nil
+}
+
+// The output of a run reaches the terminal while the program still runs:
+// the server holds the result back until the first chunk was written.
+func TestCmdRunWritesOutputAsItArrives(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: 0-0\nevent: started\ndata: {\"id\":\"exe_l\",\"language\":\"python\"}\n\n")
+		io.WriteString(w, "id: 6-0\nevent: stdout\ndata: {\"text\":\"first\\n\"}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "id: 6-4\nevent: stderr\ndata: {\"text\":\"err\\n\"}\n\n")
+		io.WriteString(w, "id: end\nevent: result\ndata: {\"id\":\"exe_l\",\"status\":\"failed\",\"stdout\":\"first\\n\",\"stderr\":\"err\\n\",\"exit_code\":7,\"duration_ms\":3,\"truncated\":false,\"usage\":{\"sandbox_seconds\":0.003},\"request_id\":\"req_l\",\"files\":[],\"files_truncated\":false}\n\n")
+	}))
+	defer srv.Close()
+	stdout := &notifyWriter{writes: make(chan string, 10)}
+	var stderr bytes.Buffer
+	e := &env{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: &stderr,
+		Getenv: func(k string) string { return map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}[k] }}
+	done := make(chan error, 1)
+	go func() { done <- cmdRun(context.Background(), e, []string{"print('first')"}) }()
+	select {
+	case got := <-stdout.writes:
+		if got != "first\n" {
+			t.Errorf("first write %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no output while the run was still going")
+	}
+	close(release)
+	err := <-done
+	if code, ok := err.(exitCode); !ok || code != 7 {
+		t.Errorf("err = %v, want exit status 7", err)
+	}
+	if stdout.b.String() != "first\n" || stderr.String() != "err\n" {
+		t.Errorf("stdout %q stderr %q: the result's output must not be printed again", stdout.b.String(), stderr.String())
+	}
+}
+
+func TestCmdRunErrorEvent(t *testing.T) {
+	srv := httptest.NewServer(&runAPI{})
+	defer srv.Close()
+	got := runCLI(t, cmdRun, map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}, "", "broken")
+	want := cliResult{Stderr: "vertal run: internal: the sandbox failed (request id req_sse)\n", Exit: 125}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

@@ -293,7 +293,7 @@ func TestServeE2E(t *testing.T) {
 		if status != 200 || body["status"] != "succeeded" || body["stdout"] != "42\n" || body["stderr"] != "" || body["exit_code"] != 0.0 || body["truncated"] != false {
 			t.Fatalf("%d %s", status, raw)
 		}
-		want := []string{"created_at", "duration_ms", "exit_code", "finished_at", "id", "language", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage"}
+		want := []string{"created_at", "duration_ms", "exit_code", "files", "files_truncated", "finished_at", "id", "language", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage"}
 		if diff := cmp.Diff(want, keys(body)); diff != "" {
 			t.Errorf("fields (-want +got):\n%s", diff)
 		}
@@ -302,6 +302,59 @@ func TestServeE2E(t *testing.T) {
 		}
 		if !regexp.MustCompile(`^exe_[0-9a-f]{32}$`).MatchString(body["id"].(string)) || !regexp.MustCompile(`^req_[0-9a-f]{32}$`).MatchString(body["request_id"].(string)) {
 			t.Errorf("ids %v %v", body["id"], body["request_id"])
+		}
+	})
+
+	t.Run("CurlStreamAndAttach", func(t *testing.T) {
+		out, err := exec.Command("curl", "-sS", "-N", "-D", "-", base+"/v1/executions",
+			"-H", "Authorization: Bearer "+key, "-H", "Accept: text/event-stream", "-H", "Content-Type: application/json",
+			"-d", `{"language": "bash", "code": "echo one; echo two >&2; echo three", "files": [{"path": "a.txt", "content": "aGk=", "encoding": "base64"}], "return_files": ["*.txt"]}`).Output()
+		if err != nil {
+			t.Fatalf("curl: %v", err)
+		}
+		head, stream, _ := strings.Cut(strings.ReplaceAll(string(out), "\r\n", "\n"), "\n\n")
+		if !strings.HasPrefix(head, "HTTP/1.1 200") || !strings.Contains(strings.ToLower(head), "content-type: text/event-stream") ||
+			!strings.Contains(strings.ToLower(head), "cache-control: no-store") || !strings.Contains(strings.ToLower(head), "x-request-id: req_") {
+			t.Fatalf("headers:\n%s", head)
+		}
+		var types, ids []string
+		var result map[string]any
+		for _, block := range strings.Split(strings.TrimSpace(stream), "\n\n") {
+			var id, typ, data string
+			for _, l := range strings.Split(block, "\n") {
+				if v, ok := strings.CutPrefix(l, "id: "); ok {
+					id = v
+				} else if v, ok := strings.CutPrefix(l, "event: "); ok {
+					typ = v
+				} else if v, ok := strings.CutPrefix(l, "data: "); ok {
+					data = v
+				}
+			}
+			if typ == "" {
+				continue // a heartbeat comment
+			}
+			types, ids = append(types, typ), append(ids, id)
+			if typ == "result" {
+				_ = json.Unmarshal([]byte(data), &result)
+			}
+		}
+		if len(types) < 3 || types[0] != "started" || ids[0] != "0-0" || types[len(types)-1] != "result" || ids[len(ids)-1] != "end" {
+			t.Fatalf("events %v ids %v\n%s", types, ids, stream)
+		}
+		if ids[len(ids)-2] != "10-4" || result["stdout"] != "one\nthree\n" || result["stderr"] != "two\n" || result["files_truncated"] != false {
+			t.Errorf("ids %v result %v", ids, result)
+		}
+		files, _ := result["files"].([]any)
+		if len(files) != 1 || files[0].(map[string]any)["path"] != "a.txt" || files[0].(map[string]any)["content"] != "aGk=" || files[0].(map[string]any)["encoding"] != "base64" {
+			t.Errorf("returned files %v", result["files"])
+		}
+		// The stored stream, resumed after the end, is empty; an unknown id is 404.
+		status, _, raw := curl(t, base+"/v1/executions/"+result["id"].(string)+"/events", "-H", "Authorization: Bearer "+key, "-H", "Last-Event-ID: end")
+		if status != 200 || strings.Contains(raw, "event:") {
+			t.Errorf("attach after end: %d %q", status, raw)
+		}
+		if status, body, raw := curl(t, base+"/v1/executions/exe_00000000000000000000000000000000/events", "-H", "Authorization: Bearer "+key); status != 404 || body["error"].(map[string]any)["code"] != "not_found" {
+			t.Errorf("attach unknown: %d %s", status, raw)
 		}
 	})
 

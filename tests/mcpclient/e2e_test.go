@@ -463,3 +463,123 @@ func TestPythonSDKLive(t *testing.T) {
 		t.Errorf("python tests skipped something or did not run the docs snippet:\n%s", s)
 	}
 }
+
+// TestGoSDKFilesAndStream: files, env and args in, returned files out byte
+// for byte, live events while the run goes on, and Attach with resume.
+func TestGoSDKFilesAndStream(t *testing.T) {
+	server(t)
+	ctx := context.Background()
+	c, err := client.New(e2e.url+"/api", newKey(t, "pro"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, 256)
+	for i := range blob {
+		blob[i] = byte(i)
+	}
+	ex, err := c.Run(ctx, "import os, sys\nprint(os.environ['GREETING'], sys.argv[1:], open('in/data.csv').read().count('\\n'))\n"+
+		"os.makedirs('out', exist_ok=True)\nopen('out/copy.bin', 'wb').write(open('blob.bin', 'rb').read())",
+		client.WithFiles(client.File{Path: "in/data.csv", Content: []byte("a,b\n1,2\n")}, client.File{Path: "blob.bin", Content: blob}),
+		client.WithEnv(map[string]string{"GREETING": "hi"}), client.WithArgs("x", "y z"), client.WithReturnFiles("out/**"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Status != client.StatusSucceeded || ex.Stdout != "hi ['x', 'y z'] 2\n" || ex.FilesTruncated ||
+		len(ex.Files) != 1 || ex.Files[0].Path != "out/copy.bin" || !bytes.Equal(ex.Files[0].Content, blob) || ex.Files[0].Size != 256 {
+		t.Errorf("files run = %+v", ex)
+	}
+
+	var apiErr *client.Error
+	_, err = c.Run(ctx, "print(1)", client.WithFiles(client.File{Path: "../x", Content: []byte("a")}))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != client.CodeInvalidRequest || !strings.Contains(apiErr.Message, "files[0].path") {
+		t.Errorf("../x: err = %v", err)
+	}
+
+	code := "import sys, time\nprint('marker', flush=True)\ntime.sleep(1)\nprint('err', file=sys.stderr)\nprint('done')"
+	var evs []client.Event
+	runningAtMarker := ""
+	for ev, err := range c.Stream(ctx, code) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+		if ev.Type == client.EventStdout && strings.Contains(ev.Text, "marker") && runningAtMarker == "" {
+			got, err := c.Get(ctx, ev.ExecutionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runningAtMarker = string(got.Status)
+		}
+	}
+	if len(evs) < 3 || evs[0].Type != client.EventStarted || evs[0].ID != "0-0" || evs[len(evs)-1].Type != client.EventResult || evs[len(evs)-1].ID != "end" {
+		t.Fatalf("events %+v", evs)
+	}
+	if runningAtMarker != "running" {
+		t.Errorf("GET at the marker said %q, want running", runningAtMarker)
+	}
+	res := evs[len(evs)-1].Execution
+	if res.Status != client.StatusSucceeded || res.Stdout != "marker\ndone\n" || res.Stderr != "err\n" {
+		t.Errorf("result %+v", res)
+	}
+	joined := func(evs []client.Event, typ client.EventType) string {
+		var b strings.Builder
+		for _, ev := range evs {
+			if ev.Type == typ {
+				b.WriteString(ev.Text)
+			}
+		}
+		return b.String()
+	}
+	if joined(evs, client.EventStdout) != "marker\ndone\n" || joined(evs, client.EventStderr) != "err\n" {
+		t.Errorf("streamed output %+v", evs)
+	}
+
+	// Resume after the first stdout event ("7-0"): only the rest comes.
+	var resumed []client.Event
+	for ev, err := range c.Attach(ctx, evs[0].ExecutionID, evs[1].ID) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		resumed = append(resumed, ev)
+	}
+	if evs[1].ID != "7-0" || joined(resumed, client.EventStdout) != "done\n" || joined(resumed, client.EventStderr) != "err\n" ||
+		resumed[len(resumed)-1].Type != client.EventResult {
+		t.Errorf("resumed after %s: %+v", evs[1].ID, resumed)
+	}
+	for ev, err := range c.Attach(ctx, evs[0].ExecutionID, "end") {
+		t.Errorf("after end: %+v %v", ev, err)
+	}
+}
+
+// TestCLIFilesAndStream: `vertal run` with files, env, args and returned
+// files written under --out, streaming and not.
+func TestCLIFilesAndStream(t *testing.T) {
+	server(t)
+	env := []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + newKey(t, "pro")}
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "data.csv")
+	if err := os.WriteFile(csv, []byte("n\n1\n2\n39\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code := "import os, sys\ntotal = sum(int(x) for x in open('in/data.csv').read().split()[1:])\n" +
+		"os.makedirs('out/deep', exist_ok=True)\nopen('out/deep/sum.txt', 'w').write(str(total))\nprint(os.environ['MODE'], sys.argv[1:])"
+	for _, stream := range []string{"", "--no-stream"} {
+		out := filepath.Join(dir, "results"+stream)
+		args := []string{"run", code, "--file", csv + ":in/data.csv", "--env", "MODE=fast", "--arg", "a", "--return", "out/**", "--out", out}
+		if stream != "" {
+			args = append(args, stream)
+		}
+		got := run(t, env, "", e2e.bin, append(args, "--", "b c")...)
+		if got.exit != 0 || got.stdout != "fast ['a', 'b c']\n" || !strings.Contains(got.stderr, "wrote "+filepath.Join(out, "out", "deep", "sum.txt")+" (2 bytes)") {
+			t.Errorf("%s: %+v", stream, got)
+		}
+		if b, err := os.ReadFile(filepath.Join(out, "out", "deep", "sum.txt")); err != nil || string(b) != "42" {
+			t.Errorf("%s: sum.txt = %q, %v", stream, b, err)
+		}
+	}
+	// Streaming keeps stdout and stderr apart and the exit code.
+	got := run(t, env, "", e2e.bin, "run", "-l", "bash", "echo out; sleep 1; echo err >&2; exit 5")
+	if got.exit != 5 || got.stdout != "out\n" || got.stderr != "err\n" {
+		t.Errorf("streamed bash: %+v", got)
+	}
+}

@@ -29,6 +29,22 @@ LANGUAGES = {"languages": [{"name": "bash", "version": "5.2.15", "aliases": ["sh
                            {"name": "python", "version": "3.11.2", "aliases": ["py"]}]}
 
 
+def sse_event(event_id, name, data):
+    return f"id: {event_id}\nevent: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+def sse_of(execution):
+    """The event stream the API sends for a finished execution."""
+    out, err = len(execution["stdout"].encode()), len(execution["stderr"].encode())
+    chunks = [sse_event("0-0", "started", {"id": execution["id"], "language": "python"}), ": heartbeat\n\n"]
+    if out:
+        chunks.append(sse_event(f"{out}-0", "stdout", {"text": execution["stdout"]}))
+    if err:
+        chunks.append(sse_event(f"{out}-{err}", "stderr", {"text": execution["stderr"]}))
+    chunks.append(sse_event("end", "result", execution))
+    return chunks
+
+
 class StubAPI:
     """Start with ``with StubAPI() as api:``; ``api.url`` is the base URL.
 
@@ -52,9 +68,24 @@ class StubAPI:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length).decode() if length else ""
                 status, headers, reply = stub._reply(self.command, self.path, dict(self.headers), body)
+                if isinstance(reply, list):  # an event stream: chunks sent one by one
+                    self.send_response(status)
+                    self.send_header("Content-Type", headers.get("Content-Type", "text/event-stream"))
+                    self.send_header("X-Request-ID", "req_stream")
+                    self.end_headers()
+                    try:
+                        for chunk in reply:
+                            if callable(chunk):
+                                chunk()  # e.g. wait for the test
+                                continue
+                            self.wfile.write(chunk if isinstance(chunk, bytes) else chunk.encode())
+                            self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # the client left, as tests of closing expect
+                    return
                 data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
                 self.send_header("Content-Length", str(len(data)))
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -97,6 +128,8 @@ class StubAPI:
                     return 400, {}, {"error": {"code": "invalid_timeout", "message": "timeout_s must be between 1 and 60 seconds on plan pro"}, "request_id": "req_bad"}
                 if req["code"] == "quota":
                     return 429, {"Retry-After": "3600"}, {"error": {"code": "quota_exceeded", "message": "daily quota of 100 executions reached"}, "request_id": "req_q"}
+                if headers.get("Accept") == "text/event-stream":
+                    return 200, {}, sse_of(dict(OK_EXECUTION, stdout=req["code"]))
                 if req["code"] in EXECUTIONS:
                     return 200, {}, EXECUTIONS[req["code"]]
                 if req["code"] == "print(6*7)":

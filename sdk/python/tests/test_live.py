@@ -123,6 +123,92 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(set(u) >= {"tenant", "plan", "today", "limits"}, True, u)
         self.assertEqual(set(u["limits"]) >= {"executions_per_day", "requests_per_minute", "max_timeout_s"}, True, u)
 
+    def test_1_files_env_args_and_returned_files(self):
+        # A CSV in, a PNG (written byte by byte by plain Python) out.
+        code = (
+            "import os, sys, struct, zlib\n"
+            "rows = open('in/data.csv').read().split()\n"
+            "print(os.environ['GREETING'], sys.argv[1:], len(rows))\n"
+            "raw = b'\\x00\\xff\\x00\\x00'\n"
+            "def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d))\n"
+            "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0))"
+            " + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n"
+            "os.makedirs('out', exist_ok=True)\n"
+            "open('out/dot.png', 'wb').write(png)\n"
+            "open('out/copy.bin', 'wb').write(open('blob.bin', 'rb').read())\n"
+        )
+        blob = bytes(range(256))
+        r = self.client().run(code, files={"in/data.csv": "a,b\n1,2\n3,4\n", "blob.bin": blob},
+                              env={"GREETING": "hi"}, args=["x", "y z"], return_files=["out/**"])
+        self.assertEqual((r["status"], r["stdout"]), ("succeeded", "hi ['x', 'y z'] 3\n"), r)
+        self.assertIs(r["files_truncated"], False)
+        got = {f["path"]: f for f in r["files"]}
+        self.assertEqual(sorted(got), ["out/copy.bin", "out/dot.png"])
+        self.assertEqual(got["out/copy.bin"]["content"], blob)
+        self.assertEqual(got["out/copy.bin"]["size"], 256)
+        self.assertTrue(got["out/dot.png"]["content"].startswith(b"\x89PNG\r\n\x1a\n"))
+
+    def test_1_bad_files_and_env_are_refused(self):
+        c = self.client()
+        for kwargs, status, fragment in [
+            ({"files": {"../x": "a"}}, 400, "files[0].path"),
+            ({"files": {"/etc/x": "a"}}, 400, "files[0].path"),
+            ({"env": {"PATH": "/tmp"}}, 400, "env"),
+            ({"env": {"1BAD": "x"}}, 400, "env"),
+            ({"return_files": ["../*"]}, 400, "return_files"),
+        ]:
+            with self.subTest(kwargs):
+                with self.assertRaises(KuboError) as cm:
+                    c.run("print(1)", **kwargs)
+                self.assertEqual((cm.exception.status, cm.exception.code), (status, "invalid_request"))
+                self.assertIn(fragment, cm.exception.message)
+
+    def test_1_stream_and_attach(self):
+        c = self.client()
+        code = "import sys, time\nprint('marker', flush=True)\ntime.sleep(1)\nprint('err', file=sys.stderr)\nprint('done')"
+        events = []
+        running_at_marker = None
+        for event in c.stream(code, timeout_s=10):
+            events.append(event)
+            if event["type"] == "stdout" and "marker" in event["text"] and running_at_marker is None:
+                running_at_marker = c.get(event["execution_id"])["status"]
+        types = [e["type"] for e in events]
+        self.assertEqual((types[0], types[-1]), ("started", "result"), types)
+        self.assertEqual(running_at_marker, "running", "the marker arrived while the run was going")
+        self.assertEqual(events[0]["id"], "0-0")
+        result = events[-1]["execution"]
+        self.assertEqual((events[-1]["id"], result["status"], result["stdout"], result["stderr"]),
+                         ("end", "succeeded", "marker\ndone\n", "err\n"))
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "stdout"), "marker\ndone\n")
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "stderr"), "err\n")
+        # Ids are byte offsets: the last output event's id is the sizes.
+        self.assertEqual([e["id"] for e in events if e["type"] in ("stdout", "stderr")][-1], "12-4")
+
+        # Attach replays the same output (a replay from the store may chunk
+        # it differently); Last-Event-ID resumes after an event.
+        exe = events[0]["execution_id"]
+        replay = list(c.attach(exe))
+        self.assertEqual((replay[0]["type"], replay[0]["id"], replay[-1]["type"], replay[-1]["execution"]["id"]),
+                         ("started", "0-0", "result", exe))
+        for stream, want in (("stdout", "marker\ndone\n"), ("stderr", "err\n")):
+            self.assertEqual("".join(e["text"] for e in replay if e["type"] == stream), want)
+        self.assertEqual([e["id"] for e in replay if e["type"] in ("stdout", "stderr")][-1], "12-4")
+        first_out = next(e for e in events if e["type"] == "stdout")
+        self.assertEqual(first_out["id"], "7-0")
+        resumed = list(c.attach(exe, last_event_id=first_out["id"]))
+        self.assertEqual("".join(e["text"] for e in resumed if e["type"] == "stdout"), "done\n")
+        self.assertEqual("".join(e["text"] for e in resumed if e["type"] == "stderr"), "err\n")
+        self.assertEqual(resumed[-1]["type"], "result")
+        self.assertEqual(list(c.attach(exe, last_event_id="end")), [])
+        with self.assertRaises(KuboError) as cm:
+            list(c.attach("exe_" + "0" * 32))
+        self.assertEqual(cm.exception.code, "not_found")
+
+    def test_1_stream_refusal_is_raised(self):
+        with self.assertRaises(KuboError) as cm:
+            list(self.client().stream("x", timeout_s=999))
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, "invalid_timeout"))
+
     def test_2_cli_documented_commands(self):
         env = env_for(Key.value)
         p = subprocess.run([sys.executable, "-m", "vertal2kubo", "run", "print('hello')"],

@@ -6,7 +6,8 @@
     result = client.run("print(6 * 7)")
     print(result["status"], result["stdout"])
 
-Every call returns the API's JSON response as a dict. A program that fails,
+Every call returns the API's JSON response as a dict (returned files have
+their ``content`` decoded to bytes). A program that fails,
 times out or runs out of memory is a normal result (look at
 ``result["status"]``); ``KuboError`` is raised only when the API refuses a
 request or cannot be reached.
@@ -16,11 +17,23 @@ answered 409 idempotency_in_progress, are retried after the server's
 Retry-After. ``run`` always sends an Idempotency-Key,
 generating one when the caller gave none, so a retry never runs the code
 twice.
+
+``stream`` runs code like ``run`` but yields its output while it runs, and
+``attach`` follows an execution started elsewhere; both read the API's
+Server-Sent Events:
+
+    for event in client.stream("import time\nprint(1, flush=True)\ntime.sleep(1)"):
+        if event["type"] == "stdout":
+            print(event["text"], end="")
+        elif event["type"] == "result":
+            print(event["execution"]["status"])
 """
 
 from __future__ import annotations
 
+import base64
 import email.utils
+import http.client
 import json
 import os
 import random
@@ -29,7 +42,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 __all__ = ["KuboClient", "KuboError", "DEFAULT_URL"]
 
@@ -38,7 +51,15 @@ DEFAULT_URL = "https://vertalrun.com/api"
 
 _VERSION = "0.2.0"
 _FIRST_BACKOFF = 0.5
-_MAX_RESPONSE_BYTES = 16 << 20
+# One JSON answer or one event line: two 64 KB output streams plus the
+# largest plan's returned files (50 MB) in base64, with room to spare.
+_MAX_RESPONSE_BYTES = 96 << 20
+_EVENT_STREAM = "text/event-stream"
+_EVENT_TYPES = ("started", "stdout", "stderr", "result", "error")
+
+#: What ``files=`` takes: a mapping of path to content, or (path, content)
+#: pairs; content is bytes or str.
+Files = Union[Mapping[str, Union[bytes, str]], Iterable[tuple]]
 
 
 class KuboError(Exception):
@@ -119,25 +140,69 @@ class KuboClient:
     # -- the documented calls -------------------------------------------
 
     def run(self, code: str, language: str = "python", timeout_s: Optional[float] = None,
-            idempotency_key: Optional[str] = None, stdin: Optional[str] = None) -> dict:
+            idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
+            files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
+            args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None) -> dict:
         """Run code in a fresh sandbox and wait for the result.
 
         Returns the execution: id, status (succeeded, failed, timed_out,
         memory_exceeded), stdout, stderr, exit_code, duration_ms, truncated,
-        usage, request_id (and idempotent_replay on a replay).
+        usage, request_id, files, files_truncated (and idempotent_replay on
+        a replay).
+
+        files are placed in the program's working directory: a mapping of
+        relative path to bytes or str (or (path, content) pairs). env sets
+        environment variables, args the program's arguments (sys.argv[1:]),
+        and return_files lists globs ("*.png", "out/**") of files to hand
+        back: each of ``result["files"]`` is {"path", "size", "content"}
+        with content as bytes.
 
         The same idempotency_key with the same request returns the first
         result without running the code again.
         """
-        body: dict[str, Any] = {"language": language, "code": code}
-        if timeout_s is not None:
-            body["timeout_s"] = timeout_s
-        if stdin is not None and stdin != "":
-            body["stdin"] = stdin
-        key = idempotency_key or "vertal-" + uuid.uuid4().hex
+        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files)
         wait = self.timeout if self.timeout is not None else float(timeout_s or 10) + 120.0
-        return self._call("POST", "/v1/executions", body, headers={"Idempotency-Key": key},
-                          retry="always", timeout=wait)
+        result = self._call("POST", "/v1/executions", body, headers={"Idempotency-Key": key},
+                            retry="always", timeout=wait)
+        return _decode_files(result)
+
+    def stream(self, code: str, language: str = "python", timeout_s: Optional[float] = None,
+               idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
+               files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
+               args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None) -> Iterator[dict]:
+        """Run code like run(), yielding events while it runs.
+
+        Each event is a dict with "type" and "id" (the event id, to resume
+        from with attach) and "execution_id":
+
+        - ``started``: also "language";
+        - ``stdout`` / ``stderr``: "text", a chunk of output;
+        - ``result``: "execution", what run() returns; it is the last event.
+
+        A refusal before the start raises KuboError as run() does (after
+        the same retries); a platform failure after the start raises
+        KuboError with status 0 and the error's code. A dropped connection
+        is resumed with attach() after the last event, so no output is lost
+        or repeated. Closing the generator (or leaving the loop) closes the
+        connection; the run goes on and its result is stored. A server that
+        does not stream answers JSON, which is turned into the same events.
+        """
+        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files)
+        data = json.dumps(body).encode("utf-8")
+
+        def first() -> Any:
+            return self._with_retries(lambda: self._open("POST", "/v1/executions", data, {"Idempotency-Key": key},
+                                                         None, _EVENT_STREAM), "always")
+        return self._events(first, {"execution_id": None, "last_id": None})
+
+    def attach(self, id: str, last_event_id: Optional[str] = None) -> Iterator[dict]:  # noqa: A002
+        """Follow an execution of this key's tenant (queued, running or
+        finished) with GET /v1/executions/{id}/events, yielding events like
+        stream(). Without last_event_id it replays from the start; with an
+        event's "id" it resumes after that event (after "end", nothing)."""
+        if not id:
+            raise ValueError("empty execution id")
+        return self._events(None, {"execution_id": id, "last_id": last_event_id})
 
     def get(self, id: str) -> dict:  # noqa: A002 - the documented name
         """Return a stored execution of this key's tenant, with language
@@ -172,13 +237,32 @@ class KuboClient:
 
     # -- plumbing --------------------------------------------------------
 
+    def _run_body(self, code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files):
+        body: dict[str, Any] = {"language": language, "code": code}
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        if stdin is not None and stdin != "":
+            body["stdin"] = stdin
+        if files:
+            body["files"] = _encode_files(files)
+        if env:
+            body["env"] = dict(env)
+        if args:
+            body["args"] = list(args)
+        if return_files:
+            body["return_files"] = list(return_files)
+        return body, idempotency_key or "vertal-" + uuid.uuid4().hex
+
     def _call(self, method: str, path: str, body: Any = None, *, headers: Optional[dict] = None,
               retry: str, timeout: Optional[float] = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
+        return self._with_retries(lambda: self._send(method, path, data, headers or {}, timeout), retry)
+
+    def _with_retries(self, attempt_once: Callable[[], Any], retry: str) -> Any:
         attempt = 0
         while True:
             try:
-                return self._send(method, path, data, headers or {}, timeout)
+                return attempt_once()
             except KuboError as err:
                 wait = self._retry_wait(err, retry, attempt)
                 if wait is None or attempt >= self.max_retries:
@@ -186,29 +270,93 @@ class KuboClient:
             attempt += 1
             self._sleep(wait)
 
-    def _send(self, method: str, path: str, data: Optional[bytes], headers: dict,
-              timeout: Optional[float]) -> Any:
+    def _open(self, method: str, path: str, data: Optional[bytes], headers: dict,
+              timeout: Optional[float], accept: str = "application/json") -> Any:
+        """Send one request; return the open 2xx response, raise KuboError otherwise."""
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Authorization", "Bearer " + self._api_key)
-        req.add_header("Accept", "application/json")
+        req.add_header("Accept", accept)
         req.add_header("User-Agent", f"vertal2kubo-python/{_VERSION}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
         for k, v in headers.items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=timeout if timeout is not None else (self.timeout or 60.0)) as resp:
-                raw = resp.read(_MAX_RESPONSE_BYTES)
+            return urllib.request.urlopen(req, timeout=timeout if timeout is not None else (self.timeout or 60.0))
         except urllib.error.HTTPError as err:
             raw = err.read(_MAX_RESPONSE_BYTES) if err.fp else b""
             raise self._api_error(err.code, err.headers, raw) from None
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
             raise KuboError(0, "connection_failed", f"cannot reach {self.url}: {reason}") from err
+
+    def _send(self, method: str, path: str, data: Optional[bytes], headers: dict,
+              timeout: Optional[float]) -> Any:
+        with self._open(method, path, data, headers, timeout) as resp:
+            try:
+                raw = resp.read(_MAX_RESPONSE_BYTES)
+            except (OSError, http.client.HTTPException) as err:
+                raise KuboError(0, "connection_failed", f"reading the answer of {self.url}: {err}") from err
         try:
             return json.loads(raw)
         except ValueError:
             raise KuboError(0, "invalid_response", f"{method} {path}: the response is not JSON") from None
+
+    def _open_events(self, execution_id: str, last_id: Optional[str]) -> Any:
+        headers = {"Last-Event-ID": last_id} if last_id else {}
+        path = "/v1/executions/" + urllib.parse.quote(execution_id, safe="") + "/events"
+        return self._with_retries(lambda: self._open("GET", path, None, headers, None, _EVENT_STREAM), "always")
+
+    def _events(self, first: Optional[Callable[[], Any]], state: dict) -> Iterator[dict]:
+        """Yield the events of a stream, reconnecting when it breaks early."""
+        opener = first or (lambda: self._open_events(state["execution_id"], state["last_id"]))
+        reconnects = 0
+        while True:
+            resp = opener()
+            try:
+                done = yield from self._read_events(resp, state)
+                broken: Any = "the stream ended before its result"
+            except (OSError, http.client.HTTPException) as err:
+                done, broken = False, err
+            finally:
+                resp.close()
+            if done:
+                return
+            if reconnects >= self.max_retries:
+                raise KuboError(0, "connection_failed", f"reading the event stream of {self.url}: {broken}")
+            self._sleep(self._backoff(reconnects))
+            reconnects += 1
+            if state["execution_id"]:
+                opener = lambda: self._open_events(state["execution_id"], state["last_id"])  # noqa: E731
+            # else: the same POST again, under the same Idempotency-Key
+
+    def _read_events(self, resp: Any, state: dict):
+        """Yield one response's events; return True once the stream is over."""
+        content_type = (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type == "application/json":
+            yield from _buffered_events(json.loads(resp.read(_MAX_RESPONSE_BYTES)))
+            return True
+        if content_type != _EVENT_STREAM:
+            raise KuboError(0, "invalid_response", f"the event stream answered with Content-Type {content_type!r}")
+        parser = _SSEParser(state["last_id"])
+        request_id = resp.headers.get("X-Request-ID")
+        while True:
+            chunk = resp.read1(65536)
+            events = parser.feed(chunk) if chunk else parser.finish()
+            for sse_id, name, data in events:
+                state["last_id"] = sse_id
+                event = _decode_event(sse_id, name, data, request_id)
+                if event is None:
+                    continue  # a type this version does not know
+                if event["type"] == "started":
+                    state["execution_id"] = event["execution_id"]
+                event["execution_id"] = state["execution_id"]
+                yield event
+                if event["type"] == "result":
+                    return True
+            state["last_id"] = parser.last_id
+            if not chunk:
+                return parser.last_id == "end"  # attached after the end: nothing more
 
     def _api_error(self, status: int, headers: Any, raw: bytes) -> KuboError:
         retry_after = _parse_retry_after(headers.get("Retry-After") if headers else None, self._now())
@@ -243,6 +391,152 @@ class KuboClient:
     def _backoff(self, attempt: int) -> float:
         d = _FIRST_BACKOFF * (2 ** min(attempt, 10))
         return min(d + random.uniform(0, d / 4), self.max_retry_wait)
+
+
+class _SSEParser:
+    """An event stream parser following the WHATWG HTML standard: lines end
+    in CRLF, LF or CR; a blank line dispatches; ':' starts a comment; data
+    lines are joined with newlines; an id with NUL is ignored; an event
+    cut off by the end of the stream is dropped."""
+
+    def __init__(self, last_id: Optional[str] = None):
+        self.last_id = last_id or ""
+        self._id = self.last_id
+        self._buf = bytearray()
+        self._scan = 0  # where to look for the next line ending
+        self._data: list = []
+        self._event = ""
+        self._first = True
+
+    def feed(self, chunk: bytes) -> list:
+        """Take bytes; return the events they complete as (id, type, data)."""
+        self._buf += chunk
+        return self._lines(at_eof=False)
+
+    def finish(self) -> list:
+        return self._lines(at_eof=True)
+
+    def _lines(self, at_eof: bool) -> list:
+        events = []
+        buf = self._buf
+        start = 0
+        while True:
+            cr, lf = buf.find(b"\r", max(self._scan, start)), buf.find(b"\n", max(self._scan, start))
+            ends = [i for i in (cr, lf) if i >= 0]
+            if not ends:
+                self._scan = len(buf)
+                break
+            i = min(ends)
+            if buf[i] == 0x0D:
+                if i + 1 == len(buf) and not at_eof:
+                    self._scan = i
+                    break  # a CR at the end may be the first half of a CRLF
+                end = i + 2 if i + 1 < len(buf) and buf[i + 1] == 0x0A else i + 1
+            else:
+                end = i + 1
+            event = self._line(bytes(buf[start:i]).decode("utf-8", "replace"))
+            if event:
+                events.append(event)
+            start, self._scan = end, end
+        del buf[:start]
+        self._scan = max(self._scan - start, 0)
+        if len(buf) > _MAX_RESPONSE_BYTES:
+            raise KuboError(0, "invalid_response", "an event stream line is too long")
+        return events
+
+    def _line(self, line: str):
+        if self._first:
+            self._first = False
+            line = line.removeprefix("\ufeff")
+        if line == "":
+            self.last_id = self._id
+            data, event = self._data, self._event
+            self._data, self._event = [], ""
+            if not data:
+                return None
+            return self.last_id, event or "message", "\n".join(data)
+        if line.startswith(":"):
+            return None
+        field, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if field == "event":
+            self._event = value
+        elif field == "data":
+            self._data.append(value)
+        elif field == "id" and "\0" not in value:
+            self._id = value
+        return None
+
+
+def _decode_event(sse_id: str, name: str, data: str, request_id: Optional[str]) -> Optional[dict]:
+    if name not in _EVENT_TYPES:
+        return None
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        raise KuboError(0, "invalid_response", f"the {name} event is not JSON") from None
+    event: dict[str, Any] = {"type": name, "id": sse_id}
+    if name == "started":
+        event["execution_id"], event["language"] = payload.get("id"), payload.get("language")
+    elif name in ("stdout", "stderr"):
+        event["text"] = payload.get("text", "")
+    elif name == "result":
+        event["execution"] = _decode_files(payload)
+    else:
+        err = payload.get("error") or {}
+        raise KuboError(0, err.get("code") or "stream_error", err.get("message", ""),
+                        payload.get("request_id") or request_id)
+    return event
+
+
+def _buffered_events(execution: dict) -> Iterator[dict]:
+    """The events a streaming server would have sent for this execution."""
+    out, err = execution.get("stdout") or "", execution.get("stderr") or ""
+    n_out, n_err = len(out.encode("utf-8")), len(err.encode("utf-8"))
+    exe = execution.get("id")
+    yield {"type": "started", "id": "0-0", "execution_id": exe, "language": execution.get("language")}
+    if out:
+        yield {"type": "stdout", "id": f"{n_out}-0", "execution_id": exe, "text": out}
+    if err:
+        yield {"type": "stderr", "id": f"{n_out}-{n_err}", "execution_id": exe, "text": err}
+    yield {"type": "result", "id": "end", "execution_id": exe, "execution": _decode_files(execution)}
+
+
+def _encode_files(files: Files) -> list:
+    """Files as the API takes them: text as utf8, anything else as base64."""
+    pairs = files.items() if isinstance(files, Mapping) else files
+    out = []
+    for path, content in pairs:
+        if isinstance(content, str):
+            content = content.encode("utf-8")
+        if not isinstance(content, (bytes, bytearray)):
+            raise TypeError(f"file {path!r}: content must be bytes or str")
+        try:
+            text = bytes(content).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and "\0" not in text:
+            out.append({"path": path, "content": text, "encoding": "utf8"})
+        else:
+            out.append({"path": path, "content": base64.b64encode(content).decode("ascii"), "encoding": "base64"})
+    return out
+
+
+def _decode_files(execution: Any) -> Any:
+    """Turn the returned files' content into bytes, in place."""
+    if isinstance(execution, dict):
+        for f in execution.get("files") or []:
+            encoding = f.pop("encoding", "base64")
+            content = f.get("content") or ""
+            if encoding == "utf8":
+                f["content"] = content.encode("utf-8")
+            else:
+                try:
+                    f["content"] = base64.b64decode(content, validate=True)
+                except ValueError:
+                    raise KuboError(0, "invalid_response", f"returned file {f.get('path')!r} is not base64") from None
+    return execution
 
 
 def _parse_retry_after(value: Optional[str], now: float) -> Optional[float]:
