@@ -173,7 +173,7 @@ func networkProbe(hostAddrs []string) Probe {
 
 const readonlyCode = `import json, os
 out = {}
-for d in ["/", "/etc", "/usr/bin", "/usr/local/bin", "/var/tmp", "/var/lib", "/run", "/dev", "/dev/shm", "/dev/mqueue", "/code", "/root", "/home"]:
+for d in ["/", "/etc", "/usr/bin", "/usr/local/bin", "/var/tmp", "/var/lib", "/run", "/dev", "/dev/shm", "/dev/mqueue", "/root", "/home"]:
     p = os.path.join(d, ".vertal-doctor")
     try:
         with open(p, "w") as f:
@@ -203,9 +203,9 @@ func readonlyProbe() Probe {
 			if len(writable) > 0 {
 				return false, "writable: " + strings.Join(writable, " ")
 			}
-			return true, fmt.Sprintf("%d places outside /tmp refused writes (/, /etc, /usr, /var/tmp, /dev/shm, /code, …)", len(out))
+			return true, fmt.Sprintf("%d places outside /tmp and the working directory refused writes (/, /etc, /usr, /var/tmp, /dev/shm, …)", len(out))
 		},
-		Fix: "mount the root read-only (OCI root.readonly; docker --read-only) and give no writable mount but /tmp",
+		Fix: "mount the root read-only (OCI root.readonly; docker --read-only) and give no writable mount but /tmp and the working directory",
 	}
 }
 
