@@ -69,9 +69,16 @@ def describe_run_code(languages: list) -> str:
         "packages cannot be installed (pip, npm and apt do not work; the root filesystem is "
         "read-only), and nothing persists between calls, so every call must contain the whole "
         "program, including imports and data.\n\n"
-        "What it can do: read standard input (the stdin argument), write files under /tmp (16 MB "
-        "in total, 1 MB per file, files cannot be executed), and use 1 CPU and up to 64 processes "
-        "or threads. Memory is capped per plan (memory_mb in get_usage).\n\n"
+        "What it can do: read standard input (the stdin argument), write files in its working "
+        "directory /code and under /tmp (each its own space of at least 16 MB, 1 MB per file; nothing "
+        "written can be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped "
+        "per plan (memory_mb in get_usage).\n\n"
+        "Files, environment and arguments: the program runs in the working directory /code. Give it "
+        "input files with files (paths relative to /code, content as text or base64), environment "
+        "variables with env and command-line arguments with args (sys.argv[1:], "
+        "process.argv.slice(2), $1...). To get back files the program writes in /code, list globs in "
+        "return_files (\"*.png\", \"out/**\"): images come back as image content, any other file as "
+        "an embedded resource. The number and total size of files in and out are capped per plan.\n\n"
         "Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, "
         "up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; "
         "beyond that it is cut and truncated is true, so print summaries rather than huge data.\n\n"
@@ -98,6 +105,27 @@ def tool_definitions(languages: list) -> list:
                               "Wall-clock limit in seconds, from 1 to the plan's max_timeout_s (see get_usage). "
                               "Default 10, or the plan's maximum if lower."},
                 "stdin": {"type": "string", "description": "Text given to the program on standard input. Optional."},
+                "files": {"type": "array", "description": "Files placed in the working directory (/code) before the program runs. Optional.",
+                          "items": {
+                              "type": "object",
+                              "properties": {
+                                  "path": {"type": "string", "description":
+                                           "Relative path with / separators, e.g. data/input.csv; no .. and no leading /."},
+                                  "content": {"type": "string", "description": "The file's content: text, or base64 when encoding is base64."},
+                                  "encoding": {"type": "string", "enum": ["utf8", "base64"], "default": "utf8", "description":
+                                               "utf8 (the default) for text, base64 (standard, padded) for binary content."},
+                              },
+                              "required": ["path", "content"],
+                              "additionalProperties": False,
+                          }},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}, "description":
+                        "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, "
+                        "NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
+                "args": {"type": "array", "items": {"type": "string"}, "description":
+                         "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
+                "return_files": {"type": "array", "items": {"type": "string"}, "maxItems": 20, "description":
+                                 "Globs relative to /code of files to send back after the run, e.g. [\"*.png\", \"out/**\"]. "
+                                 "Images come back as image content, other files as embedded resources. Optional."},
             },
             "required": ["language", "code"],
             "additionalProperties": False,
@@ -106,7 +134,7 @@ def tool_definitions(languages: list) -> list:
             "type": "object",
             "properties": {
                 "id": {"type": "string", "description": "Execution id (exe_...)."},
-                "status": {"type": "string", "enum": ["succeeded", "failed", "timed_out", "memory_exceeded", "error"],
+                "status": {"type": "string", "enum": ["succeeded", "failed", "timed_out", "memory_exceeded", "error", "canceled"],
                            "description": "succeeded means the program exited with code 0."},
                 "stdout": {"type": "string"},
                 "stderr": {"type": "string"},
@@ -115,6 +143,9 @@ def tool_definitions(languages: list) -> list:
                 "truncated": {"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
                 "usage": {"type": "object", "properties": {"sandbox_seconds": {"type": "number"}}},
                 "request_id": {"type": "string"},
+                "files": {"type": "array", "description": "Files matched by return_files (their content is in the result's content).",
+                          "items": {"type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"}}}},
+                "files_truncated": {"type": "boolean", "description": "True if the plan's caps left some matching files out."},
             },
             "required": ["id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"],
         },
