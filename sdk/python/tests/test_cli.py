@@ -62,6 +62,11 @@ class CLITest(unittest.TestCase):
                 self.assertEqual(self.cli(*argv, stdin=stdin), want)
                 self.assertEqual(self.bodies(), [want_body])
 
+    def tempdir(self):
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        return d.name
+
     def accepts(self):
         return [r[2].get("Accept") for r in self.api.requests if r[:2] == ("POST", "/v1/executions")]
 
@@ -109,7 +114,7 @@ class CLITest(unittest.TestCase):
         self.assertEqual(self.cli("run", "x"), (125, "", "vertal2kubo run: internal: the sandbox driver failed (request id req_e)\n"))
 
     def test_run_flags(self):
-        d = self.enterContext(tempfile.TemporaryDirectory())
+        d = self.tempdir()
         data = os.path.join(d, "data.csv")
         with open(data, "wb") as f:
             f.write(b"a,b\n")
@@ -138,7 +143,7 @@ class CLITest(unittest.TestCase):
         self.assertEqual(self.bodies(), [{"language": "bash", "code": "echo $1", "args": ["world"]}])
 
     def test_bad_flags(self):
-        d = self.enterContext(tempfile.TemporaryDirectory())
+        d = self.tempdir()
         cases = [
             ("missing file", ["--file", os.path.join(d, "nope.txt")], "vertal2kubo run: --file " + os.path.join(d, "nope.txt")
              + ": No such file or directory: " + os.path.join(d, "nope.txt") + "\n"),
@@ -157,7 +162,7 @@ class CLITest(unittest.TestCase):
                          (2, "", "vertal2kubo run: want exactly one CODE, FILE or -; see python -m vertal2kubo run -h\n"))
 
     def test_returned_files_written(self):
-        d = self.enterContext(tempfile.TemporaryDirectory())
+        d = self.tempdir()
         res = os.path.join(d, "res")
         for stream in ([], ["--no-stream"]):
             with self.subTest(stream=stream):
@@ -173,7 +178,7 @@ class CLITest(unittest.TestCase):
                 self.assertEqual(sorted(os.listdir(res)), ["chart.png", "in"], "no temporary files are left")
 
     def test_json_keeps_base64(self):
-        d = self.enterContext(tempfile.TemporaryDirectory())
+        d = self.tempdir()
         code, out, err = self.cli("run", "make()", "--json", "--return", "*.bin", "--out", d)
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out)["files"], [{"path": "notes.bin", "size": 4, "encoding": "base64", "content": "/wD+AQ=="}])
@@ -184,7 +189,7 @@ class CLITest(unittest.TestCase):
         """Paths come from the server: nothing may land outside --out, and
         no symlink under it is followed, whether it is a directory on the
         way or the file's own name."""
-        d = self.enterContext(tempfile.TemporaryDirectory())
+        d = self.tempdir()
         out_dir, outside = os.path.join(d, "out"), os.path.join(d, "outside")
         os.makedirs(out_dir)
         os.makedirs(outside)
