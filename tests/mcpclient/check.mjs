@@ -3,6 +3,8 @@
 //   node check.mjs stdio COMMAND [ARG...]   (KUBO_API_URL / KUBO_API_KEY pass through)
 //   node check.mjs http URL KEY [files]     (Streamable HTTP, Authorization: Bearer KEY)
 //
+// With stdio, MCPCHECK_FILES=1 in the environment does what "files" does for http.
+//
 // It lists the tools, runs print(6*7) and expects 42, runs a failing
 // program and expects a tool error (not a protocol error), and reads the
 // usage. With "files" it also sends a CSV and gets back a PNG the program
@@ -59,7 +61,7 @@ try {
   }
 
   let files = null;
-  if (rest[2] === 'files') {
+  if (mode === 'http' ? rest[2] === 'files' : process.env.MCPCHECK_FILES === '1') {
     // A PNG written with the standard library only, and the CSV doubled.
     const code = [
       'import struct, sys, zlib',

@@ -393,21 +393,24 @@ func checkMCP(t *testing.T, env []string, args ...string) map[string]any {
 func TestMCPStdio(t *testing.T) {
 	server(t)
 	key := newKey(t, "free")
-	env := []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + key, "PYTHONPATH=" + filepath.Join(e2e.repo, "sdk", "python")}
+	// MCPCHECK_FILES: a CSV in, a PNG (image content) and a CSV (embedded
+	// resource) out, through the API and each server's SDK.
+	env := []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + key,
+		"PYTHONPATH=" + filepath.Join(e2e.repo, "sdk", "python"), "MCPCHECK_FILES=1"}
 	t.Run("vertal mcp", func(t *testing.T) {
 		checkMCP(t, env, "stdio", e2e.bin, "mcp")
 	})
 	t.Run("python -m vertal2kubo.mcp", func(t *testing.T) {
 		checkMCP(t, env, "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp")
 	})
-	// Both servers went through the API with the same key: 2 + 2 runs.
+	// Both servers went through the API with the same key: 3 + 3 runs.
 	c, _ := client.New(e2e.url, key)
 	u, err := c.Usage(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Today.Executions != 4 {
-		t.Errorf("the key shows %d executions, want 4 (metered through the API)", u.Today.Executions)
+	if u.Today.Executions != 6 {
+		t.Errorf("the key shows %d executions, want 6 (metered through the API)", u.Today.Executions)
 	}
 }
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import fnmatch
 import json
+import struct
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 OK_EXECUTION = {
@@ -27,6 +31,47 @@ USAGE = {"tenant": "acme", "plan": "free", "today": {"date": "2025-01-02", "exec
 LANGUAGES = {"languages": [{"name": "bash", "version": "5.2.15", "aliases": ["sh"]},
                            {"name": "javascript", "version": "22.23.5", "aliases": ["js"]},
                            {"name": "python", "version": "3.11.2", "aliases": ["py"]}]}
+
+
+def tiny_png() -> bytes:
+    """A real 1x1 PNG, as a program using only the standard library writes it."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b""))
+
+
+#: What the program "make()" leaves in its working directory, besides the
+#: files it was given; return_files picks from both.
+MADE_FILES = {"chart.png": tiny_png(), "data.csv": b"city,temp\nOslo,3\n", "notes.bin": b"\xff\x00\xfe\x01",
+              "other.txt": b"not asked for"}
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    """A stand-in for doublestar: * does not cross "/", ** matches any
+    number of path parts."""
+    def match(pp, parts):
+        if not pp:
+            return not parts
+        if pp[0] == "**":
+            return any(match(pp[1:], parts[i:]) for i in range(len(parts) + 1))
+        return bool(parts) and fnmatch.fnmatchcase(parts[0], pp[0]) and match(pp[1:], parts[1:])
+    return match(pattern.split("/"), path.split("/"))
+
+
+def returned_files(req):
+    """The "files" of the answer to req: the files in the working directory
+    that match its return_files, sorted by path, in base64 as the API sends
+    them."""
+    left = {}
+    for f in req.get("files") or []:
+        content = f["content"]
+        left[f["path"]] = base64.b64decode(content) if f.get("encoding") == "base64" else content.encode()
+    if req["code"] == "make()":
+        left.update(MADE_FILES)
+    globs = req.get("return_files") or []
+    return [{"path": path, "size": len(left[path]), "encoding": "base64", "content": base64.b64encode(left[path]).decode()}
+            for path in sorted(left) if any(glob_match(g, path) for g in globs)]
 
 
 def sse_event(event_id, name, data):
@@ -128,14 +173,18 @@ class StubAPI:
                     return 400, {}, {"error": {"code": "invalid_timeout", "message": "timeout_s must be between 1 and 60 seconds on plan pro"}, "request_id": "req_bad"}
                 if req["code"] == "quota":
                     return 429, {"Retry-After": "3600"}, {"error": {"code": "quota_exceeded", "message": "daily quota of 100 executions reached"}, "request_id": "req_q"}
-                if headers.get("Accept") == "text/event-stream":
-                    return 200, {}, sse_of(dict(OK_EXECUTION, stdout=req["code"]))
                 if req["code"] in EXECUTIONS:
-                    return 200, {}, EXECUTIONS[req["code"]]
-                if req["code"] == "print(6*7)":
-                    return 200, {}, OK_EXECUTION
-                # Echo the code as stdout so tests can see what was sent.
-                return 200, {}, dict(OK_EXECUTION, stdout=req["code"])
+                    execution = EXECUTIONS[req["code"]]
+                elif req["code"] == "print(6*7)":
+                    execution = OK_EXECUTION
+                else:
+                    # Echo the code as stdout so tests can see what was sent.
+                    execution = dict(OK_EXECUTION, stdout=req["code"])
+                if "return_files" in req:
+                    execution = dict(execution, files=returned_files(req), files_truncated=False)
+                if headers.get("Accept") == "text/event-stream":
+                    return 200, {}, sse_of(execution)
+                return 200, {}, execution
             if route == "GET /v1/executions/{id}":
                 return 200, {}, dict(OK_EXECUTION, id=path.rsplit("/", 1)[1], language="python", created_at=1700000000)
             if route == "GET /v1/usage":

@@ -225,6 +225,37 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(p.returncode, 125)
         self.assertRegex(p.stderr, r"invalid_timeout: .*request id req_[0-9a-f]{32}")
 
+    def test_2_cli_files_and_live_output(self):
+        """--file, --env, --arg and -- in, --return/--out back, and the
+        first line on stdout before the program has ended."""
+        import tempfile
+        import time
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        data = os.path.join(d.name, "q3.csv")
+        with open(data, "w") as f:
+            f.write("a,b\n1,2\n")
+        out = os.path.join(d.name, "results")
+        code = ("import os, sys, time\n"
+                "print('marker', flush=True)\n"
+                "time.sleep(2)\n"
+                "rows = open('in/data.csv').read().splitlines()\n"
+                "os.makedirs('out/deep', exist_ok=True)\n"
+                "open('out/deep/rows.txt', 'w').write(os.environ['MODE'] + ' ' + ' '.join(sys.argv[1:]) + ' ' + str(len(rows)))\n"
+                "print('done')\n")
+        p = subprocess.Popen([sys.executable, "-m", "vertal2kubo", "run", code, "--file", data + ":in/data.csv",
+                              "--env", "MODE=fast", "--arg=--n", "--return", "out/**", "--out", out, "--", "3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(Key.value))
+        first = p.stdout.readline()
+        first_at = time.monotonic()
+        rest, err = p.communicate(timeout=120)
+        ended_at = time.monotonic()
+        self.assertEqual((p.returncode, first + rest), (0, "marker\ndone\n"), err)
+        self.assertGreater(ended_at - first_at, 1.0, "the first line came only at the end: not streamed")
+        with open(os.path.join(out, "out", "deep", "rows.txt")) as f:
+            self.assertEqual(f.read(), "fast --n 3 2")
+        self.assertIn("wrote " + os.path.join(out, "out", "deep", "rows.txt") + " (12 bytes)", err)
+
     def test_2_mcp_stdio(self):
         msgs = [
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},

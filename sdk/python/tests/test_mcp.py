@@ -1,5 +1,6 @@
 """Unit tests of the stdio MCP server against a local stub of the API."""
 
+import base64
 import io
 import json
 import os
@@ -8,9 +9,10 @@ import sys
 import unittest
 
 from vertal2kubo.client import KuboClient
-from vertal2kubo.mcp import PROTOCOL_VERSIONS, Server, tool_definitions
+from vertal2kubo._sniff import detect_content_type
+from vertal2kubo.mcp import PROTOCOL_VERSIONS, Server, file_content, files_line, tool_definitions
 
-from .stub import LANGUAGES, StubAPI
+from .stub import LANGUAGES, MADE_FILES, OK_EXECUTION, StubAPI, tiny_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
@@ -113,6 +115,178 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(set(replies), {"1", "2", "null"})
         self.assertIn("42", replies["2"]["result"]["content"][0]["text"])
         self.assertEqual(replies["null"]["error"]["code"], -32700)
+
+
+class ReturnedFilesTest(unittest.TestCase):
+    """run_code's files, env, args and return_files, and the returned files
+    as MCP content, as internal/mcpserver/files_test.go checks them."""
+
+    def setUp(self):
+        self.api = StubAPI().__enter__()
+        self.addCleanup(self.api.__exit__)
+        self.server = Server(KuboClient(self.api.url, "kubo_sk_test", max_retries=0), LANGUAGES["languages"])
+
+    def call(self, args):
+        reply = self.server.handle({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                    "params": {"name": "run_code", "arguments": args}})
+        self.assertNotIn("error", reply)
+        return reply["result"]
+
+    def test_image_and_resources(self):
+        png = MADE_FILES["chart.png"]
+        result = self.call({
+            "language": "python", "code": "make()",
+            "files": [{"path": "in/a.csv", "content": "x,y\n"}, {"path": "b.bin", "content": "AAE=", "encoding": "base64"}],
+            "env": {"MODE": "fast"}, "args": ["--n", "3"], "return_files": ["*.png", "*.csv", "*.bin"],
+        })
+        self.assertNotIn("isError", result)
+
+        # Every argument reached the API; b.bin's bytes (00 01) are sent as
+        # base64 again by the client, since they hold a NUL.
+        [(_, _, _, body)] = self.api.requests
+        self.assertEqual(json.loads(body), {
+            "language": "python", "code": "make()",
+            "files": [{"path": "in/a.csv", "content": "x,y\n", "encoding": "utf8"},
+                      {"path": "b.bin", "content": "AAE=", "encoding": "base64"}],
+            "env": {"MODE": "fast"}, "args": ["--n", "3"], "return_files": ["*.png", "*.csv", "*.bin"],
+        })
+
+        content = result["content"]
+        self.assertEqual([c["type"] for c in content], ["text", "resource", "image", "resource", "resource"])
+        text = content[0]["text"]
+        self.assertIn(f"files: b.bin (2 bytes), chart.png ({len(png)} bytes), data.csv (17 bytes), notes.bin (4 bytes)\n"
+                      "--- stdout ---\nmake()\n", text)
+        self.assertEqual(content[2], {"type": "image", "mimeType": "image/png", "data": base64.b64encode(png).decode()})
+        self.assertEqual([c["resource"] for c in content[1:] if c["type"] == "resource"], [
+            {"uri": "vertal://executions/exe_9392448a9b514e3f90193963b7d948d0/files/b.bin",
+             "mimeType": "text/plain; charset=utf-8", "text": "\x00\x01"},
+            {"uri": "vertal://executions/exe_9392448a9b514e3f90193963b7d948d0/files/data.csv",
+             "mimeType": "text/plain; charset=utf-8", "text": "city,temp\nOslo,3\n"},
+            {"uri": "vertal://executions/exe_9392448a9b514e3f90193963b7d948d0/files/notes.bin",
+             "mimeType": "application/octet-stream", "blob": "/wD+AQ=="},
+        ])
+
+        # The structured result lists the files without their bytes a second time.
+        structured = result["structuredContent"]
+        self.assertEqual(structured["files"], [{"path": "b.bin", "size": 2}, {"path": "chart.png", "size": len(png)},
+                                               {"path": "data.csv", "size": 17}, {"path": "notes.bin", "size": 4}])
+        self.assertIs(structured["files_truncated"], False)
+        json.dumps(result)  # nothing in it that JSON cannot carry
+
+    def test_truncated_and_no_files(self):
+        self.api.push("POST /v1/executions", (200, {}, dict(OK_EXECUTION, files=[], files_truncated=True)))
+        result = self.call({"language": "python", "code": "1", "return_files": ["*"]})
+        self.assertEqual(len(result["content"]), 1)
+        self.assertIn("execution_id: exe_9392448a9b514e3f90193963b7d948d0\nfiles: (none); files_truncated: true",
+                      result["content"][0]["text"])
+        result = self.call({"language": "python", "code": "print(6*7)"})
+        self.assertNotIn("files:", result["content"][0]["text"])
+
+    def test_refused_arguments(self):
+        cases = [
+            ("unknown file field", {"files": [{"path": "a", "content": "x", "mode": 7}]}, 'unknown field "mode"'),
+            ("missing path", {"files": [{"content": "x"}]}, "files[0].path is required"),
+            ("bad encoding", {"files": [{"path": "a", "content": "x"}, {"path": "b", "content": "x", "encoding": "hex"}]},
+             'files[1].encoding must be utf8 or base64, not "hex"'),
+            ("bad base64", {"files": [{"path": "a", "content": "!!", "encoding": "base64"}]}, "files[0].content is not valid base64"),
+            ("base64 without padding", {"files": [{"path": "a", "content": "AAE", "encoding": "base64"}]}, "files[0].content is not valid base64"),
+            ("base64 with stray bits", {"files": [{"path": "a", "content": "AAF=", "encoding": "base64"}]}, "files[0].content is not valid base64"),
+            ("files not a list", {"files": {"a": "x"}}, "invalid arguments"),
+            ("env not strings", {"env": {"N": 3}}, "invalid arguments"),
+            ("args not strings", {"args": ["a", 1]}, "invalid arguments: args[1] must be a string"),
+            ("return_files not a list", {"return_files": "*.png"}, "invalid arguments: return_files must be an array"),
+        ]
+        for name, extra, want in cases:
+            with self.subTest(name):
+                self.api.requests.clear()
+                result = self.call(dict({"language": "python", "code": "1"}, **extra))
+                self.assertTrue(result.get("isError"))
+                self.assertIn(want, result["content"][0]["text"])
+                self.assertEqual(self.api.requests, [], "refused arguments must not reach the API")
+
+    def test_base64_line_breaks_accepted(self):
+        """Go's strict decoder still skips CR and LF; so does this one."""
+        self.call({"language": "python", "code": "1", "files": [{"path": "a", "content": "AA\r\nE=", "encoding": "base64"}]})
+        self.assertEqual(json.loads(self.api.requests[0][3])["files"], [{"path": "a", "content": "AAE=", "encoding": "base64"}])
+
+    def test_bad_base64_from_the_api(self):
+        self.api.push("POST /v1/executions", (200, {}, dict(OK_EXECUTION, files=[{"path": "x", "size": 1, "encoding": "base64", "content": "%%%"}])))
+        result = self.call({"language": "python", "code": "1", "return_files": ["x"]})
+        self.assertTrue(result["isError"])
+        self.assertIn("could not read", result["content"][0]["text"])
+
+
+class FileContentTest(unittest.TestCase):
+    def test_file_content(self):
+        svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+        cases = [
+            # name, path, data, image MIME type ("" for a resource), text resource, URI
+            ("png", "plot.png", tiny_png(), "image/png", False, ""),
+            ("png named as text", "plot.txt", tiny_png(), "image/png", False, ""),
+            ("gif", "a.gif", b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", "image/gif", False, ""),
+            ("jpeg", "a.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00", "image/jpeg", False, ""),
+            ("webp", "a.webp", b"RIFF\x1a\x00\x00\x00WEBPVP8 ", "image/webp", False, ""),
+            ("bmp is not shown inline", "a.bmp", b"BM\x00\x00\xff", "", False, "vertal://executions/exe_1/files/a.bmp"),
+            ("text named as png", "fake.png", b"just text", "", True, "vertal://executions/exe_1/files/fake.png"),
+            ("svg is markup, not an image", "logo.svg", svg, "", True, "vertal://executions/exe_1/files/logo.svg"),
+            ("path parts escaped", "out/a b#?.txt", b"x", "", True, "vertal://executions/exe_1/files/out/a%20b%23%3F.txt"),
+            ("escaped as url.PathEscape", "r\u00e9sum\u00e9 (1)!;,$&+:=@~.txt", b"x", "", True,
+             "vertal://executions/exe_1/files/r%C3%A9sum%C3%A9%20%281%29%21%3B%2C$&+:=@~.txt"),
+            ("invalid utf-8 is a blob", "x.dat", b"ok\xffno", "", False, "vertal://executions/exe_1/files/x.dat"),
+            ("empty file", "empty", b"", "", True, "vertal://executions/exe_1/files/empty"),
+        ]
+        for name, path, data, want_image, want_text, want_uri in cases:
+            with self.subTest(name):
+                c = file_content("exe_1", path, data)
+                if want_image:
+                    self.assertEqual(c, {"type": "image", "mimeType": want_image, "data": base64.b64encode(data).decode()})
+                    continue
+                self.assertEqual(c["type"], "resource")
+                r = c["resource"]
+                self.assertEqual(r["uri"], want_uri)
+                if want_text:
+                    self.assertEqual(r.get("text"), data.decode())
+                    self.assertNotIn("blob", r)
+                    self.assertTrue(r["mimeType"].startswith("text/"), r["mimeType"])
+                else:
+                    self.assertEqual(base64.b64decode(r["blob"]), data)
+                    self.assertNotIn("text", r)
+
+    def test_files_line(self):
+        cases = [
+            ([], False, ""),
+            ([{"path": "a.png", "size": 10}], False, "files: a.png (10 bytes)\n"),
+            ([], True, "files: (none); files_truncated: true (the plan's caps on count or size left some matching files out)\n"),
+        ]
+        for files, truncated, want in cases:
+            with self.subTest(want):
+                self.assertEqual(files_line(files, truncated), want)
+
+    def test_sniffing_matches_go(self):
+        """Results of Go's http.DetectContentType for the same bytes."""
+        cases = [
+            (b"", "text/plain; charset=utf-8"),
+            (b"\x00", "application/octet-stream"),
+            (b"  <!doctype html>", "text/html; charset=utf-8"),
+            (b"<p>", "text/html; charset=utf-8"),
+            (b"<pre>", "text/plain; charset=utf-8"),
+            (b"\n<?xml version", "text/xml; charset=utf-8"),
+            (b"<svg></svg>", "text/plain; charset=utf-8"),
+            (b"%PDF-1.7", "application/pdf"),
+            (b"\xef\xbb\xbfhi", "text/plain; charset=utf-8"),
+            (b"\xff\xfeh\x00", "text/plain; charset=utf-16le"),
+            (b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp41isom", "video/mp4"),
+            (b"PK\x03\x04", "application/zip"),
+            (b"\x1f\x8b\x08\x00", "application/x-gzip"),
+            (b"caf\xc3\xa9", "text/plain; charset=utf-8"),
+            (b"\x1b[0m", "text/plain; charset=utf-8"),
+            (b"\x00\x01", "application/octet-stream"),
+            (b"BM\x00\x00\xff", "image/bmp"),
+            (b"a" * 512 + b"\x00", "text/plain; charset=utf-8"),
+        ]
+        for data, want in cases:
+            with self.subTest(data[:20]):
+                self.assertEqual(detect_content_type(data), want)
 
 
 class StdioProcessTest(unittest.TestCase):

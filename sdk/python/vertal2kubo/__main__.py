@@ -8,12 +8,15 @@ it when it is on PATH.
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import shutil
 import sys
-from typing import Optional, Sequence, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
+from ._files import ReturnedPathError, read_file_flag, write_beneath
 from .client import KuboClient, KuboError
 
 # Exit statuses when the program's own cannot be reported; like docker run,
@@ -42,15 +45,37 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run", help="run code and mirror its output and exit code",
-        description="Run CODE (or the file it names, or standard input for -) on a Vertal Run "
-        "server. The program's stdout and stderr go to this command's, and the exit status is "
-        "the program's; 125 means the API refused the request or could not be reached.")
-    run.add_argument("code", metavar="CODE|FILE|-")
+        usage="%(prog)s [flags] CODE | FILE | - [-- ARGS...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run CODE (or the file it names, or standard input for -) on a Vertal Run\n"
+        "server. The program's stdout and stderr go to this command's as the program\n"
+        "writes them, and the exit status is the program's; 125 means the API refused\n"
+        "the request or could not be reached.",
+        epilog="""examples:
+  python -m vertal2kubo run "print('hello')"
+  python -m vertal2kubo run plot.py --file data.csv --return '*.png' --out results
+  python -m vertal2kubo run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
+
+Returned files are written under --out (subdirectories are created; a path
+that would leave it or go through a symlink is refused), one line per file
+on stderr.""")
+    run.add_argument("code", metavar="CODE|FILE|-", nargs="?")
     run.add_argument("--language", "-l", help="python, javascript or bash (default: from the file extension, else python)")
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default: the server's, 10)")
     run.add_argument("--stdin", help="text for the program's standard input; - reads this command's stdin")
     run.add_argument("--json", action="store_true", help="print the whole API response as JSON")
     run.add_argument("--idempotency-key", help="retry-safe key: the same key and code return the first result")
+    run.add_argument("--no-stream", action="store_true",
+                     help="wait for the end and print the output at once instead of as it comes")
+    run.add_argument("--file", action="append", default=[], metavar="LOCAL[:PATH]",
+                     help="put a local file in the program's working directory (PATH defaults to the base name; repeatable)")
+    run.add_argument("--env", action="append", default=[], metavar="K=V",
+                     help="set an environment variable of the program, K=V, or K to pass this command's value (repeatable)")
+    run.add_argument("--arg", action="append", default=[], metavar="A",
+                     help="pass an argument to the program (repeatable; one starting with - as --arg=-x; arguments after -- are passed too)")
+    run.add_argument("--return", dest="return_files", action="append", default=[], metavar="GLOB",
+                     help="return the files matching this glob, relative to the working directory, e.g. '*.png' or 'out/**' (repeatable)")
+    run.add_argument("--out", default=".", metavar="DIR", help="directory the returned files are written to (default .)")
     connection(run)
 
     usage = sub.add_parser("usage", help="show today's usage and the plan's limits")
@@ -70,14 +95,28 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[TextIO] = None,
 
     if argv and argv[0] in OPERATOR_COMMANDS:
         return _operator(argv, stderr)
+    # What follows "--" goes to the program (or, with no CODE before it,
+    # is CODE and then the program's arguments), as `vertal run` has it.
+    rest: list = []
+    if argv and argv[0] == "run" and "--" in argv:
+        at = argv.index("--")
+        argv, rest = argv[:at], argv[at + 1:]
     parser = _parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse printed the problem
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
+            args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse printed the problem (or the help)
         return int(e.code or 0)
     if args.command is None:
         parser.print_help(stderr)
         return EXIT_USAGE
+    if args.command == "run":
+        if args.code is None and rest:
+            args.code, rest = rest[0], rest[1:]
+        if args.code is None:
+            print("vertal2kubo run: want exactly one CODE, FILE or -; see python -m vertal2kubo run -h", file=stderr)
+            return EXIT_USAGE
+        args.arg += rest
     try:
         client = KuboClient(args.url, args.key)
     except ValueError as e:
@@ -110,12 +149,39 @@ def _read_code(arg: str, stdin: TextIO) -> tuple[str, Optional[str]]:
     return arg, None
 
 
+def _run_options(args: argparse.Namespace) -> tuple[Optional[dict], Optional[str]]:
+    """The files, env, args and return_files of run(), or what is wrong
+    with the flags that give them."""
+    files = []
+    for value in args.file:
+        try:
+            files.append(read_file_flag(value))
+        except (OSError, ValueError) as e:
+            reason = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
+            return None, f"--file {value}: {reason}"
+    env = {}
+    for value in args.env:
+        name, eq, v = value.partition("=")
+        if not eq:
+            v = os.environ.get(name, "")
+            if not v:
+                return None, f"--env {value}: {name} is not set here; give it as {name}=VALUE"
+        if name == "":
+            return None, f"--env {value}: want NAME=VALUE"
+        env[name] = v
+    return {"files": files, "env": env, "args": args.arg, "return_files": args.return_files}, None
+
+
 def _run(args: argparse.Namespace, client: KuboClient, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     if args.timeout is not None and args.timeout <= 0:
         print("vertal2kubo run: --timeout must be a positive number of seconds", file=stderr)
         return EXIT_USAGE
     if args.code == "-" and args.stdin == "-":
         print("vertal2kubo run: the code and --stdin cannot both come from standard input", file=stderr)
+        return EXIT_USAGE
+    options, problem = _run_options(args)
+    if problem:
+        print(f"vertal2kubo run: {problem}", file=stderr)
         return EXIT_USAGE
     try:
         code, inferred = _read_code(args.code, stdin)
@@ -126,31 +192,120 @@ def _run(args: argparse.Namespace, client: KuboClient, stdin: TextIO, stdout: Te
     timeout = args.timeout
     if timeout is not None and float(timeout).is_integer():
         timeout = int(timeout)
-    try:
-        result = client.run(code, language=args.language or inferred or "python", timeout_s=timeout,
-                            idempotency_key=args.idempotency_key, stdin=program_stdin)
-    except KuboError as e:
-        return _report(e, "run", stderr)
+    request = dict(options, language=args.language or inferred or "python", timeout_s=timeout,
+                   idempotency_key=args.idempotency_key, stdin=program_stdin)
 
-    status = result.get("status")
-    if args.json:
-        print(json.dumps(result, indent=2), file=stdout)
+    if args.json or args.no_stream:
+        # --json prints one document at the end, so it never streams.
+        try:
+            result = client.run(code, **request)
+        except KeyboardInterrupt:
+            print("vertal2kubo run: interrupted", file=stderr)
+            return EXIT_API_FAILED
+        except KuboError as e:
+            return _report(e, "run", stderr)
+        if args.json:
+            print(json.dumps(_as_sent(result), indent=2), file=stdout)
+        else:
+            stdout.write(result.get("stdout", ""))
+            stderr.write(result.get("stderr", ""))
     else:
-        stdout.write(result.get("stdout", ""))
-        stderr.write(result.get("stderr", ""))
-        if status == "timed_out":
-            print(f"vertal2kubo run: timed out ({result.get('duration_ms', 0) / 1000:g}s, {result.get('id')})", file=stderr)
-        elif status == "memory_exceeded":
-            print(f"vertal2kubo run: memory limit exceeded ({result.get('id')})", file=stderr)
-        elif status == "error":
-            print(f"vertal2kubo run: the sandbox failed ({result.get('id')}, request {result.get('request_id')})", file=stderr)
-        if result.get("truncated"):
-            print("vertal2kubo run: output truncated at the per-stream limit (64 KB)", file=stderr)
+        result, failed = _stream_run(client, code, request, stdout, stderr)
+        if result is None:
+            return failed
+    status = result.get("status")
+    if not args.json:
+        _report_outcome(result, stderr)
     stdout.flush()
+    files_problem = _write_returned_files(args.out, result, stderr)
+    if files_problem:
+        print(f"vertal2kubo run: {files_problem}", file=stderr)
     exit_code = result.get("exit_code") or 0
     if status == "succeeded":
-        return 0
+        return 1 if files_problem else 0  # the caller asked for files it did not get
     return exit_code if 0 < exit_code < 256 else 1
+
+
+def _stream_run(client: KuboClient, code: str, request: dict, stdout: TextIO, stderr: TextIO) -> tuple[Optional[dict], int]:
+    """Run with stream(), writing each chunk of output to this command's
+    stdout or stderr as it arrives; (the execution, 0) or (None, exit status)."""
+    execution_id = None
+    events = client.stream(code, **request)
+    try:
+        for event in events:
+            kind = event["type"]
+            if kind == "started":
+                execution_id = event["execution_id"]
+            elif kind in ("stdout", "stderr"):
+                out = stdout if kind == "stdout" else stderr
+                out.write(event["text"])
+                out.flush()
+            elif kind == "result":
+                return event["execution"], 0
+    except KeyboardInterrupt:
+        if execution_id:
+            # The run goes on on the server; say where to find it.
+            print(f"vertal2kubo run: interrupted; {execution_id} keeps running and its result will be stored", file=stderr)
+        else:
+            print("vertal2kubo run: interrupted", file=stderr)
+        return None, EXIT_API_FAILED
+    except KuboError as e:
+        return None, _report(e, "run", stderr)
+    finally:
+        events.close()
+    # stream() always ends with a result or an error; this is a safety net.
+    print("vertal2kubo run: the event stream ended without a result", file=stderr)
+    return None, EXIT_API_FAILED
+
+
+def _report_outcome(result: dict, stderr: TextIO) -> None:
+    """Tell a person why a run ended when its output does not say so."""
+    status = result.get("status")
+    if status == "timed_out":
+        print(f"vertal2kubo run: timed out ({result.get('duration_ms', 0) / 1000:g}s, {result.get('id')})", file=stderr)
+    elif status == "memory_exceeded":
+        print(f"vertal2kubo run: memory limit exceeded ({result.get('id')})", file=stderr)
+    elif status == "error":
+        print(f"vertal2kubo run: the sandbox failed ({result.get('id')}, request {result.get('request_id')})", file=stderr)
+    if result.get("truncated"):
+        print("vertal2kubo run: output truncated at the per-stream limit (64 KB)", file=stderr)
+
+
+def _write_returned_files(out_dir: str, result: dict, stderr: TextIO) -> Optional[str]:
+    """Write the returned files under out_dir, one line per file on stderr;
+    what went wrong, or None."""
+    if result.get("files_truncated"):
+        print("vertal2kubo run: returned files truncated at the plan's limit (count or size)", file=stderr)
+    files = result.get("files") or []
+    if not files:
+        return None
+    try:
+        os.makedirs(out_dir, 0o755, exist_ok=True)
+    except OSError as e:
+        return f"creating --out directory: {e}"
+    failed = 0
+    for f in files:
+        path, content = f.get("path") or "", f.get("content") or b""
+        try:
+            write_beneath(out_dir, path, content)
+        except (OSError, ReturnedPathError) as e:
+            print(f"vertal2kubo run: not writing returned file {json.dumps(path)}: {e}", file=stderr)
+            failed += 1
+            continue
+        shown = os.path.join(out_dir, *path.split("/"))
+        print(f"vertal2kubo run: wrote {shown} ({len(content)} bytes)", file=stderr)
+    if failed:
+        return f"{failed} of {len(files)} returned files were not written"
+    return None
+
+
+def _as_sent(result: dict) -> dict:
+    """The execution as the API sent it: returned files' content in base64."""
+    files = result.get("files")
+    if not isinstance(files, list):
+        return result
+    return dict(result, files=[dict(f, encoding="base64", content=base64.b64encode(f["content"]).decode("ascii"))
+                               if isinstance(f.get("content"), (bytes, bytearray)) else f for f in files])
 
 
 def _usage(args: argparse.Namespace, client: KuboClient, stdout: TextIO, stderr: TextIO) -> int:
@@ -174,15 +329,19 @@ def _usage(args: argparse.Namespace, client: KuboClient, stdout: TextIO, stderr:
 
 
 def _report(e: KuboError, command: str, stderr: TextIO) -> int:
-    if e.status == 0:
+    if e.code == "connection_failed":
         print(f"vertal2kubo {command}: {e.message}", file=stderr)
         return EXIT_API_FAILED
-    details = f"HTTP {e.status}"
+    # An error event of a stream has no HTTP status of its own.
+    details = [f"HTTP {e.status}"] if e.status else []
     if e.request_id:
-        details += f", request id {e.request_id}"
+        details.append(f"request id {e.request_id}")
     if e.retry_after:
-        details += f", retry after {e.retry_after:g}s"
-    print(f"vertal2kubo {command}: {e.code}: {e.message} ({details})", file=stderr)
+        details.append(f"retry after {e.retry_after:g}s")
+    line = f"vertal2kubo {command}: {e.code}: {e.message}"
+    if details:
+        line += f" ({', '.join(details)})"
+    print(line, file=stderr)
     return EXIT_API_FAILED
 
 

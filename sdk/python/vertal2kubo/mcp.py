@@ -14,12 +14,16 @@ Client configuration (Claude Desktop, Claude Code and others)::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sys
 import threading
+import urllib.parse
 from typing import Any, Callable, Optional, TextIO
 
 from . import __version__
+from ._sniff import detect_content_type
 from .client import KuboClient, KuboError
 
 # Newest first. The server answers with the client's version when it knows
@@ -69,9 +73,16 @@ def describe_run_code(languages: list) -> str:
         "packages cannot be installed (pip, npm and apt do not work; the root filesystem is "
         "read-only), and nothing persists between calls, so every call must contain the whole "
         "program, including imports and data.\n\n"
-        "What it can do: read standard input (the stdin argument), write files under /tmp (16 MB "
-        "in total, 1 MB per file, files cannot be executed), and use 1 CPU and up to 64 processes "
-        "or threads. Memory is capped per plan (memory_mb in get_usage).\n\n"
+        "What it can do: read standard input (the stdin argument), write files in its working "
+        "directory /code and under /tmp (each its own space of at least 16 MB, 1 MB per file; nothing "
+        "written can be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped "
+        "per plan (memory_mb in get_usage).\n\n"
+        "Files, environment and arguments: the program runs in the working directory /code. Give it "
+        "input files with files (paths relative to /code, content as text or base64), environment "
+        "variables with env and command-line arguments with args (sys.argv[1:], "
+        "process.argv.slice(2), $1...). To get back files the program writes in /code, list globs in "
+        "return_files (\"*.png\", \"out/**\"): images come back as image content, any other file as "
+        "an embedded resource. The number and total size of files in and out are capped per plan.\n\n"
         "Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, "
         "up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; "
         "beyond that it is cut and truncated is true, so print summaries rather than huge data.\n\n"
@@ -98,6 +109,27 @@ def tool_definitions(languages: list) -> list:
                               "Wall-clock limit in seconds, from 1 to the plan's max_timeout_s (see get_usage). "
                               "Default 10, or the plan's maximum if lower."},
                 "stdin": {"type": "string", "description": "Text given to the program on standard input. Optional."},
+                "files": {"type": "array", "description": "Files placed in the working directory (/code) before the program runs. Optional.",
+                          "items": {
+                              "type": "object",
+                              "properties": {
+                                  "path": {"type": "string", "description":
+                                           "Relative path with / separators, e.g. data/input.csv; no .. and no leading /."},
+                                  "content": {"type": "string", "description": "The file's content: text, or base64 when encoding is base64."},
+                                  "encoding": {"type": "string", "enum": ["utf8", "base64"], "default": "utf8", "description":
+                                               "utf8 (the default) for text, base64 (standard, padded) for binary content."},
+                              },
+                              "required": ["path", "content"],
+                              "additionalProperties": False,
+                          }},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}, "description":
+                        "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, "
+                        "NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
+                "args": {"type": "array", "items": {"type": "string"}, "description":
+                         "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
+                "return_files": {"type": "array", "items": {"type": "string"}, "maxItems": 20, "description":
+                                 "Globs relative to /code of files to send back after the run, e.g. [\"*.png\", \"out/**\"]. "
+                                 "Images come back as image content, other files as embedded resources. Optional."},
             },
             "required": ["language", "code"],
             "additionalProperties": False,
@@ -106,7 +138,7 @@ def tool_definitions(languages: list) -> list:
             "type": "object",
             "properties": {
                 "id": {"type": "string", "description": "Execution id (exe_...)."},
-                "status": {"type": "string", "enum": ["succeeded", "failed", "timed_out", "memory_exceeded", "error"],
+                "status": {"type": "string", "enum": ["succeeded", "failed", "timed_out", "memory_exceeded", "error", "canceled"],
                            "description": "succeeded means the program exited with code 0."},
                 "stdout": {"type": "string"},
                 "stderr": {"type": "string"},
@@ -115,6 +147,9 @@ def tool_definitions(languages: list) -> list:
                 "truncated": {"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
                 "usage": {"type": "object", "properties": {"sandbox_seconds": {"type": "number"}}},
                 "request_id": {"type": "string"},
+                "files": {"type": "array", "description": "Files matched by return_files (their content is in the result's content).",
+                          "items": {"type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"}}}},
+                "files_truncated": {"type": "boolean", "description": "True if the plan's caps left some matching files out."},
             },
             "required": ["id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"],
         },
@@ -158,7 +193,9 @@ def _stream(s: str) -> str:
     return s if s.endswith("\n") else s + "\n"
 
 
-def format_execution(ex: dict) -> str:
+def format_execution(ex: dict, files: str = "") -> str:
+    """A result for a model to read; files is the line naming the returned
+    files, or ""."""
     status = ex.get("status", "")
     lines = [f"status: {status}", f"exit_code: {ex.get('exit_code', 0)}", f"duration_ms: {ex.get('duration_ms', 0)}"]
     if ex.get("truncated"):
@@ -169,11 +206,13 @@ def format_execution(ex: dict) -> str:
     if note:
         lines.append("note: " + note)
     lines.append(f"execution_id: {ex.get('id', '')}")
-    return "\n".join(lines) + "\n--- stdout ---\n" + _stream(ex.get("stdout", "")) + \
+    return "\n".join(lines) + "\n" + files + "--- stdout ---\n" + _stream(ex.get("stdout", "")) + \
         "--- stderr ---\n" + _stream(ex.get("stderr", ""))
 
 
 def _error_text(err: KuboError) -> str:
+    if err.status == 0 and err.code == "invalid_response":
+        return f"The Vertal Run API sent an answer this server could not read: {err.message}"
     if err.status == 0:
         return f"Could not reach the Vertal Run API (check KUBO_API_URL): {err.message}"
     text = f"Vertal Run API error {err.code}: {err.message} (HTTP {err.status}"
@@ -187,10 +226,71 @@ def _error_text(err: KuboError) -> str:
     return text
 
 
+_RUN_FIELDS = ("language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files")
+_FILE_FIELDS = ("path", "content", "encoding")
+
+
+def _clip(s: str, n: int) -> str:
+    """s shortened for echoing client input in a message."""
+    return s if len(s.encode("utf-8")) <= n else s.encode("utf-8")[:n].decode("utf-8", "ignore") + "..."
+
+
+def _strings(value: Any, name: str) -> Optional[str]:
+    """Why value is not a list of strings, or None."""
+    if not isinstance(value, list):
+        return f"invalid arguments: {name} must be an array of strings"
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            return f"invalid arguments: {name}[{i}] must be a string"
+    return None
+
+
+def _check_files(files: Any) -> tuple[list, Optional[str]]:
+    """run_code's files as (path, bytes) pairs for the client. Only what the
+    schema fixes is checked; paths and sizes are the API's to refuse, with
+    its own messages."""
+    if not isinstance(files, list):
+        return [], "invalid arguments: files must be an array of objects"
+    out = []
+    for i, f in enumerate(files):
+        if not isinstance(f, dict):
+            return [], f"invalid arguments: files[{i}] must be an object"
+        unknown = sorted(set(f) - set(_FILE_FIELDS))
+        if unknown:
+            return [], f'invalid arguments: unknown field "{unknown[0]}" in files[{i}]'
+        for field in _FILE_FIELDS:
+            if field in f and f[field] is not None and not isinstance(f[field], str):
+                return [], f"invalid arguments: files[{i}].{field} must be a string"
+        path, content, encoding = f.get("path") or "", f.get("content") or "", f.get("encoding") or ""
+        if path == "":
+            return [], f"argument files[{i}].path is required"
+        if encoding not in ("", "utf8", "base64"):
+            return [], f"argument files[{i}].encoding must be utf8 or base64, not {json.dumps(_clip(encoding, 20))}"
+        if encoding == "base64":
+            data = _strict_base64(content)
+            if data is None:
+                return [], f"files[{i}].content is not valid base64"
+        else:
+            data = content.encode("utf-8")
+        out.append((path, data))
+    return out, None
+
+
+def _strict_base64(s: str) -> Optional[bytes]:
+    """Standard, padded base64 as Go's StdEncoding.Strict() reads it (line
+    breaks ignored, padding required, unused bits zero), or None."""
+    s = s.replace("\r", "").replace("\n", "")
+    try:
+        data = base64.b64decode(s, validate=True)
+    except (ValueError, binascii.Error):
+        return None
+    return data if base64.b64encode(data).decode("ascii") == s else None
+
+
 def _check_run_args(args: Any) -> tuple[Optional[dict], Optional[str]]:
     if not isinstance(args, dict):
         return None, "arguments language and code are required"
-    unknown = sorted(set(args) - {"language", "code", "timeout_s", "stdin"})
+    unknown = sorted(set(args) - set(_RUN_FIELDS))
     if unknown:
         return None, f'invalid arguments: unknown field "{unknown[0]}"'
     language, code = args.get("language"), args.get("code")
@@ -205,7 +305,80 @@ def _check_run_args(args: Any) -> tuple[Optional[dict], Optional[str]]:
         return None, "argument timeout_s must be at least 1"
     if stdin is not None and not isinstance(stdin, str):
         return None, "argument stdin must be a string"
-    return {"language": language, "code": code, "timeout_s": timeout, "stdin": stdin}, None
+    checked = {"language": language, "code": code, "timeout_s": timeout, "stdin": stdin}
+    env = args.get("env")
+    if env is not None:
+        if not isinstance(env, dict):
+            return None, "invalid arguments: env must be an object of strings"
+        for k, v in env.items():
+            if not isinstance(v, str):
+                return None, f"invalid arguments: env[{json.dumps(_clip(k, 40))}] must be a string"
+        checked["env"] = env
+    for name in ("args", "return_files"):
+        if args.get(name) is not None:
+            problem = _strings(args[name], name)
+            if problem:
+                return None, problem
+            checked[name] = args[name]
+    if args.get("files") is not None:
+        files, problem = _check_files(args["files"])
+        if problem:
+            return None, problem
+        checked["files"] = files
+    return checked, None
+
+
+# The image types an MCP client can show. SVG is not one of them: it is
+# markup (and can carry script), so it comes back as a text resource.
+RASTER_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def file_uri(execution_id: str, path: str) -> str:
+    """A returned file's name as an MCP resource; each part escaped as Go's
+    url.PathEscape does."""
+    def esc(s: str) -> str:
+        return urllib.parse.quote(s, safe="$&+:=@")
+    return f"vertal://executions/{esc(execution_id)}/files/" + "/".join(esc(p) for p in path.split("/"))
+
+
+def file_content(execution_id: str, path: str, data: bytes) -> dict:
+    """A returned file as MCP content. The type is sniffed from the bytes,
+    never taken from the name: a program names its files as it likes.
+    Raster images become image content; anything else an embedded
+    resource, as text when it is valid UTF-8 and as a blob otherwise."""
+    sniffed = detect_content_type(data)
+    if sniffed in RASTER_IMAGES:
+        return {"type": "image", "mimeType": sniffed, "data": base64.b64encode(data).decode("ascii")}
+    resource: dict[str, Any] = {"uri": file_uri(execution_id, path)}
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        resource["mimeType"] = sniffed
+        resource["blob"] = base64.b64encode(data).decode("ascii")
+    else:
+        resource["mimeType"] = sniffed if sniffed.startswith("text/") else "text/plain; charset=utf-8"
+        resource["text"] = text
+    return {"type": "resource", "resource": resource}
+
+
+def files_line(files: list, truncated: bool) -> str:
+    """The line naming the returned files for the text a model reads."""
+    if not files and not truncated:
+        return ""
+    names = [f"{f.get('path')} ({f.get('size', 0)} bytes)" for f in files]
+    line = "files: " + (", ".join(names) if names else "(none)")
+    if truncated:
+        line += "; files_truncated: true (the plan's caps on count or size left some matching files out)"
+    return line + "\n"
+
+
+def _structured(ex: dict) -> dict:
+    """The execution without the files' bytes: they are in the content, once."""
+    if not isinstance(ex.get("files"), list):
+        return ex
+    files = [{k: v for k, v in f.items() if k not in ("content", "encoding")} if isinstance(f, dict) else f
+             for f in ex["files"]]
+    return dict(ex, files=files)
 
 
 class Server:
@@ -231,12 +404,17 @@ class Server:
             return _text_result(self.config_error or "the server is not configured", is_error=True)
         try:
             ex = self.client.run(checked["code"], language=checked["language"], timeout_s=checked["timeout_s"],
-                                 stdin=checked["stdin"])
+                                 stdin=checked["stdin"], files=checked.get("files"), env=checked.get("env"),
+                                 args=checked.get("args"), return_files=checked.get("return_files"))
         except KuboError as e:
             return _text_result(_error_text(e), is_error=True)
+        files = [f for f in ex.get("files") or [] if isinstance(f, dict)]
+        text = format_execution(ex, files_line(files, bool(ex.get("files_truncated"))))
         # A program that did not succeed is a tool error the agent should
         # read and react to, not a protocol failure.
-        return _text_result(format_execution(ex), is_error=ex.get("status") != "succeeded", structured=ex)
+        result = _text_result(text, is_error=ex.get("status") != "succeeded", structured=_structured(ex))
+        result["content"] += [file_content(ex.get("id", ""), f.get("path", ""), f.get("content") or b"") for f in files]
+        return result
 
     def get_usage(self, args: Any) -> dict:
         if args not in (None, {}):
