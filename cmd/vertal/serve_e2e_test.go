@@ -284,6 +284,7 @@ func TestServeE2E(t *testing.T) {
 	base, key := p.url+"/api", p.devKey
 
 	t.Run("Cancel", func(t *testing.T) { checkCancel(t, p, p, key, sqliteRunning(p)) })
+	t.Run("Core", func(t *testing.T) { checkCore(t, p, key) })
 
 	t.Run("DocumentedCurlQuickstart", func(t *testing.T) {
 		status, body, raw := curl(t, "-X", "POST", base+"/v1/executions",
@@ -761,6 +762,7 @@ func TestServeDockerE2E(t *testing.T) {
 				t.Errorf("%d %s", r.status, r.raw)
 			}
 			t.Run("Cancel", func(t *testing.T) { checkCancel(t, p, p, p.devKey, sqliteRunning(p)) })
+			t.Run("Core", func(t *testing.T) { checkCore(t, p, p.devKey) })
 			if !strings.Contains(p.stdout.String(), "docker/"+rt) {
 				t.Errorf("banner does not name docker/%s:\n%s", rt, p.stdout)
 			}

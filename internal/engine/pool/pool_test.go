@@ -194,6 +194,29 @@ func TestRunTakesAWarmSandboxAndRefills(t *testing.T) {
 	}
 }
 
+// TestEnvOrArgsRunCold: a launcher started with the fixed environment and
+// command line, so a request with env or args goes to the cold path,
+// leaves the ready sandbox for another request, and is no miss (the pool
+// does not grow for it).
+func TestEnvOrArgsRunCold(t *testing.T) {
+	pre := &fakePre{}
+	p, cold := newTestPool(t, pre, Options{Languages: []engine.Language{python}})
+	eventually(t, "one ready", func() bool { return statsOf(p, "python").Ready == 1 })
+	for _, spec := range []engine.Spec{
+		{ID: "exe_1", Language: python, Code: "a", Env: map[string]string{"A": "1"}},
+		{ID: "exe_2", Language: python, Code: "b", Args: []string{"x"}},
+	} {
+		res, err := p.Run(context.Background(), spec)
+		if err != nil || res.Stdout != "cold:"+spec.Code {
+			t.Fatalf("Run(%q) = %q, %v; want the cold path", spec.Code, res.Stdout, err)
+		}
+	}
+	s := statsOf(p, "python")
+	if cold.runs.Load() != 2 || s.Bypassed != 2 || s.Misses != 0 || s.Ready != 1 || s.Target != 1 {
+		t.Errorf("cold runs %d, stats %+v; want 2 cold, 2 bypassed, no miss, the warm sandbox still ready, target 1", cold.runs.Load(), s)
+	}
+}
+
 func TestDryPoolRunsColdAndGrows(t *testing.T) {
 	pre := &fakePre{gate: make(chan struct{})} // nothing gets ready
 	p, cold := newTestPool(t, pre, Options{Max: 3, Parallel: 4})
@@ -489,6 +512,7 @@ func TestWriteMetrics(t *testing.T) {
 		`vertal_pool_memory_bytes{language="python"} 1000`,
 		`vertal_pool_hits_total{language="python"} 1`,
 		`vertal_pool_misses_total{language="python"} 0`,
+		`vertal_pool_bypassed_total{language="python"} 0`,
 		`vertal_pool_crashed_total{language="python"} 0`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
