@@ -155,23 +155,24 @@ func (g *Guard) check(a netip.Addr) *Error {
 		}
 		for _, r := range refusedRanges {
 			if r.prefix.Contains(c) {
-				return g.refusal(a, c, fmt.Sprintf("%s address (%s)", r.name, r.prefix))
+				return g.refusal(a, c, fmt.Sprintf("%s (%s)", r.name, r.prefix))
 			}
 		}
 		for _, o := range own {
 			if o.WithZone("").Unmap() == c {
-				return g.refusal(a, c, "address of this server")
+				return g.refusal(a, c, "an address of this server")
 			}
 		}
 	}
 	return nil
 }
 
-func (g *Guard) refusal(a, c netip.Addr, what string) *Error {
+// refusal names a, and c when it is the IPv4 address a carries.
+func (g *Guard) refusal(a, c netip.Addr, why string) *Error {
 	if a.WithZone("") != c {
-		return newError(ErrRefused, nil, "address %s (%s) is a %s, which webhooks may not reach", a, c, what)
+		return newError(ErrRefused, nil, "address %s (%s) is refused for webhooks: %s", a, c, why)
 	}
-	return newError(ErrRefused, nil, "address %s is a %s, which webhooks may not reach", a, what)
+	return newError(ErrRefused, nil, "address %s is refused for webhooks: %s", a, why)
 }
 
 // inAllowed says whether a is inside an allow range.
@@ -249,7 +250,9 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) (*Target, error) {
 			return nil, newError(ErrInvalidURL, nil,
 				"must use https: http is allowed only to addresses inside --webhook-allow-cidr, and %s is not", a)
 		}
-		t.Addrs = append(t.Addrs, netip.AddrPortFrom(a, port))
+		// Unmapped, so that the address the dialer reports to the
+		// Control hook is the pinned one written the same way.
+		t.Addrs = append(t.Addrs, netip.AddrPortFrom(a.Unmap(), port))
 	}
 	return t, nil
 }

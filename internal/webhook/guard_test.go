@@ -216,6 +216,7 @@ func TestCheckURL(t *testing.T) {
 		{url: "https://hooks.example.com/hook?x=1", wantAddrs: []string{"93.184.216.34:443", "[2606:2800:220:1:248:1893:25c8:1946]:443"}},
 		{url: "https://hooks.example.com:8443/h", wantAddrs: []string{"93.184.216.34:8443", "[2606:2800:220:1:248:1893:25c8:1946]:8443"}},
 		{url: "https://93.184.216.34/h", wantAddrs: []string{"93.184.216.34:443"}},
+		{url: "https://[::ffff:93.184.216.34]/h", wantAddrs: []string{"93.184.216.34:443"}},
 		{url: "http://allowed.lan/h", wantAddrs: []string{"10.20.30.40:80"}},
 		{url: "https://allowed.lan/h", wantAddrs: []string{"10.20.30.40:443"}},
 
@@ -243,7 +244,7 @@ func TestCheckURL(t *testing.T) {
 		{url: "https://169.254.169.254/latest/meta-data/", kind: ErrRefused, msg: "metadata"},
 		{url: "https://localhost/h", kind: ErrRefused, msg: `host "localhost" resolves to address 127.0.0.1`},
 		{url: "https://loopback.example:8443/h", kind: ErrRefused, msg: "loopback"},
-		{url: "https://mixed.example/h", kind: ErrRefused, msg: "10.0.0.7 is a private address"},
+		{url: "https://mixed.example/h", kind: ErrRefused, msg: "10.0.0.7 is refused for webhooks: private (10.0.0.0/8)"},
 		{url: "https://metadata.example/h", kind: ErrRefused, msg: "cloud metadata"},
 		{url: "https://mapped.example/h", kind: ErrRefused, msg: "loopback"},
 		{url: "https://100.64.0.1/h", kind: ErrRefused, msg: "carrier-grade NAT"},
