@@ -326,3 +326,14 @@ func TestDeliverDNSRebinding(t *testing.T) {
 		t.Errorf("the rebound address was dialed: %v", d.dialed)
 	}
 }
+
+// TestDeliverMappedLiteral: an IPv4-mapped literal is pinned as the IPv4
+// address, so the Control hook accepts the connection it is shown.
+func TestDeliverMappedLiteral(t *testing.T) {
+	rcv := newReceiver(t, nil)
+	c := newTestClient(t, NewGuard(loopback, nil), rcv, Options{})
+	status, err := c.Deliver(context.Background(), "https://[::ffff:127.0.0.1]:"+rcv.port()+"/", "dlv_1", []byte(testSecret), []byte(`{}`))
+	if err != nil || status != http.StatusNoContent {
+		t.Fatalf("Deliver = %d, %v; want 204", status, err)
+	}
+}
