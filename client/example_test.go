@@ -291,3 +291,27 @@ open("out/sum.txt", "w").write(f"{total}\n")`
 	}
 	// Output: out/sum.txt (3 bytes): 42
 }
+
+// A webhook receiver checks the signature on the raw body before it decodes
+// it, and dedupes by the delivery id (a retry carries the same one).
+func ExampleVerifyWebhook() {
+	secret := os.Getenv("VERTAL_WEBHOOK_SECRET") // whsec_..., from GET /v1/webhook-secret
+	http.HandleFunc("POST /hooks/vertal", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 100<<20))
+		if err != nil {
+			http.Error(w, "cannot read the body", http.StatusBadRequest)
+			return
+		}
+		if err := client.VerifyWebhook(secret, r.Header.Get(client.HeaderWebhookSignature), body, 5*time.Minute); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var exe client.Execution
+		if err := json.Unmarshal(body, &exe); err != nil {
+			http.Error(w, "not an execution", http.StatusBadRequest)
+			return
+		}
+		log.Printf("delivery %s: %s finished %s", r.Header.Get(client.HeaderWebhookDelivery), exe.ID, exe.Status)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

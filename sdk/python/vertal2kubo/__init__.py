@@ -1,8 +1,10 @@
 """Vertal Run clients: the API client (vertal2kubo.client), the command
 line (python -m vertal2kubo) and an MCP server for AI agents
-(python -m vertal2kubo.mcp). Standard library only."""
+(python -m vertal2kubo.mcp), and verify_webhook for webhook receivers
+(vertal2kubo.webhook). Standard library only."""
 
 from .client import KuboClient, KuboError
+from .webhook import WebhookVerificationError, verify_webhook
 
 __version__ = "0.2.0"
-__all__ = ["KuboClient", "KuboError", "__version__"]
+__all__ = ["KuboClient", "KuboError", "WebhookVerificationError", "verify_webhook", "__version__"]
