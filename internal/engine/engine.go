@@ -74,7 +74,18 @@ type Limits struct {
 	// and their bytes in all. Defaults 20 files, 10 MiB.
 	ReturnFiles int
 	ReturnBytes int64
+	// Lifetime is the sandbox's own deadline, kept inside it: at this age
+	// its processes are killed by the sandbox itself, even when the server
+	// that started it is gone (SIGKILLed, crashed) and nothing on the host
+	// would. Zero: the driver uses the Spec's timeout plus LifetimeGrace.
+	// The warm pool gives its sandboxes how long one may wait plus the
+	// longest timeout it may then run (see sandbox.DeadlineArgv).
+	Lifetime time.Duration
 }
+
+// LifetimeGrace is added to an execution's timeout for its sandbox's own
+// deadline: the host's timer, which reports timed_out, always fires first.
+const LifetimeGrace = 5 * time.Second
 
 // Defaults used by WithDefaults.
 const (

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
@@ -63,6 +64,33 @@ func EnvFor(l engine.Limits) []string {
 	mib := l.MemoryBytes >> 20
 	semi := min(max(mib/512, 1), 16)
 	return append(Env(), fmt.Sprintf("NODE_OPTIONS=--max-old-space-size=%d --max-semi-space-size=%d", max(mib/2, 16), semi))
+}
+
+// DeadlineArgv is argv run under coreutils timeout(1), so that the
+// sandbox kills itself at lifetime (rounded up to whole seconds) whatever
+// happens to the server: timeout sends SIGKILL to the program's process
+// group and dies with it, the sandbox's init (tini) then exits with its
+// only child, and the kernel kills everything left in the pid namespace
+// (setsid and double-forked processes too). Exit statuses and signals
+// pass through timeout unchanged. timeout is the image's own (every
+// Debian-based image has coreutils); the program can kill it, and so
+// itself, but cannot outlive it. A zero lifetime leaves argv alone.
+func DeadlineArgv(timeout string, lifetime time.Duration, argv []string) []string {
+	if lifetime <= 0 {
+		return argv
+	}
+	secs := int64((lifetime + time.Second - 1) / time.Second)
+	return append([]string{timeout, "-s", "KILL", strconv.FormatInt(secs, 10)}, argv...)
+}
+
+// Pids is the process limit to enforce for l: l.Pids for the program,
+// plus the deadline's timeout process (DeadlineArgv) when there is one,
+// so the program may still have exactly l.Pids processes and threads.
+func Pids(l engine.Limits) int64 {
+	if l.Lifetime > 0 {
+		return l.Pids + 1
+	}
+	return l.Pids
 }
 
 // UserEnv is a request's environment as NAME=value entries, sorted by

@@ -27,7 +27,7 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 
 	cfg := &container.Config{
 		Image:      img,
-		Cmd:        append(command(spec.Language), spec.Args...),
+		Cmd:        sandbox.DeadlineArgv("timeout", lim.Lifetime, append(command(spec.Language), spec.Args...)),
 		Entrypoint: []string{}, // an image's entrypoint is not ours to run
 		Env:        append(sandbox.EnvFor(lim), sandbox.UserEnv(spec.Env)...),
 		User:       fmt.Sprintf("%d:%d", uid, uid),

@@ -266,9 +266,59 @@ func reapHelper(arg string) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
-	_, err = d.Run(ctx, engine.Spec{ID: parts[2], Language: languages["bash"], Code: parts[3], Timeout: time.Minute})
+	timeout := time.Minute
+	if v := os.Getenv(reapTimeoutEnv); v != "" {
+		timeout, _ = time.ParseDuration(v)
+	}
+	_, err = d.Run(ctx, engine.Spec{ID: parts[2], Language: languages["bash"], Code: parts[3], Timeout: timeout})
 	fmt.Fprintln(os.Stderr, "helper: Run returned, it should have been killed:", err)
 	return 3
+}
+
+// reapTimeoutEnv sets the helper's execution timeout (default 1m).
+const reapTimeoutEnv = "VERTAL_DOCKER_REAP_TIMEOUT"
+
+// TestDeadlineOutlivesServer kills a server mid-run: with nothing on the
+// host left to time the container out, it still stops by itself at its
+// own deadline (timeout + engine.LifetimeGrace), before any Reap.
+func TestDeadlineOutlivesServer(t *testing.T) {
+	requireE2E(t)
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) {
+			stateDir, id := t.TempDir(), newID(t)
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), reapTimeoutEnv+"=2s",
+				reapHelperEnv+"="+strings.Join([]string{rt, stateDir, id, "(setsid sleep 600 &); trap '' TERM; sleep 600"}, ","))
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			cli := newTestDriver(t, rt).cli
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				_, _ = newTestDriverIn(t, rt, stateDir).Reap(ctx)
+			})
+			running := func() bool {
+				list, err := cli.ContainerList(ctx, byLabel(labelExecution, id))
+				return err == nil && len(list) == 1 && list[0].State == "running"
+			}
+			waitFor(t, running)
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			killed := time.Now()
+			for running() {
+				if time.Since(killed) > 2*time.Second+engine.LifetimeGrace+15*time.Second {
+					t.Fatal("the container outlived its own deadline by 15 s")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("the container stopped by itself %v after its server was killed", time.Since(killed).Round(100*time.Millisecond))
+		})
+	}
 }
 
 // TestReapAfterSIGKILL kills a server mid-run and checks that the next

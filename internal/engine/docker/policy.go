@@ -77,10 +77,11 @@ const gvisorThreadsPerTask = 16
 // cgroup keeps a generous backstop for the sentry's threads.
 func pidsLimits(l engine.Limits, gvisor bool) (cgroupPids int64, extra []*container.Ulimit) {
 	l = l.WithDefaults()
+	n := sandbox.Pids(l) // the program's, plus the deadline's timeout process
 	if !gvisor {
-		return l.Pids, nil
+		return n, nil
 	}
-	return l.Pids * gvisorThreadsPerTask, []*container.Ulimit{{Name: "nproc", Soft: l.Pids, Hard: l.Pids}}
+	return n * gvisorThreadsPerTask, []*container.Ulimit{{Name: "nproc", Soft: n, Hard: n}}
 }
 
 // Enforced reports which protections this driver enforces with its

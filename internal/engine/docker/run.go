@@ -53,6 +53,9 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (res engine.Result, 
 		spec.Timeout = engine.DefaultTimeout
 	}
 	spec.Limits = spec.Limits.WithDefaults()
+	if spec.Limits.Lifetime <= 0 {
+		spec.Limits.Lifetime = spec.Timeout + engine.LifetimeGrace
+	}
 	if err := d.begin(spec.ID); err != nil {
 		return engine.Result{}, err
 	}

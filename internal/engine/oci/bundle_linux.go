@@ -16,6 +16,10 @@ import (
 // the runtime creates, so the mount point never touches the shared image.
 const initPath = "/dev/init"
 
+// timeoutPath is coreutils timeout(1) in the image, the sandbox's own
+// deadline (sandbox.DeadlineArgv).
+const timeoutPath = "/usr/bin/timeout"
+
 // idPlaceholder marks where the execution id goes in a config template.
 const idPlaceholder = "@@VERTAL_EXECUTION_ID@@"
 
@@ -116,7 +120,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 	if len(lang.Command) == 0 || lang.File == "" || strings.Contains(lang.File, "/") {
 		return nil, fmt.Errorf("language %q: needs a command and a plain file name", lang.Name)
 	}
-	args := append([]string{initPath, "--"}, lang.Argv()...)
+	args := append([]string{initPath, "--"}, sandbox.DeadlineArgv(timeoutPath, l.Lifetime, lang.Argv())...)
 
 	var rlimits []specs.POSIXRlimit
 	for _, r := range sandbox.Rlimits(l) {
@@ -125,7 +129,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 	if d.rt.gvisor {
 		// gVisor counts RLIMIT_NPROC per user of its own kernel, i.e. per
 		// sandbox: it is the process limit there (see pidsLimit).
-		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(sandbox.Pids(l)), Soft: uint64(sandbox.Pids(l))})
 	}
 	tmp := specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: sandbox.TmpfsOptions(l)}
 	if d.rt.gvisor {
@@ -189,9 +193,9 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 // growth; the guest's process count is bounded by RLIMIT_NPROC inside.
 func (d *Driver) cgLimitsFor(l engine.Limits) cgLimits {
 	quota, period := sandbox.CPUQuota(l)
-	c := cgLimits{memory: sandbox.MemorySwapBytes(l), cpuQuota: quota, cpuPeriod: period, pids: l.Pids}
+	c := cgLimits{memory: sandbox.MemorySwapBytes(l), cpuQuota: quota, cpuPeriod: period, pids: sandbox.Pids(l)}
 	if d.rt.gvisor {
-		c.pids = l.Pids*8 + 128
+		c.pids = sandbox.Pids(l)*8 + 128
 	}
 	return c
 }

@@ -207,9 +207,104 @@ func crashChild(rt, stateDir string) {
 		fmt.Fprintln(os.Stderr, "crash child:", err)
 		os.Exit(2)
 	}
-	_, err = d.Run(context.Background(), engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: 10 * time.Minute})
+	timeout := 10 * time.Minute
+	if v := os.Getenv(crashTimeoutEnv); v != "" {
+		timeout, _ = time.ParseDuration(v)
+	}
+	_, err = d.Run(context.Background(), engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: timeout})
 	fmt.Fprintln(os.Stderr, "crash child: Run returned, it should have been killed:", err)
 	os.Exit(3)
+}
+
+// crashTimeoutEnv sets the crash child's execution timeout (default 10m).
+const crashTimeoutEnv = "VERTAL_OCI_CRASH_TIMEOUT"
+
+// startCrashChild runs this test binary as a server that starts one
+// execution (a busy loop and a setsid, double-forked, SIGTERM-ignoring
+// sleep) and waits to be SIGKILLed; it returns once the sandbox runs the
+// user's code, with the instance directory and execution id.
+func startCrashChild(t *testing.T, rtName, stateDir, sleepArg, timeout string) (*exec.Cmd, string, string) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), crashChildEnv+"="+rtName, crashStateEnv+"="+stateDir, crashSleepEnv+"="+sleepArg, crashTimeoutEnv+"="+timeout)
+	var stderr bytes.Buffer
+	child.Stderr = &stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		_ = child.Wait()
+		if d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"}); err == nil {
+			_, _ = d.Reap(context.Background())
+			d.Close()
+		}
+	})
+	probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	daemon := "sleep\x00" + sleepArg
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pids, _ := filepath.Glob(filepath.Join(stateDir, "*", "bundles", "*", "init.pid"))
+		if len(pids) == 1 {
+			id := filepath.Base(filepath.Dir(pids[0]))
+			inst := filepath.Dir(filepath.Dir(filepath.Dir(pids[0])))
+			if rtName == "runsc" && len(probe.cg.procs(id)) >= 3 || len(processesMentioning(daemon)) > 0 {
+				if rtName == "runsc" {
+					time.Sleep(500 * time.Millisecond) // let the daemon start inside gVisor
+				}
+				return child, inst, id
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox did not start; child stderr: %s", stderr.String())
+		}
+	}
+}
+
+// TestDeadlineOutlivesServer SIGKILLs the server while its sandbox runs a
+// busy loop and a daemon that escaped with setsid: with nothing left on
+// the host to time it out, the sandbox still ends at its own deadline
+// (timeout + engine.LifetimeGrace), before any Reap.
+func TestDeadlineOutlivesServer(t *testing.T) {
+	e2e(t)
+	for _, rtName := range allRuntimes {
+		t.Run(rtName, func(t *testing.T) {
+			stateDir := t.TempDir()
+			sleepArg := fmt.Sprintf("%d.%d", 70000+time.Now().UnixNano()%9000, os.Getpid()%1000)
+			child, _, id := startCrashChild(t, rtName, stateDir, sleepArg, "2s")
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = child.Wait()
+			killed := time.Now()
+			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer probe.Close()
+			alive := func() []string {
+				out := processesMentioning("sleep\x00" + sleepArg)
+				for _, p := range probe.cg.procs(id) {
+					out = append(out, fmt.Sprintf("cgroup pid %d", p))
+				}
+				return out
+			}
+			if len(alive()) == 0 {
+				t.Fatal("the sandbox was gone at once; the test proves nothing")
+			}
+			for time.Since(killed) < 2*time.Second+engine.LifetimeGrace+15*time.Second {
+				if len(alive()) == 0 {
+					t.Logf("the sandbox ended by itself %v after its server was killed", time.Since(killed).Round(100*time.Millisecond))
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("the sandbox outlived its own deadline by 15 s: %v", alive())
+		})
+	}
 }
 
 // TestReapAfterCrash SIGKILLs a process running the driver mid-execution,

@@ -371,6 +371,11 @@ func (d *Driver) checkImage(dir string) error {
 				return fmt.Errorf("image %q: missing directory /%s", dir, p)
 			}
 		}
+		// The sandbox's own deadline runs the image's timeout(1); Lstat:
+		// a link in the image must not be followed on the host.
+		if fi, err := os.Lstat(filepath.Join(dir, timeoutPath)); err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("image %q: no %s (coreutils), which every sandbox's own deadline runs", dir, timeoutPath)
+		}
 		return nil
 	}()
 	d.images[dir] = err

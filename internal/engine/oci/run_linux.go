@@ -29,6 +29,9 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 		spec.Timeout = engine.DefaultTimeout
 	}
 	spec.Limits = spec.Limits.WithDefaults()
+	if spec.Limits.Lifetime <= 0 {
+		spec.Limits.Lifetime = spec.Timeout + engine.LifetimeGrace
+	}
 	if spec.ID == "" {
 		spec.ID = newID()
 	}

@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 )
@@ -76,13 +77,13 @@ func (p *Prestarter) build(lang engine.Language, l engine.Limits) (*template, la
 	if err != nil {
 		return nil, launcher.Launcher{}, err
 	}
-	// Process.Args is [init, "--", the cold command line...].
-	cold := s.Process.Args[2:]
-	ln, err := launcher.For(lang, cold, os.DirFS(lang.Image))
+	// Process.Args is [init, "--", the deadline, the cold command line...];
+	// the launcher runs under the same deadline (the pool's Lifetime).
+	ln, err := launcher.For(lang, lang.Argv(), os.DirFS(lang.Image))
 	if err != nil {
 		return nil, launcher.Launcher{}, fmt.Errorf("%w: %s: %w", engine.ErrUnsupported, lang.Name, err)
 	}
-	s.Process.Args = append(s.Process.Args[:2:2], ln.Args...)
+	s.Process.Args = append(s.Process.Args[:2:2], sandbox.DeadlineArgv(timeoutPath, l.Lifetime, ln.Args)...)
 	for _, f := range ln.Files {
 		src, err := p.writeShared(f.Content)
 		if err != nil {

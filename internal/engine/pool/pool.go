@@ -94,6 +94,10 @@ type Options struct {
 	// fresh one, so a rebuilt image or changed host reaches warm
 	// sandboxes too. Default 10m.
 	MaxIdle time.Duration
+	// Lifetime is every warm sandbox's own deadline (engine.Limits.Lifetime),
+	// counted from its pre-start: it must cover MaxIdle plus the longest
+	// timeout an execution may then have. Default MaxIdle + 1 h.
+	Lifetime time.Duration
 	// WaitReady is how long Run may wait for a sandbox being pre-started
 	// when none is ready, before it takes the cold path. Default 0: never
 	// wait. Tests use it to run everything warm.
@@ -125,6 +129,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxIdle <= 0 {
 		o.MaxIdle = DefaultMaxIdle
+	}
+	if o.Lifetime <= 0 {
+		o.Lifetime = o.MaxIdle + time.Hour
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = DefaultStartTimeout
@@ -169,7 +176,7 @@ type key struct {
 func keyOf(lang engine.Language, l engine.Limits) key {
 	// The output cap is applied by the host as it reads, not by the
 	// sandbox: any warm sandbox serves any cap.
-	l.OutputBytes, l.ReturnFiles, l.ReturnBytes = 0, 0, 0
+	l.OutputBytes, l.ReturnFiles, l.ReturnBytes, l.Lifetime = 0, 0, 0, 0
 	return key{name: lang.Name, image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
 }
 
@@ -471,7 +478,9 @@ func (p *Pool) startLocked(b *bucket) {
 	go func() {
 		defer p.bg.Done()
 		ctx, cancel := context.WithTimeout(p.ctx, p.opts.StartTimeout)
-		w, err := p.pre.Prestart(ctx, b.lang, b.limits)
+		limits := b.limits
+		limits.Lifetime = p.opts.Lifetime
+		w, err := p.pre.Prestart(ctx, b.lang, limits)
 		cancel()
 		p.mu.Lock()
 		b.starting--

@@ -93,6 +93,10 @@ func (w *fakeWarm) Exec(ctx context.Context, spec engine.Spec) (engine.Result, e
 	}
 	sl, wl := spec.Limits, w.limits
 	sl.OutputBytes, wl.OutputBytes = 0, 0
+	if w.limits.Lifetime <= 0 {
+		return engine.Result{}, fmt.Errorf("sandbox for %s was pre-started without a deadline of its own", w.lang.Name)
+	}
+	sl.Lifetime, wl.Lifetime = 0, 0
 	if sl != wl || spec.Language.Name != w.lang.Name {
 		return engine.Result{}, fmt.Errorf("sandbox for %s %+v got %s %+v", w.lang.Name, w.limits, spec.Language.Name, spec.Limits)
 	}
