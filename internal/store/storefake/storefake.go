@@ -7,6 +7,7 @@ package storefake
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -38,6 +39,8 @@ type Store struct {
 	windows    map[windowKey]int64
 	executions map[string]store.Execution
 	idem       map[idemKey]store.Idempotency
+	nodes      map[string]time.Time
+	secrets    map[string]secretRec
 	closed     bool
 }
 
@@ -396,4 +399,186 @@ func (s *Store) Executions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.executions)
+}
+
+func (s *Store) ReserveExecutions(_ context.Context, tenant, day string, n, limit int64) (int64, error) {
+	if err := validDay(day); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := dayKey{tenant, day}
+	if s.reserved[k]+n > limit {
+		return s.reserved[k], store.ErrQuotaExceeded
+	}
+	s.reserved[k] += n
+	u := s.usage[k]
+	u.Executions = s.reserved[k]
+	s.usage[k] = u
+	return s.reserved[k], nil
+}
+
+func (s *Store) RefundExecutions(_ context.Context, tenant, day string, n int64) error {
+	if err := validDay(day); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := dayKey{tenant, day}
+	s.reserved[k] = max(0, s.reserved[k]-n)
+	u := s.usage[k]
+	u.Executions = s.reserved[k]
+	s.usage[k] = u
+	return nil
+}
+
+func (s *Store) CreateExecutions(ctx context.Context, es []store.Execution) error {
+	s.mu.Lock()
+	for _, e := range es {
+		if _, dup := s.executions[e.ID]; dup || store.Final(e.Status) {
+			s.mu.Unlock()
+			return fmt.Errorf("storefake: create executions: %s is a duplicate or final", e.ID)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range es {
+		if err := s.CreateExecution(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) ClaimExecution(_ context.Context, tenant, id, owner string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.ErrNotFound
+	case store.Final(e.Status):
+		return store.ErrFinished
+	case e.Status != store.StatusQueued:
+		return store.ErrNotQueued
+	}
+	e.Status, e.StartedAt, e.Owner = store.StatusRunning, ts(at), owner
+	s.executions[id] = e
+	return nil
+}
+
+func (s *Store) AbortExecution(_ context.Context, tenant, id, status, reason string, from []string, at time.Time) (store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.Execution{}, store.ErrNotFound
+	case store.Final(e.Status):
+		return e, store.ErrFinished
+	case !slices.Contains(from, e.Status):
+		return e, store.ErrNotQueued
+	}
+	e.Status, e.Reason, e.FinishedAt = status, reason, ts(at)
+	s.executions[id] = e
+	return e, nil
+}
+
+func (s *Store) OwnedExecutions(_ context.Context, owner string) ([]store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Execution
+	for _, e := range s.executions {
+		if e.Owner == owner && !store.Final(e.Status) {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (s *Store) QueuedAsync(_ context.Context, before time.Time, limit int) ([]store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Execution
+	for _, e := range s.executions {
+		if e.Async && e.Status == store.StatusQueued && e.CreatedAt.Before(before) {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (s *Store) UpdateWebhook(_ context.Context, tenant, id string, w store.Webhook) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	if !ok || e.Tenant != tenant || e.Webhook == nil {
+		return store.ErrNotFound
+	}
+	e.Webhook = &w
+	s.executions[id] = e
+	return nil
+}
+
+func (s *Store) Heartbeat(_ context.Context, node string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]time.Time{}
+	}
+	s.nodes[node] = ts(at)
+	return nil
+}
+
+func (s *Store) StaleNodes(_ context.Context, before time.Time) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for n, at := range s.nodes {
+		if at.Before(before) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (s *Store) ForgetNode(_ context.Context, node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes, node)
+	return nil
+}
+
+func (s *Store) WebhookSecret(_ context.Context, tenant string, create func() string, at time.Time) (string, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secrets == nil {
+		s.secrets = map[string]secretRec{}
+	}
+	r, ok := s.secrets[tenant]
+	if !ok {
+		r = secretRec{secret: create(), created: ts(at)}
+		s.secrets[tenant] = r
+	}
+	return r.secret, r.created, nil
+}
+
+func (s *Store) RotateWebhookSecret(_ context.Context, tenant, secret string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secrets == nil {
+		s.secrets = map[string]secretRec{}
+	}
+	s.secrets[tenant] = secretRec{secret: secret, created: ts(at)}
+	return nil
+}
+
+type secretRec struct {
+	secret  string
+	created time.Time
 }
