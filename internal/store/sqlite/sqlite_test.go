@@ -53,8 +53,8 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 { // 0001_init, 0002_lifecycle, 0003_files
-		t.Errorf("schema_migrations has %d rows, want 3", n)
+	if n != 4 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async
+		t.Errorf("schema_migrations has %d rows, want 4", n)
 	}
 }
 
