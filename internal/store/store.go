@@ -6,7 +6,8 @@
 // internal/store/storetest is the one behaviour suite both must pass.
 // Every method is safe for concurrent use by many goroutines and, for
 // PostgreSQL, by many processes: quota reservation, rate-limit counting,
-// key rotation and idempotency claims are atomic in the database.
+// key rotation, idempotency claims, execution claims and aborts, and the
+// creation of a webhook secret are atomic in the database.
 package store
 
 import (
@@ -176,8 +177,10 @@ type Store interface {
 	RefundExecution(ctx context.Context, tenant, day string) error
 	// ReserveExecutions counts n executions at once (a batch), all or
 	// none: ErrQuotaExceeded, counting nothing, if fewer than n are left.
+	// n below 1 is an error (not ErrQuotaExceeded).
 	ReserveExecutions(ctx context.Context, tenant, day string, n, limit int64) (used int64, err error)
-	// RefundExecutions undoes n reservations.
+	// RefundExecutions undoes n reservations, never going below zero; n
+	// of 0 does nothing and a negative n is an error.
 	RefundExecutions(ctx context.Context, tenant, day string, n int64) error
 	// CountRequest adds one request to tenant's fixed one-minute window
 	// starting at window and returns the count including it.
@@ -202,12 +205,15 @@ type Store interface {
 	// from with status (error or canceled) and reason, at at, without
 	// adding usage, and returns it. ErrFinished if it has finished;
 	// ErrNotQueued if its status is not in from; ErrNotFound if unknown.
-	// Two nodes settling the same execution: exactly one succeeds.
+	// Two nodes settling the same execution: exactly one succeeds. A
+	// status that is not final is an error, changing nothing.
 	AbortExecution(ctx context.Context, tenant, id, status, reason string, from []string, at time.Time) (Execution, error)
-	// OwnedExecutions lists the non-final executions owned by node.
+	// OwnedExecutions lists the non-final executions owned by node, of
+	// every tenant, by id.
 	OwnedExecutions(ctx context.Context, owner string) ([]Execution, error)
 	// QueuedAsync lists the async executions still queued that were
-	// created before before, oldest first, at most limit.
+	// created before before, oldest first (then by id), at most limit (none
+	// for a limit below 1).
 	QueuedAsync(ctx context.Context, before time.Time, limit int) ([]Execution, error)
 	// UpdateWebhook stores the state of an execution's webhook delivery.
 	// ErrNotFound if the execution is unknown or has no webhook.
@@ -229,7 +235,8 @@ type Store interface {
 	Execution(ctx context.Context, tenant, id string) (Execution, error)
 	// Usage returns tenant's metering for day (zero if none).
 	Usage(ctx context.Context, tenant, day string) (DayUsage, error)
-	// Purge blanks stdout/stderr and returned files of executions created before t and deletes
+	// Purge blanks stdout/stderr, returned files and the stored Request of
+	// executions created before t, whatever their status, and deletes
 	// idempotency records and rate-limit windows older than t; metering is
 	// kept. It returns how many executions were purged.
 	Purge(ctx context.Context, before time.Time) (int64, error)
@@ -253,16 +260,17 @@ type Store interface {
 	// Heartbeat records that node is alive at at (inserting it the first
 	// time).
 	Heartbeat(ctx context.Context, node string, at time.Time) error
-	// StaleNodes lists the nodes whose last heartbeat is before before.
+	// StaleNodes lists the nodes whose last heartbeat is before before, by
+	// id.
 	StaleNodes(ctx context.Context, before time.Time) ([]string, error)
 	// ForgetNode removes a node's heartbeat.
 	ForgetNode(ctx context.Context, node string) error
 
 	// WebhookSecret returns tenant's webhook signing secret and when it was
 	// made; a tenant without one gets create() stored first (two callers
-	// racing get the same secret).
+	// racing get the same secret; create may be called by a loser too).
 	WebhookSecret(ctx context.Context, tenant string, create func() string, at time.Time) (secret string, created time.Time, err error)
-	// RotateWebhookSecret replaces tenant's secret.
+	// RotateWebhookSecret replaces tenant's secret, or sets its first.
 	RotateWebhookSecret(ctx context.Context, tenant, secret string, at time.Time) error
 
 	Close() error

@@ -68,6 +68,25 @@ func (s *Store) activeKeys(tenant string) int {
 	return n
 }
 
+// clone copies what an Execution shares with its caller (the webhook, the
+// request and file bytes), so that neither side's changes reach the
+// other, as with a database.
+func clone(e store.Execution) store.Execution {
+	if e.Webhook != nil {
+		w := *e.Webhook
+		e.Webhook = &w
+	}
+	e.Request = slices.Clone(e.Request)
+	if e.Files != nil {
+		files := make([]store.File, len(e.Files))
+		for i, f := range e.Files {
+			files[i] = store.File{Path: f.Path, Content: slices.Clone(f.Content)}
+		}
+		e.Files = files
+	}
+	return e
+}
+
 // ts is a time as the real stores return it: UTC, microseconds.
 func ts(t time.Time) time.Time {
 	if t.IsZero() {
@@ -227,16 +246,30 @@ func (s *Store) CountRequest(_ context.Context, tenant string, window time.Time)
 func (s *Store) CreateExecution(_ context.Context, e store.Execution) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.creatable(e, nil); err != nil {
+		return err
+	}
+	s.create(e)
+	return nil
+}
+
+// creatable refuses what CreateExecution refuses: a final status or an id
+// already stored, or already in batch.
+func (s *Store) creatable(e store.Execution, batch map[string]bool) error {
 	if store.Final(e.Status) {
 		return fmt.Errorf("storefake: create execution %s: status %q is final", e.ID, e.Status)
 	}
-	if _, dup := s.executions[e.ID]; dup {
+	if _, dup := s.executions[e.ID]; dup || batch[e.ID] {
 		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
 	}
+	return nil
+}
+
+func (s *Store) create(e store.Execution) {
+	e = clone(e)
 	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), time.Time{}
 	e.Purged, e.CancelRequested = false, false
 	s.executions[e.ID] = e
-	return nil
 }
 
 func (s *Store) StartExecution(_ context.Context, tenant, id string, at time.Time) error {
@@ -264,6 +297,7 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 	if exists && (store.Final(old.Status) || old.Tenant != e.Tenant) {
 		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
 	}
+	e = clone(e)
 	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), ts(e.FinishedAt)
 	e.Purged, e.CancelRequested = false, exists && old.CancelRequested
 	s.executions[e.ID] = e
@@ -297,11 +331,11 @@ func (s *Store) RequestCancel(_ context.Context, tenant, id string) (store.Execu
 	case !ok || e.Tenant != tenant:
 		return store.Execution{}, store.ErrNotFound
 	case store.Final(e.Status):
-		return e, store.ErrFinished
+		return clone(e), store.ErrFinished
 	}
 	e.CancelRequested = true
 	s.executions[id] = e
-	return e, nil
+	return clone(e), nil
 }
 
 func (s *Store) Execution(_ context.Context, tenant, id string) (store.Execution, error) {
@@ -311,7 +345,7 @@ func (s *Store) Execution(_ context.Context, tenant, id string) (store.Execution
 	if !ok || e.Tenant != tenant {
 		return store.Execution{}, store.ErrNotFound
 	}
-	return e, nil
+	return clone(e), nil
 }
 
 func (s *Store) Usage(_ context.Context, tenant, day string) (store.DayUsage, error) {
@@ -326,10 +360,11 @@ func (s *Store) Usage(_ context.Context, tenant, day string) (store.DayUsage, er
 func (s *Store) Purge(_ context.Context, before time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before = ts(before) // compared as the real stores keep it
 	var n int64
 	for id, e := range s.executions {
 		if e.CreatedAt.Before(before) && !e.Purged {
-			e.Stdout, e.Stderr, e.Files, e.Purged = "", "", nil, true
+			e.Stdout, e.Stderr, e.Files, e.Request, e.Purged = "", "", nil, nil, true
 			s.executions[id] = e
 			n++
 		}
@@ -405,6 +440,9 @@ func (s *Store) ReserveExecutions(_ context.Context, tenant, day string, n, limi
 	if err := validDay(day); err != nil {
 		return 0, err
 	}
+	if n < 1 {
+		return 0, fmt.Errorf("storefake: reserve executions: invalid count %d", n)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := dayKey{tenant, day}
@@ -422,6 +460,9 @@ func (s *Store) RefundExecutions(_ context.Context, tenant, day string, n int64)
 	if err := validDay(day); err != nil {
 		return err
 	}
+	if n < 0 {
+		return fmt.Errorf("storefake: refund executions: invalid count %d", n)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := dayKey{tenant, day}
@@ -432,19 +473,18 @@ func (s *Store) RefundExecutions(_ context.Context, tenant, day string, n int64)
 	return nil
 }
 
-func (s *Store) CreateExecutions(ctx context.Context, es []store.Execution) error {
+func (s *Store) CreateExecutions(_ context.Context, es []store.Execution) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	batch := map[string]bool{}
 	for _, e := range es {
-		if _, dup := s.executions[e.ID]; dup || store.Final(e.Status) {
-			s.mu.Unlock()
-			return fmt.Errorf("storefake: create executions: %s is a duplicate or final", e.ID)
-		}
-	}
-	s.mu.Unlock()
-	for _, e := range es {
-		if err := s.CreateExecution(ctx, e); err != nil {
+		if err := s.creatable(e, batch); err != nil {
 			return err
 		}
+		batch[e.ID] = true
+	}
+	for _, e := range es {
+		s.create(e)
 	}
 	return nil
 }
@@ -467,6 +507,9 @@ func (s *Store) ClaimExecution(_ context.Context, tenant, id, owner string, at t
 }
 
 func (s *Store) AbortExecution(_ context.Context, tenant, id, status, reason string, from []string, at time.Time) (store.Execution, error) {
+	if !store.Final(status) {
+		return store.Execution{}, fmt.Errorf("storefake: abort execution: status %q is not final", status)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.executions[id]
@@ -474,13 +517,13 @@ func (s *Store) AbortExecution(_ context.Context, tenant, id, status, reason str
 	case !ok || e.Tenant != tenant:
 		return store.Execution{}, store.ErrNotFound
 	case store.Final(e.Status):
-		return e, store.ErrFinished
+		return clone(e), store.ErrFinished
 	case !slices.Contains(from, e.Status):
-		return e, store.ErrNotQueued
+		return clone(e), store.ErrNotQueued
 	}
 	e.Status, e.Reason, e.FinishedAt = status, reason, ts(at)
 	s.executions[id] = e
-	return e, nil
+	return clone(e), nil
 }
 
 func (s *Store) OwnedExecutions(_ context.Context, owner string) ([]store.Execution, error) {
@@ -489,7 +532,7 @@ func (s *Store) OwnedExecutions(_ context.Context, owner string) ([]store.Execut
 	var out []store.Execution
 	for _, e := range s.executions {
 		if e.Owner == owner && !store.Final(e.Status) {
-			out = append(out, e)
+			out = append(out, clone(e))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -499,15 +542,21 @@ func (s *Store) OwnedExecutions(_ context.Context, owner string) ([]store.Execut
 func (s *Store) QueuedAsync(_ context.Context, before time.Time, limit int) ([]store.Execution, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before = ts(before)
 	var out []store.Execution
 	for _, e := range s.executions {
 		if e.Async && e.Status == store.StatusQueued && e.CreatedAt.Before(before) {
-			out = append(out, e)
+			out = append(out, clone(e))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	if len(out) > limit {
-		out = out[:limit]
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	if len(out) > max(limit, 0) {
+		out = out[:max(limit, 0)]
 	}
 	return out, nil
 }
@@ -537,6 +586,7 @@ func (s *Store) Heartbeat(_ context.Context, node string, at time.Time) error {
 func (s *Store) StaleNodes(_ context.Context, before time.Time) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before = ts(before)
 	var out []string
 	for n, at := range s.nodes {
 		if at.Before(before) {
