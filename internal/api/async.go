@@ -32,11 +32,15 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) 
 	if err != nil {
 		return err
 	}
+	// decodeStrict's message for an unknown field lists the fields of one
+	// execution request; a batch's own are named here first.
+	if json.Valid(body) {
+		if err := checkFieldNames(body, batchFields); err != nil {
+			return err
+		}
+	}
 	var br batchRequest
 	if err := decodeStrict(body, &br); err != nil {
-		return err
-	}
-	if err := checkFieldNames(body, batchFields); err != nil {
 		return err
 	}
 	if br.Executions == nil {
