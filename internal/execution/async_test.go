@@ -72,8 +72,10 @@ func newAsyncService(t *testing.T, plans map[string]config.Plan, hooks *Webhooks
 		NodeID:     "node-a",
 		Queue:      q,
 		Webhooks:   hooks,
-		Render:     func(e store.Execution) ([]byte, error) { return []byte(`{"id":"` + e.ID + `","status":"` + e.Status + `"}`), nil },
-		Now:        func() time.Time { return now },
+		Render: func(e store.Execution) ([]byte, error) {
+			return []byte(`{"id":"` + e.ID + `","status":"` + e.Status + `"}`), nil
+		},
+		Now: func() time.Time { return now },
 	})
 	if err != nil {
 		t.Fatal(err)
