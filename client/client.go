@@ -188,6 +188,10 @@ type runRequest struct {
 	Env         map[string]string `json:"env,omitempty"`
 	Args        []string          `json:"args,omitempty"`
 	ReturnFiles []string          `json:"return_files,omitempty"`
+	// Async and WebhookURL are set by Submit (and WebhookURL by a batch
+	// item); a synchronous run never sends them.
+	Async      bool   `json:"async,omitempty"`
+	WebhookURL string `json:"webhook_url,omitempty"`
 
 	idempotencyKey string
 }
@@ -316,24 +320,45 @@ func (c *Client) Run(ctx context.Context, code string, opts ...RunOption) (*Exec
 	return &ex, nil
 }
 
-// runCall builds the POST /v1/executions call shared by Run and Stream.
-func (c *Client) runCall(code string, opts []RunOption) (call, error) {
+// newRunRequest applies the options to a request for code.
+func newRunRequest(code string, opts []RunOption) runRequest {
 	req := runRequest{Language: "python", Code: code}
 	for _, o := range opts {
 		o(&req)
 	}
-	if req.idempotencyKey == "" {
-		req.idempotencyKey = "vertal-" + c.newID()
+	return req
+}
+
+// runCall builds the POST /v1/executions call shared by Run, Stream and
+// Submit (async).
+func (c *Client) runCall(code string, opts []RunOption) (call, error) {
+	return c.runCallAsync(code, opts, false)
+}
+
+func (c *Client) runCallAsync(code string, opts []RunOption, async bool) (call, error) {
+	req := newRunRequest(code, opts)
+	req.Async = async
+	if req.WebhookURL != "" && !async {
+		return call{}, errors.New("vertal: WithWebhook is for Submit and Batch; a synchronous run has no webhook")
 	}
-	body, err := json.Marshal(req)
+	return c.postCall("/v1/executions", req, req.idempotencyKey)
+}
+
+// postCall is a retry-safe POST: it carries the caller's idempotency key,
+// or one generated for this call, so a retry never runs anything twice.
+func (c *Client) postCall(path string, body any, idempotencyKey string) (call, error) {
+	if idempotencyKey == "" {
+		idempotencyKey = "vertal-" + c.newID()
+	}
+	b, err := json.Marshal(body)
 	if err != nil {
 		return call{}, fmt.Errorf("vertal: encoding request: %w", err)
 	}
 	return call{
 		method: http.MethodPost,
-		path:   "/v1/executions",
-		body:   body,
-		header: http.Header{"Idempotency-Key": {req.idempotencyKey}},
+		path:   path,
+		body:   b,
+		header: http.Header{"Idempotency-Key": {idempotencyKey}},
 		retry:  retryAlways,
 	}, nil
 }
@@ -432,6 +457,8 @@ type call struct {
 	retry   retryPolicy
 	accept  string // default application/json
 	decodes any
+	// gotHeader, when set, receives the headers of the 2xx answer.
+	gotHeader *http.Header
 }
 
 // do sends a call, retrying as its policy allows, and decodes a 2xx body
@@ -475,6 +502,9 @@ func (c *Client) attempt(ctx context.Context, cl call, n int) (json.RawMessage, 
 	}
 	if err := json.Unmarshal(raw, cl.decodes); err != nil {
 		return nil, -1, fmt.Errorf("vertal: decoding %s %s response: %w", cl.method, cl.path, err)
+	}
+	if cl.gotHeader != nil {
+		*cl.gotHeader = resp.Header
 	}
 	return raw, 0, nil
 }

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -47,8 +48,15 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 			} `json:"files"`
 			Args        []string `json:"args"`
 			ReturnFiles []string `json:"return_files"`
+			Async       bool     `json:"async"`
+			WebhookURL  string   `json:"webhook_url"`
 		}
 		json.NewDecoder(r.Body).Decode(&req)
+		if req.Async {
+			w.Header().Set("Location", "/api/v1/executions/exe_s")
+			write(202, exampleQueued("exe_s", req.WebhookURL))
+			return
+		}
 		if r.Header.Get("Accept") == "text/event-stream" {
 			exampleStream(w)
 			return
@@ -77,6 +85,19 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 			"request_id": "req_1", "idempotent_replay": r.Header.Get("Idempotency-Key") == "job-42"})
 	case "GET /v1/executions/exe_s/events":
 		exampleStream(w)
+	case "POST /v1/executions/batch":
+		var req struct {
+			Executions []struct {
+				WebhookURL string `json:"webhook_url"`
+			} `json:"executions"`
+			WebhookURL string `json:"webhook_url"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		out := make([]any, len(req.Executions))
+		for i, it := range req.Executions {
+			out[i] = exampleQueued(fmt.Sprintf("exe_b%d", i), cmp.Or(it.WebhookURL, req.WebhookURL))
+		}
+		write(202, map[string]any{"executions": out})
 	case "GET /v1/usage":
 		write(200, map[string]any{"tenant": "kubo-vibe", "plan": "pro", "today": map[string]any{"executions": 3, "sandbox_seconds": 2.635},
 			"limits": map[string]any{"executions_per_day": 10000, "requests_per_minute": 120, "max_timeout_s": 60}})
@@ -87,6 +108,17 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 	default:
 		write(404, map[string]any{"error": map[string]string{"code": "not_found", "message": "not found"}, "request_id": "req_2"})
 	}
+}
+
+// exampleQueued is an execution as an async submit answers it.
+func exampleQueued(id, webhookURL string) map[string]any {
+	var webhook any
+	if webhookURL != "" {
+		webhook = map[string]any{"url": webhookURL, "state": "pending", "attempts": 0, "last_status": nil, "last_error": nil}
+	}
+	return map[string]any{"id": id, "status": "queued", "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 0,
+		"truncated": false, "usage": map[string]any{"sandbox_seconds": 0}, "request_id": "req_q", "language": "python",
+		"files": []any{}, "files_truncated": false, "reason": nil, "webhook": webhook}
 }
 
 // exampleStream is the event stream of a program printing two lines with
@@ -314,4 +346,65 @@ func ExampleVerifyWebhook() {
 		log.Printf("delivery %s: %s finished %s", r.Header.Get(client.HeaderWebhookDelivery), exe.ID, exe.Status)
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// Submit queues a run and returns at once; Wait follows it to its end.
+func ExampleClient_Submit() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	ex, err := c.Submit(ctx, "import time\nprint('step one', flush=True)\ntime.sleep(1)\nprint('step two')",
+		client.WithWebhook("https://hooks.example.com/vertal"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ex.ID, ex.Status, "webhook", ex.Webhook.State)
+	// Output: exe_s queued webhook pending
+}
+
+// Wait returns once the execution is final, however it was started.
+func ExampleClient_Wait() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ex, err := c.Wait(context.Background(), "exe_s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(ex.Status, "\n", ex.Stdout)
+	if ex.Reason != "" {
+		fmt.Println("ended early:", ex.Reason)
+	}
+	// Output:
+	// succeeded
+	// step one
+	// step two
+}
+
+// Batch queues up to 20 executions at once, all or none; the answer
+// lists them in the order given.
+func ExampleClient_Batch() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	exs, err := c.Batch(context.Background(), []client.BatchItem{
+		{Code: "print(1)"},
+		{Code: "echo $1", Language: "bash", Args: []string{"hi"}, WebhookURL: "https://hooks.example.com/bash"},
+	}, client.WithBatchWebhook("https://hooks.example.com/all"))
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		log.Fatal(apiErr.Message) // e.g. "executions[1].language: ..."
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	for _, ex := range exs {
+		fmt.Println(ex.ID, ex.Status, ex.Webhook.URL)
+	}
+	// Output:
+	// exe_b0 queued https://hooks.example.com/all
+	// exe_b1 queued https://hooks.example.com/bash
 }

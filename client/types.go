@@ -10,16 +10,28 @@ import (
 type Status string
 
 // Execution outcomes. Only StatusSucceeded means the program exited 0;
-// the others are still results (HTTP 200), not errors.
+// the other final ones are still results (HTTP 200), not errors.
+// StatusQueued and StatusRunning are not final: an execution shows them
+// while it waits for a sandbox or runs (Submit, Get, Wait).
 const (
 	StatusSucceeded      Status = "succeeded"
 	StatusFailed         Status = "failed"
 	StatusTimedOut       Status = "timed_out"
 	StatusMemoryExceeded Status = "memory_exceeded"
 	StatusError          Status = "error"
+	StatusCanceled       Status = "canceled"
+	StatusQueued         Status = "queued"
+	StatusRunning        Status = "running"
 )
 
-// Execution is one finished run, as returned by Run and Get.
+// Final reports whether an execution with this status has ended: every
+// status but queued and running, including ones this version does not
+// know.
+func (s Status) Final() bool { return s != StatusQueued && s != StatusRunning }
+
+// Execution is one execution: finished when Run, Wait or a result event
+// returns it; queued (or already final) when Submit or Batch does; in any
+// state from Get.
 type Execution struct {
 	ID         string `json:"id"`
 	Status     Status `json:"status"`
@@ -43,11 +55,43 @@ type Execution struct {
 	// plan's count or size cap left some out.
 	Files          []ReturnedFile `json:"files,omitempty"`
 	FilesTruncated bool           `json:"files_truncated,omitempty"`
+	// Reason says why an execution ended as error or canceled without
+	// running to its end (e.g. the node running it died); empty otherwise.
+	Reason string `json:"reason,omitempty"`
+	// Webhook is the delivery state of the execution's webhook (Submit or
+	// Batch with a webhook URL); nil when it has none.
+	Webhook *WebhookState `json:"webhook,omitempty"`
 
 	// Raw is the response body exactly as received, including fields this
 	// version of the package does not know.
 	Raw json.RawMessage `json:"-"`
 }
+
+// WebhookState is where the delivery of an execution's result to its
+// webhook URL stands. Delivery is at least once: a receiver dedupes by the
+// Vertal-Delivery header.
+type WebhookState struct {
+	URL string `json:"url"`
+	// State is DeliveryPending until a delivery got a 2xx answer
+	// (DeliveryDelivered) or the server gave up retrying (DeliveryFailed).
+	State    DeliveryState `json:"state"`
+	Attempts int           `json:"attempts"`
+	// LastStatus is the HTTP status of the last attempt, nil when it got
+	// no answer (or none was made yet); LastError says what went wrong
+	// with it, nil after a success.
+	LastStatus *int    `json:"last_status"`
+	LastError  *string `json:"last_error"`
+}
+
+// DeliveryState is the state of a webhook delivery.
+type DeliveryState string
+
+// Webhook delivery states.
+const (
+	DeliveryPending   DeliveryState = "pending"
+	DeliveryDelivered DeliveryState = "delivered"
+	DeliveryFailed    DeliveryState = "failed"
+)
 
 // ReturnedFile is one file an execution handed back.
 type ReturnedFile struct {

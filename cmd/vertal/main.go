@@ -41,6 +41,7 @@ func commands() []command {
 	return []command{
 		{"serve", "start the API server", cmdServe},
 		{"run", "run code on a Vertal Run server (client)", cmdRun},
+		{"wait", "wait for an execution (e.g. run --async) and print its result (client)", cmdWait},
 		{"usage", "show today's usage and plan limits (client)", cmdUsage},
 		{"mcp", "MCP server on stdio giving agents a run_code tool", cmdMCP},
 		{"create-key", "create an API key for a tenant (operator)", cmdCreateKey},

@@ -66,6 +66,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		progArgs []string
 		globs    []string
 		outDir   string
+		async    bool
+		webhook  string
 	)
 	cf.register(fs)
 	fs.StringVar(&language, "language", "", "python, javascript or bash (default: from the file extension, else python)")
@@ -102,6 +104,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return nil
 	})
 	fs.StringVar(&outDir, "out", ".", "directory the returned files are written to")
+	fs.BoolVar(&async, "async", false, "queue the run and print its id at once (with --json: the queued execution); vertal wait ID gets the result")
+	fs.StringVar(&webhook, "webhook", "", "with --async: URL (https) the server POSTs the signed result to when the run ends")
 	fs.Usage = func() {
 		fmt.Fprint(e.Stderr, `usage: vertal run [flags] CODE | FILE | - [-- ARGS...]
 
@@ -117,10 +121,16 @@ to stderr and the exit status is 125.
   echo 'echo hi' | vertal run - -l bash
   vertal run plot.py --file data.csv --return '*.png' --out results
   vertal run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
+  id=$(vertal run --async job.py --webhook https://example.com/hook) && vertal wait "$id"
 
 Returned files are written under --out (subdirectories are created; a
 path that would leave it or go through a symlink is refused), one line per
 file on stderr.
+
+With --async the server queues the run and vertal run prints its id (or,
+with --json, the queued execution) and exits 0 without waiting; vertal
+wait ID prints the result as vertal run would have, returned files
+included.
 
 flags:
 `)
@@ -140,6 +150,10 @@ flags:
 	progArgs = append(progArgs, rest...)
 	if len(positional) != 1 {
 		fmt.Fprintln(e.Stderr, "vertal run: want exactly one CODE, FILE or -; see vertal run -h")
+		return exitCode(exitUsage)
+	}
+	if webhook != "" && !async {
+		fmt.Fprintln(e.Stderr, "vertal run: --webhook needs --async: a run waited for has no webhook")
 		return exitCode(exitUsage)
 	}
 	if timeout < 0 {
@@ -182,27 +196,34 @@ flags:
 		opts = append(opts, client.WithIdempotencyKey(idemKey))
 	}
 
+	if async {
+		return submitRun(ctx, e, c, code, append(opts, client.WithWebhook(webhook)), asJSON)
+	}
+
 	var ex *client.Execution
 	if asJSON || noStream {
 		// --json prints one document at the end, so it never streams.
 		if ex, err = c.Run(ctx, code, opts...); err != nil {
 			return reportClientError(e, "run", c, err)
 		}
-		if asJSON {
-			writeJSON(e.Stdout, ex.Raw)
-		} else {
-			io.WriteString(e.Stdout, ex.Stdout)
-			io.WriteString(e.Stderr, ex.Stderr)
-		}
+		printOutput(e, ex, asJSON)
 	} else if ex, err = streamRun(ctx, e, c, code, opts); err != nil {
 		return err
 	}
+	return finishRun(e, "run", ex, outDir, asJSON)
+}
+
+// finishRun reports a final execution as `vertal run` does once the
+// output is printed: why it ended, the returned files written under
+// outDir, and the program's exit code as this command's. vertal wait
+// shares it, so a run waited for reads exactly like one run in place.
+func finishRun(e *env, cmd string, ex *client.Execution, outDir string, asJSON bool) error {
 	if !asJSON {
-		reportOutcome(e, ex)
+		reportOutcome(e, cmd, ex)
 	}
-	filesErr := writeReturnedFiles(e, outDir, ex)
+	filesErr := writeReturnedFiles(e, cmd, outDir, ex)
 	if filesErr != nil {
-		fmt.Fprintf(e.Stderr, "vertal run: %v\n", filesErr)
+		fmt.Fprintf(e.Stderr, "vertal %s: %v\n", cmd, filesErr)
 	}
 	switch {
 	case ex.Status == client.StatusSucceeded && filesErr != nil:
@@ -214,6 +235,32 @@ flags:
 	default:
 		return exitCode(1)
 	}
+}
+
+// printOutput writes a finished execution as one document (--json) or its
+// stdout and stderr to this command's.
+func printOutput(e *env, ex *client.Execution, asJSON bool) {
+	if asJSON {
+		writeJSON(e.Stdout, ex.Raw)
+		return
+	}
+	io.WriteString(e.Stdout, ex.Stdout)
+	io.WriteString(e.Stderr, ex.Stderr)
+}
+
+// submitRun queues the code and prints the execution's id, or with
+// --json the whole queued execution.
+func submitRun(ctx context.Context, e *env, c *client.Client, code string, opts []client.RunOption, asJSON bool) error {
+	ex, err := c.Submit(ctx, code, opts...)
+	if err != nil {
+		return reportClientError(e, "run", c, err)
+	}
+	if asJSON {
+		writeJSON(e.Stdout, ex.Raw)
+	} else {
+		fmt.Fprintln(e.Stdout, ex.ID)
+	}
+	return nil
 }
 
 // streamRun runs the code with Stream, writing each chunk of output to
@@ -247,17 +294,23 @@ func streamRun(ctx context.Context, e *env, c *client.Client, code string, opts 
 
 // reportOutcome tells a person why a run ended when its output does not
 // say so.
-func reportOutcome(e *env, ex *client.Execution) {
-	switch ex.Status {
-	case client.StatusTimedOut:
-		fmt.Fprintf(e.Stderr, "vertal run: timed out (%s, %s)\n", time.Duration(ex.DurationMS)*time.Millisecond, ex.ID)
-	case client.StatusMemoryExceeded:
-		fmt.Fprintf(e.Stderr, "vertal run: memory limit exceeded (%s)\n", ex.ID)
-	case client.StatusError:
-		fmt.Fprintf(e.Stderr, "vertal run: the sandbox failed (%s, request %s)\n", ex.ID, ex.RequestID)
+func reportOutcome(e *env, cmd string, ex *client.Execution) {
+	switch {
+	case ex.Status == client.StatusTimedOut:
+		fmt.Fprintf(e.Stderr, "vertal %s: timed out (%s, %s)\n", cmd, time.Duration(ex.DurationMS)*time.Millisecond, ex.ID)
+	case ex.Status == client.StatusMemoryExceeded:
+		fmt.Fprintf(e.Stderr, "vertal %s: memory limit exceeded (%s)\n", cmd, ex.ID)
+	case ex.Status == client.StatusError && ex.Reason != "":
+		fmt.Fprintf(e.Stderr, "vertal %s: the execution ended in error: %s (%s, request %s)\n", cmd, ex.Reason, ex.ID, ex.RequestID)
+	case ex.Status == client.StatusError:
+		fmt.Fprintf(e.Stderr, "vertal %s: the sandbox failed (%s, request %s)\n", cmd, ex.ID, ex.RequestID)
+	case ex.Status == client.StatusCanceled && ex.Reason != "":
+		fmt.Fprintf(e.Stderr, "vertal %s: canceled: %s (%s)\n", cmd, ex.Reason, ex.ID)
+	case ex.Status == client.StatusCanceled:
+		fmt.Fprintf(e.Stderr, "vertal %s: canceled (%s)\n", cmd, ex.ID)
 	}
 	if ex.Truncated {
-		fmt.Fprintln(e.Stderr, "vertal run: output truncated at the per-stream limit (64 KB)")
+		fmt.Fprintf(e.Stderr, "vertal %s: output truncated at the per-stream limit (64 KB)\n", cmd)
 	}
 }
 

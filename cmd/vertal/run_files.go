@@ -50,9 +50,9 @@ func readFileFlag(v string) (client.File, error) {
 // through an os.Root so that nothing lands outside dir. Each file is
 // written to a temporary name and renamed, so a symlink planted at the
 // final name is replaced, never followed.
-func writeReturnedFiles(e *env, dir string, ex *client.Execution) error {
+func writeReturnedFiles(e *env, cmd, dir string, ex *client.Execution) error {
 	if ex.FilesTruncated {
-		fmt.Fprintln(e.Stderr, "vertal run: returned files truncated at the plan's limit (count or size)")
+		fmt.Fprintf(e.Stderr, "vertal %s: returned files truncated at the plan's limit (count or size)\n", cmd)
 	}
 	if len(ex.Files) == 0 {
 		return nil
@@ -69,11 +69,11 @@ func writeReturnedFiles(e *env, dir string, ex *client.Execution) error {
 	for _, f := range ex.Files {
 		shown := filepath.Join(dir, filepath.FromSlash(f.Path))
 		if err := writeBeneath(root, f.Path, f.Content); err != nil {
-			fmt.Fprintf(e.Stderr, "vertal run: not writing returned file %q: %v\n", f.Path, err)
+			fmt.Fprintf(e.Stderr, "vertal %s: not writing returned file %q: %v\n", cmd, f.Path, err)
 			failed++
 			continue
 		}
-		fmt.Fprintf(e.Stderr, "vertal run: wrote %s (%d bytes)\n", shown, len(f.Content))
+		fmt.Fprintf(e.Stderr, "vertal %s: wrote %s (%d bytes)\n", cmd, shown, len(f.Content))
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d returned files were not written", failed, len(ex.Files))

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
@@ -22,11 +26,14 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
+	"github.com/kuboprotocol/vertal2kubo/internal/queue"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
 	"github.com/kuboprotocol/vertal2kubo/internal/web"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 // devTenant is the tenant `serve --dev` creates.
@@ -130,7 +137,39 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	webHandler := web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
 
+	// Async executions and webhook deliveries go through the durable
+	// queue in the store's database; its workers call the service that
+	// api.New builds, hence the indirection again.
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		nodeID = defaultNodeID(cfg.DataDir)
+	}
+	asyncWorkers := cfg.AsyncWorkers
+	if asyncWorkers == 0 {
+		asyncWorkers = max(1, cfg.MaxConcurrent/2)
+	}
+	rescue := cfg.QueueRescueAfter.D()
+	if rescue == 0 {
+		rescue = time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D() + 2*time.Minute
+	}
+	allow, _ := cfg.WebhookAllow() // validated with the configuration
+	guard := webhook.NewGuard(allow, webhook.InterfaceAddrs)
+	hooks := &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard}), RetryFor: cfg.WebhookRetryFor.D()}
+	q, err := openQueue(ctx, st, queue.Handlers{
+		Run: func(ctx context.Context, tenant, id string) error { return srv.Service().RunQueued(ctx, tenant, id) },
+		Deliver: func(ctx context.Context, tenant, id string, attempt int, first time.Time) error {
+			return srv.Service().DeliverWebhook(ctx, tenant, id, attempt, first)
+		},
+	}, queue.Options{Workers: asyncWorkers, NodeID: nodeID, RescueAfter: rescue, RetryBase: cfg.WebhookRetryBase.D(), Logger: logger})
+	if err != nil {
+		return err
+	}
+
 	srv, err = api.New(api.Options{
+		NodeID:        nodeID,
+		Queue:         q,
+		Webhooks:      hooks,
+		NodeTimeout:   cfg.NodeTimeout.D(),
 		Store:         st,
 		Engine:        eng,
 		Languages:     langs,
@@ -147,6 +186,17 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	})
 	if err != nil {
 		return err
+	}
+
+	// Settle what an earlier run of this node left unfinished, then keep
+	// sending heartbeats; the queue's workers start after that.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	if err := srv.Service().Start(bgCtx); err != nil {
+		return err
+	}
+	if err := q.Start(bgCtx); err != nil {
+		return fmt.Errorf("starting the queue: %w", err)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Addr())
@@ -220,8 +270,39 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 			logger.Warn("shutdown", "error", err)
 		}
 	}
+	// The queue's running jobs finish too; those not started stay queued
+	// for the next node.
+	if err := q.Stop(sctx); err != nil {
+		logger.Warn("stopping the queue", "error", err)
+	}
+	stopBackground()
 	logger.Info("stopped")
 	return nil
+}
+
+// openQueue opens the durable queue on the store's own database.
+func openQueue(ctx context.Context, st store.Store, h queue.Handlers, o queue.Options) (*queue.Queue, error) {
+	switch db := st.(type) {
+	case interface{ WriterDB() *sql.DB }:
+		return queue.OpenSQLite(ctx, db.WriterDB(), h, o)
+	case interface{ Pool() *pgxpool.Pool }:
+		return queue.OpenPostgres(ctx, db.Pool(), h, o)
+	}
+	return nil, fmt.Errorf("the store %T has no database for the queue", st)
+}
+
+// defaultNodeID names this installation among the nodes of a database:
+// the host name and a hash of the data directory, so it stays the same
+// across restarts and two servers on one host (each with its own data
+// directory) differ.
+func defaultNodeID(dataDir string) string {
+	host, _ := os.Hostname()
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(host + "\x00" + abs))
+	return host + "-" + hex.EncodeToString(sum[:4])
 }
 
 // openStore opens PostgreSQL when the URL says so, else SQLite in the data

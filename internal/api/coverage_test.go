@@ -42,6 +42,17 @@ func TestOpenAPICoverage(t *testing.T) {
 	one, _ := env.newKey("one", "one")
 	env.do(request{method: "POST", path: "/v1/executions", key: one, body: run})
 	env.do(request{method: "POST", path: "/v1/executions", key: one, body: run}) // 429 quota
+	// Async executions and batches (202, the batch's 400, 413 and 429).
+	batch := `{"executions":[` + run + `,` + run + `]}`
+	env.do(request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"print(6 * 7)","async":true}`})
+	env.do(request{method: "POST", path: "/v1/executions/batch", body: batch})
+	env.do(request{method: "POST", path: "/v1/executions/batch", body: `{"executions":[]}`})
+	env.do(request{method: "POST", path: "/v1/executions/batch", body: `{"executions":[` + jsonBody(map[string]any{"language": "python", "code": strings.Repeat("x", 600<<10)}) + `]}`})
+	env.do(request{method: "POST", path: "/v1/executions/batch", key: one, body: batch})
+	nenv := newEnv(t, withoutQueue())
+	nenv.do(request{method: "POST", path: "/v1/executions/batch", body: batch}) // 503: no queue
+	env.do(request{path: "/v1/webhook-secret"})
+	env.do(request{method: "POST", path: "/v1/webhook-secret/rotate"})
 	// 503: the only slot is busy and the one queue place times out.
 	env.driver.started = make(chan string, 1)
 	blocked := make(chan response)
@@ -72,6 +83,8 @@ func TestOpenAPICoverage(t *testing.T) {
 		{method: "POST", path: "/v1/executions", body: run},
 		{path: "/v1/executions/" + id}, {path: "/v1/usage"}, {method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"},
 		{method: "POST", path: "/v1/executions/" + id + "/cancel"}, {path: "/v1/executions/" + id + "/events"},
+		{method: "POST", path: "/v1/executions/batch", body: batch}, {path: "/v1/webhook-secret"},
+		{method: "POST", path: "/v1/webhook-secret/rotate"},
 	} {
 		r.key = slow
 		env.do(r) // 429 rate
@@ -87,7 +100,8 @@ func TestOpenAPICoverage(t *testing.T) {
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
 		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {method: "POST", path: "/v1/executions/" + id + "/cancel"},
-		{path: "/v1/executions/" + id + "/events"},
+		{path: "/v1/executions/" + id + "/events"}, {method: "POST", path: "/v1/executions/batch", body: batch},
+		{path: "/v1/webhook-secret"}, {method: "POST", path: "/v1/webhook-secret/rotate"},
 	} {
 		benv.do(r)
 	}
@@ -98,12 +112,14 @@ func TestOpenAPICoverage(t *testing.T) {
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
 		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/openapi.json", key: "-"},
 		{method: "POST", path: "/v1/executions/" + id + "/cancel"}, {path: "/v1/executions/" + id + "/events"},
+		{method: "POST", path: "/v1/executions/batch", body: batch}, {path: "/v1/webhook-secret"},
+		{method: "POST", path: "/v1/webhook-secret/rotate"},
 	} {
 		eenv.do(r)
 	}
 
 	got := map[string]bool{}
-	for _, e := range []*testEnv{env, cenv, benv, eenv} {
+	for _, e := range []*testEnv{env, cenv, nenv, benv, eenv} {
 		e.covered.Range(func(k, _ any) bool { got[k.(string)] = true; return true })
 	}
 	var gotList []string

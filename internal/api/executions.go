@@ -31,6 +31,8 @@ type executionRequest struct {
 	Env         map[string]string `json:"env"`
 	Args        []string          `json:"args"`
 	ReturnFiles []string          `json:"return_files"`
+	Async       *bool             `json:"async"`
+	WebhookURL  *string           `json:"webhook_url"`
 }
 
 // fileRequest is one file of a request; the service checks path and
@@ -72,12 +74,37 @@ type executionResponse struct {
 	FinishedAt       *int64         `json:"finished_at"`
 	Files            []fileResponse `json:"files"`
 	FilesTruncated   bool           `json:"files_truncated"`
+	Webhook          *webhookJSON   `json:"webhook"`
+	Reason           *string        `json:"reason"`
 	IdempotentReplay bool           `json:"idempotent_replay,omitempty"`
 	OutputPurged     bool           `json:"output_purged,omitempty"`
 	RequestID        string         `json:"request_id"`
 }
 
+// webhookJSON is an execution's webhook and its delivery state.
+type webhookJSON struct {
+	URL        string  `json:"url"`
+	State      string  `json:"state"`
+	Attempts   int     `json:"attempts"`
+	LastStatus *int    `json:"last_status"`
+	LastError  *string `json:"last_error"`
+}
+
 func toResponse(e store.Execution, requestID string) executionResponse {
+	var hook *webhookJSON
+	if w := e.Webhook; w != nil {
+		hook = &webhookJSON{URL: w.URL, State: w.State, Attempts: w.Attempts}
+		if w.LastStatus != 0 {
+			hook.LastStatus = &w.LastStatus
+		}
+		if w.LastError != "" {
+			hook.LastError = &w.LastError
+		}
+	}
+	var reason *string
+	if e.Reason != "" {
+		reason = &e.Reason
+	}
 	files := make([]fileResponse, 0, len(e.Files)) // [] when none, never null
 	for _, f := range e.Files {
 		files = append(files, fileResponse{Path: f.Path, Size: len(f.Content), Encoding: "base64", Content: f.Content})
@@ -101,6 +128,8 @@ func toResponse(e store.Execution, requestID string) executionResponse {
 		FinishedAt:     unixOrNil(e.FinishedAt),
 		Files:          files,
 		FilesTruncated: e.FilesTruncated,
+		Webhook:        hook,
+		Reason:         reason,
 		OutputPurged:   e.Purged,
 		RequestID:      requestID,
 	}
@@ -132,11 +161,22 @@ func (s *Server) createExecution(w http.ResponseWriter, r *http.Request, c *Call
 	if err != nil {
 		return err
 	}
-	in, err := s.decodeExecution(w, r, c)
+	in, async, err := s.decodeExecution(w, r, c)
 	if err != nil {
 		return err
 	}
 	req := runRequest(w, r, idemKey, in)
+	if async || prefersAsync(r) {
+		out, err := s.exec.Submit(r.Context(), *c, req)
+		if err != nil {
+			return err
+		}
+		resp := toResponse(out.Execution, infoFrom(r.Context()).id)
+		resp.IdempotentReplay = out.Replay
+		w.Header().Set("Location", apiPrefix(r)+"/v1/executions/"+out.Execution.ID)
+		w.Header().Set("Preference-Applied", "respond-async")
+		return s.writeJSON(w, r, http.StatusAccepted, resp)
+	}
 	if wantsEventStream(r) {
 		return s.streamExecution(w, r, c, req)
 	}
@@ -205,51 +245,87 @@ func (s *Server) maxBodyBytes(p config.Plan) int64 {
 }
 
 // executionFields are the body's fields, spelled exactly so.
-var executionFields = []string{"language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files"}
+var executionFields = []string{"language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files", "async", "webhook_url"}
 
 // decodeExecution reads the body strictly; the service checks the values.
 // Every problem is named, so a client (or an agent) can fix its request
 // without guessing.
-func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Caller) (execution.Input, error) {
-	if err := checkJSONContentType(r); err != nil {
-		return execution.Input{}, err
+func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Caller) (execution.Input, bool, error) {
+	body, err := readJSONBody(w, r, s.maxBodyBytes(c.Plan))
+	if err != nil {
+		return execution.Input{}, false, err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBodyBytes(c.Plan)))
+	return decodeExecutionBody(body, c)
+}
+
+// readJSONBody reads a request's JSON body, at most limit bytes, and
+// refuses what encoding/json would silently change.
+func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if err := checkJSONContentType(r); err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return execution.Input{}, errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
+		return nil, errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
 	}
 	if err != nil {
-		return execution.Input{}, errorf(KindInvalidRequest, "could not read the request body")
+		return nil, errorf(KindInvalidRequest, "could not read the request body")
 	}
 	// encoding/json would turn invalid bytes into U+FFFD, silently
 	// changing the program.
 	if i := invalidUTF8At(body); i >= 0 {
-		return execution.Input{}, errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
+		return nil, errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
 	}
 	// The same for an escaped surrogate without its pair ("\udc00"):
 	// it has no UTF-8 form, so encoding/json would put U+FFFD in its place.
 	if i := LoneSurrogateAt(body); i >= 0 {
-		return execution.Input{}, errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
+		return nil, errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
 	}
+	return body, nil
+}
+
+// decodeExecutionBody decodes one execution request strictly; the
+// service checks the values. It also reports "async": true.
+func decodeExecutionBody(body []byte, c *Caller) (execution.Input, bool, error) {
 	var in executionRequest
 	if err := decodeStrict(body, &in); err != nil {
 		var typ *json.UnmarshalTypeError
 		if errors.As(err, &typ) && typ.Field == "timeout_s" && strings.HasPrefix(typ.Value, "number") {
 			// A number too large for a float64.
-			return execution.Input{}, execution.InvalidTimeout(*c)
+			return execution.Input{}, false, execution.InvalidTimeout(*c)
 		}
-		return execution.Input{}, err
+		return execution.Input{}, false, err
 	}
 	if err := checkFieldNames(body, executionFields); err != nil {
-		return execution.Input{}, err
+		return execution.Input{}, false, err
 	}
 	files := make([]execution.InputFile, len(in.Files))
 	for i, f := range in.Files {
 		files[i] = execution.InputFile{Path: f.Path, Content: f.Content, Encoding: f.Encoding}
 	}
 	return execution.Input{Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
-		Files: files, Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles}, nil
+		Files: files, Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles, WebhookURL: in.WebhookURL}, in.Async != nil && *in.Async, nil
+}
+
+// prefersAsync reports the header Prefer: respond-async (RFC 7240).
+func prefersAsync(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			if name, _, _ := strings.Cut(strings.TrimSpace(p), ";"); strings.EqualFold(strings.TrimSpace(name), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// apiPrefix is "/api" for a request that came in under it, else "".
+func apiPrefix(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		return "/api"
+	}
+	return ""
 }
 
 func checkJSONContentType(r *http.Request) error {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,11 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/queue"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -208,6 +212,83 @@ func (s *countingStore) ClaimIdempotency(ctx context.Context, tenant, key, bodyH
 	return s.Store.ClaimIdempotency(ctx, tenant, key, bodyHash, now, staleBefore, abandonedBefore)
 }
 
+// jobQueue stands in for the durable queue: it keeps what the service
+// queues, in order, and tests work the jobs themselves (work).
+type jobQueue struct {
+	mu         sync.Mutex
+	runs       []queue.RunArgs
+	deliveries []queue.DeliverArgs
+}
+
+func (q *jobQueue) EnqueueRuns(_ context.Context, jobs []queue.RunArgs) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.runs = append(q.runs, jobs...)
+	return nil
+}
+
+func (q *jobQueue) EnqueueDelivery(_ context.Context, d queue.DeliverArgs) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.deliveries = append(q.deliveries, d)
+	return nil
+}
+
+// runIDs are the execution ids queued to run, in order.
+func (q *jobQueue) runIDs() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ids := make([]string, len(q.runs))
+	for i, r := range q.runs {
+		ids[i] = r.ExecutionID
+	}
+	return ids
+}
+
+// work runs every queued execution and then makes one attempt at every
+// queued delivery, as the queue's workers would.
+func (e *testEnv) work() {
+	e.t.Helper()
+	q := e.queue
+	q.mu.Lock()
+	runs, deliveries := q.runs, q.deliveries
+	q.runs, q.deliveries = nil, nil
+	q.mu.Unlock()
+	ctx := context.Background()
+	for _, r := range runs {
+		if err := e.srv.Service().RunQueued(ctx, r.Tenant, r.ExecutionID); err != nil {
+			e.t.Fatalf("running %s: %v", r.ExecutionID, err)
+		}
+	}
+	q.mu.Lock()
+	deliveries = append(deliveries, q.deliveries...)
+	q.deliveries = nil
+	q.mu.Unlock()
+	for _, d := range deliveries {
+		if err := e.srv.Service().DeliverWebhook(ctx, d.Tenant, d.ExecutionID, 1, e.clock.Now()); err != nil {
+			e.t.Errorf("delivering %s: %v", d.ExecutionID, err)
+		}
+	}
+}
+
+// withoutQueue makes a server that refuses async requests.
+func withoutQueue() envOption {
+	return func(c *envConfig) { c.noQueue = true }
+}
+
+// withWebhooks accepts webhook_url, with the address policy's allowed
+// ranges; tests allow 127.0.0.0/8 to deliver to an httptest receiver.
+func withWebhooks(allow ...string) envOption {
+	return func(c *envConfig) {
+		var prefixes []netip.Prefix
+		for _, a := range allow {
+			prefixes = append(prefixes, netip.MustParsePrefix(a))
+		}
+		guard := webhook.NewGuard(prefixes, nil)
+		c.opts.Webhooks = &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard})}
+	}
+}
+
 // testEnv is one server over a fake driver and a store.
 type testEnv struct {
 	t      testing.TB
@@ -215,6 +296,7 @@ type testEnv struct {
 	http   *httptest.Server
 	store  *countingStore
 	driver *fakeDriver
+	queue  *jobQueue // nil withoutQueue
 	engine *engine.Engine
 	clock  *clock
 	logs   *syncBuffer
@@ -229,6 +311,8 @@ type envConfig struct {
 	opts   Options
 	engine engine.Options
 	store  store.Store // under the countingStore; default storefake
+	// noQueue leaves Options.Queue nil; otherwise it is a jobQueue.
+	noQueue bool
 }
 
 type envOption func(*envConfig)
@@ -278,6 +362,10 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	env.store = &countingStore{Store: cfg.store}
 	o, eo := cfg.opts, cfg.engine
 	o.Store = env.store
+	if !cfg.noQueue {
+		env.queue = &jobQueue{}
+		o.Queue = env.queue
+	}
 	env.engine = engine.New(env.driver, eo)
 	o.Engine = env.engine
 	srv, err := New(o)

@@ -18,8 +18,10 @@ var volatile = []struct {
 }{
 	{regexp.MustCompile(`req_[0-9a-f]{32}`), "req_<id>"},
 	{regexp.MustCompile(`exe_[0-9a-f]{32}`), "exe_<id>"},
+	{regexp.MustCompile(`"X-Quota-Reset": "[0-9]+"`), `"X-Quota-Reset": "<unix>"`},
 	{regexp.MustCompile(`key_[0-9a-f]{12}`), "key_<id>"},
 	{regexp.MustCompile(`kubo_sk_[0-9A-Za-z]{43}`), "kubo_sk_<secret>"},
+	{regexp.MustCompile(`whsec_[0-9a-f]{64}`), "whsec_<secret>"},
 	{regexp.MustCompile(`"(created|started|finished)_at": [0-9]+`), `"${1}_at": <unix>`},
 	{regexp.MustCompile(`"Retry-After": "[0-9]+"`), `"Retry-After": "<seconds>"`},
 }
@@ -76,4 +78,16 @@ func TestGoldenResponses(t *testing.T) {
 	golden(t, "error_method", env.do(request{method: "DELETE", path: "/v1/usage"}), "Allow")
 	golden(t, "error_unauthorized", env.do(request{path: "/v1/usage", key: "-"}), "WWW-Authenticate")
 	golden(t, "rotate", env.do(request{method: "POST", path: "/v1/keys/rotate"}))
+}
+
+func TestGoldenAsyncResponses(t *testing.T) {
+	env := newEnv(t, withWebhooks("127.0.0.0/8"))
+	golden(t, "async_accepted", env.do(request{method: "POST", path: "/api/v1/executions",
+		body: `{"language":"python","code":"print(6 * 7)","async":true,"webhook_url":"http://127.0.0.1:9/hook"}`}),
+		"Location", "Preference-Applied", "X-Quota-Remaining")
+	golden(t, "batch_accepted", env.do(request{method: "POST", path: "/v1/executions/batch",
+		body: `{"executions":[{"language":"python","code":"print(6 * 7)"},{"language":"bash","code":"echo hi"}]}`}))
+	golden(t, "error_batch_item", env.do(request{method: "POST", path: "/v1/executions/batch",
+		body: `{"executions":[{"language":"python","code":"print(6 * 7)"},{"language":"cobol","code":"x"}]}`}))
+	golden(t, "webhook_secret", env.do(request{path: "/v1/webhook-secret"}))
 }

@@ -195,7 +195,7 @@ func (s *Server) decodeForTest(body string) (struct{ hash string }, error) {
 	r, _ := http.NewRequest("POST", "/v1/executions", stringsReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	c := &Caller{Plan: planPro()}
-	in, err := s.decodeExecution(nil, r, c)
+	in, _, err := s.decodeExecution(nil, r, c)
 	if err != nil {
 		return struct{ hash string }{}, err
 	}

@@ -171,6 +171,14 @@ func (d *openAPIDoc) operation(method, path string) (tmpl string, op map[string]
 	if method == http.MethodHead {
 		method = http.MethodGet
 	}
+	// A path without templating wins over a templated one that also
+	// matches (/v1/executions/batch, not /v1/executions/{id}), as OpenAPI
+	// says; d.paths is in no particular order.
+	for _, p := range d.paths {
+		if p.template == path {
+			return p.template, p.methods[method]
+		}
+	}
 	for _, p := range d.paths {
 		if p.re.MatchString(path) {
 			return p.template, p.methods[method]
@@ -438,6 +446,18 @@ func TestOpenAPISchemas(t *testing.T) {
 			}
 		}
 	}
+	// The webhooks section (OpenAPI 3.1): what the server sends.
+	for name, item := range d.raw["webhooks"].(map[string]any) {
+		for m, op := range item.(map[string]any) {
+			opPtr := pointer("#/webhooks", name, m)
+			for i := range op.(map[string]any)["parameters"].([]any) {
+				roots = append(roots, pointer(opPtr, "parameters", strconv.Itoa(i), "schema"))
+			}
+			for mt := range op.(map[string]any)["requestBody"].(map[string]any)["content"].(map[string]any) {
+				roots = append(roots, pointer(opPtr, "requestBody", "content", mt, "schema"))
+			}
+		}
+	}
 	seen := map[string]bool{}
 	for len(roots) > 0 {
 		ptr := roots[0]
@@ -494,7 +514,7 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestOpenAPIValidatorRefuses(t *testing.T) {
 	d := loadDoc(t)
 	good := `{"id":"exe_0123456789abcdef0123456789abcdef","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":5,` +
-		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"started_at":1,"finished_at":null,"files":[],"files_truncated":false,"request_id":"req_0123456789abcdef0123456789abcdef"}`
+		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"started_at":1,"finished_at":null,"files":[],"files_truncated":false,"webhook":null,"reason":null,"request_id":"req_0123456789abcdef0123456789abcdef"}`
 	for _, tc := range []struct {
 		name, body, want string
 		header           func(http.Header)

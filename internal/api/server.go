@@ -75,6 +75,13 @@ type Options struct {
 	// directly, so nothing they do is counted again. The caller is in the
 	// request context (see CallerFromContext). Nil: not mounted.
 	MCP http.Handler
+	// NodeID, Queue, Webhooks and NodeTimeout are the execution service's
+	// (execution.Options): async executions, webhooks and the settling of
+	// stopped nodes. Without a Queue, async requests are refused.
+	NodeID      string
+	Queue       execution.Queue
+	Webhooks    *execution.Webhooks
+	NodeTimeout time.Duration
 	// Metrics collects what /metrics shows; nil makes a new one.
 	Metrics *Metrics
 	// Logger receives the JSON access log; nil discards it.
@@ -145,6 +152,11 @@ func New(opts Options) (*Server, error) {
 		IdempotencyWait: opts.IdempotencyWait,
 		IdempotencyPoll: opts.IdempotencyPoll,
 		CancelPoll:      opts.CancelPoll,
+		NodeID:          opts.NodeID,
+		Queue:           opts.Queue,
+		Webhooks:        opts.Webhooks,
+		Render:          RenderExecution,
+		NodeTimeout:     opts.NodeTimeout,
 		Metrics:         executionMetrics{s.metrics},
 		Logger:          s.log,
 		Now:             s.now,
@@ -173,6 +185,9 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 func (s *Server) routes() {
 	for _, p := range []string{"", "/api"} {
 		s.handle("POST "+p+"/v1/executions", s.authed(s.createExecution))
+		s.handle("POST "+p+"/v1/executions/batch", s.authed(s.createBatch))
+		s.handle("GET "+p+"/v1/webhook-secret", s.authed(s.getWebhookSecret))
+		s.handle("POST "+p+"/v1/webhook-secret/rotate", s.authed(s.rotateWebhookSecret))
 		s.handle("GET "+p+"/v1/executions/{id}", s.authed(s.getExecution))
 		s.handle("POST "+p+"/v1/executions/{id}/cancel", s.authed(s.cancelExecution))
 		s.handle("GET "+p+"/v1/executions/{id}/events", s.authed(s.executionEvents))

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -97,6 +98,27 @@ type Config struct {
 	Dev bool `json:"dev"`
 	// ImageDir holds rootfs/ (oci driver) and versions.json.
 	ImageDir string `json:"image_dir"`
+	// NodeID names this server among the nodes of one database (executions
+	// it runs are owned by it); "" derives one from the host name and
+	// DataDir, stable across restarts.
+	NodeID string `json:"node_id"`
+	// AsyncWorkers is how many async executions this node runs at once
+	// (0: half of MaxConcurrent, at least 1), so sync requests always keep
+	// the other slots.
+	AsyncWorkers int `json:"async_workers"`
+	// NodeTimeout: a node without a heartbeat this long is taken for
+	// stopped (0: 60 s). QueueRescueAfter: a queue job running this long
+	// goes to another node (0: the longest plan timeout + QueueTimeout +
+	// 2 min).
+	NodeTimeout      Duration `json:"node_timeout"`
+	QueueRescueAfter Duration `json:"queue_rescue_after"`
+	// WebhookAllowCIDRs are ranges webhooks may reach although they are
+	// not public (a receiver on the operator's network), over http too.
+	WebhookAllowCIDRs []string `json:"webhook_allow_cidrs"`
+	// WebhookRetryFor bounds a delivery's retries (0: 24 h);
+	// WebhookRetryBase is the first wait (0: 10 s).
+	WebhookRetryFor  Duration `json:"webhook_retry_for"`
+	WebhookRetryBase Duration `json:"webhook_retry_base"`
 	// DockerImage is the image every language uses with the docker driver.
 	DockerImage string `json:"docker_image"`
 	// MaxCodeBytes and MaxStdinBytes cap one request (413 above them).
@@ -107,6 +129,23 @@ type Config struct {
 	Plans map[string]Plan `json:"plans"`
 	// Languages override the built-in definitions per canonical name.
 	Languages map[string]LanguageOverride `json:"languages"`
+}
+
+// WebhookAllow parses WebhookAllowCIDRs.
+func (c Config) WebhookAllow() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.WebhookAllowCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(s); aerr == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				return nil, fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8 or an address", s)
+			}
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // Default returns the built-in configuration.
@@ -215,6 +254,20 @@ func (c Config) Validate() error {
 	}
 	if c.EdgeSecret != "" && len(c.EdgeSecret) < 16 {
 		bad("edge-secret must be at least 16 characters")
+	}
+	if c.AsyncWorkers < 0 || c.AsyncWorkers > c.MaxConcurrent {
+		bad("async-workers %d is not in 0..max-concurrent (%d); 0 means half of max-concurrent", c.AsyncWorkers, c.MaxConcurrent)
+	}
+	for _, d := range []struct {
+		name string
+		d    Duration
+	}{{"node-timeout", c.NodeTimeout}, {"queue-rescue-after", c.QueueRescueAfter}, {"webhook-retry-for", c.WebhookRetryFor}, {"webhook-retry-base", c.WebhookRetryBase}} {
+		if d.d.D() < 0 {
+			bad("%s must not be negative", d.name)
+		}
+	}
+	if _, err := c.WebhookAllow(); err != nil {
+		bad("webhook-allow-cidr: %v", err)
 	}
 	if c.ImageDir == "" && c.Driver == "oci" {
 		bad("image-dir must not be empty")

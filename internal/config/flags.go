@@ -13,7 +13,10 @@ type setting struct {
 	env   string // environment variable
 	usage string
 	bool  bool
-	set   func(c *Config, v string) error
+	// repeat: the flag may be given several times; the values reach set
+	// joined by commas, as the environment variable gives them.
+	repeat bool
+	set    func(c *Config, v string) error
 }
 
 func str(dst func(c *Config) *string) func(*Config, string) error {
@@ -28,6 +31,14 @@ func integer(dst func(c *Config) *int) func(*Config, string) error {
 		}
 		*dst(c) = n
 		return nil
+	}
+}
+
+func duration(dst func(c *Config) *Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		*dst(c) = d
+		return err
 	}
 }
 
@@ -95,6 +106,27 @@ var settings = []setting{
 		set: boolean(func(c *Config) *bool { return &c.Dev })},
 	{name: "image-dir", env: "VERTAL_IMAGE_DIR", usage: "sandbox image directory with rootfs/ and versions.json (default /var/lib/vertal/images/default)",
 		set: str(func(c *Config) *string { return &c.ImageDir })},
+	{name: "node-id", env: "VERTAL_NODE_ID", usage: "this server's name among the nodes sharing a database; keep it across restarts (default: derived from the host name and data-dir)",
+		set: str(func(c *Config) *string { return &c.NodeID })},
+	{name: "async-workers", env: "VERTAL_ASYNC_WORKERS", usage: "async executions this node runs at once, out of max-concurrent (default: half of max-concurrent, at least 1)",
+		set: integer(func(c *Config) *int { return &c.AsyncWorkers })},
+	{name: "node-timeout", env: "VERTAL_NODE_TIMEOUT", usage: "a node silent this long is taken for stopped and its unfinished executions are settled (default 60s)",
+		set: duration(func(c *Config) *Duration { return &c.NodeTimeout })},
+	{name: "queue-rescue-after", env: "VERTAL_QUEUE_RESCUE_AFTER", usage: "a queue job running this long is handed to another node, its worker presumed dead (default: the longest plan timeout + queue-timeout + 2m)",
+		set: duration(func(c *Config) *Duration { return &c.QueueRescueAfter })},
+	{name: "webhook-allow-cidr", env: "VERTAL_WEBHOOK_ALLOW_CIDR", repeat: true, usage: "let webhooks reach addresses in this range (private, loopback...), over http too; repeatable, or comma-separated (default: public addresses only, https only)",
+		set: func(c *Config, v string) error {
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					c.WebhookAllowCIDRs = append(c.WebhookAllowCIDRs, p)
+				}
+			}
+			return nil
+		}},
+	{name: "webhook-retry-for", env: "VERTAL_WEBHOOK_RETRY_FOR", usage: "how long a webhook delivery is retried after its first attempt before it is failed (default 24h)",
+		set: duration(func(c *Config) *Duration { return &c.WebhookRetryFor })},
+	{name: "webhook-retry-base", env: "VERTAL_WEBHOOK_RETRY_BASE", usage: "the first wait between webhook attempts, doubled each time up to 1h (default 10s)",
+		set: duration(func(c *Config) *Duration { return &c.WebhookRetryBase })},
 	{name: "docker-image", env: "VERTAL_DOCKER_IMAGE", usage: "image for the docker driver (default vertal/default:latest)",
 		set: str(func(c *Config) *string { return &c.DockerImage })},
 }
@@ -118,9 +150,14 @@ func Bind(fs *flag.FlagSet, names ...string) *Binding {
 		}
 		b.used = append(b.used, s)
 		name := s.name
+		repeat := s.repeat
 		record := func(v string) error {
-			if _, seen := b.values[name]; !seen {
+			old, seen := b.values[name]
+			if !seen {
 				b.order = append(b.order, name)
+			}
+			if repeat && seen {
+				v = old + "," + v
 			}
 			b.values[name] = v
 			return nil

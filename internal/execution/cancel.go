@@ -108,6 +108,17 @@ func (s *Service) Cancel(ctx context.Context, c Caller, id string) (store.Execut
 		return store.Execution{}, Internal(err)
 	}
 	a := s.lookup(id)
+	if a == nil && e.Async && e.Status == store.StatusQueued {
+		// Waiting in the queue, on no node: end it here. If a worker
+		// claimed it meanwhile, that worker sees the cancel instead.
+		got, err := s.cancelQueued(context.WithoutCancel(ctx), e)
+		if err == nil {
+			return got, nil
+		}
+		if !errors.Is(err, store.ErrNotQueued) && !errors.Is(err, store.ErrFinished) {
+			return store.Execution{}, Internal(err)
+		}
+	}
 	if a == nil {
 		return e, nil
 	}

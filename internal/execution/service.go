@@ -53,6 +53,23 @@ type Options struct {
 	// CancelPoll is how often the node running an execution looks in the
 	// store for a cancel recorded by another node (default 1 s).
 	CancelPoll time.Duration
+	// NodeID names this server among those sharing the store; executions it
+	// runs are owned by it, and settled by another node if it stops
+	// sending heartbeats (see Start). Stable across restarts of one
+	// installation, unique among the nodes of one database.
+	NodeID string
+	// Queue is where async executions and webhook deliveries wait; nil
+	// refuses async requests.
+	Queue Queue
+	// Webhooks check and deliver webhook_url; nil refuses webhook_url.
+	Webhooks *Webhooks
+	// Render is the JSON a webhook delivers for an execution: exactly what
+	// GET /v1/executions/{id} answers. Required with Webhooks.
+	Render func(store.Execution) ([]byte, error)
+	// NodeTimeout is how long a node may go without a heartbeat before its
+	// executions are settled (default 60 s); heartbeats are sent every
+	// NodeTimeout/6.
+	NodeTimeout time.Duration
 	// Metrics counts executions and replays; nil counts nothing.
 	Metrics Metrics
 	// Logger receives what goes wrong after an answer is decided; nil
@@ -203,6 +220,9 @@ type Outcome struct {
 // caller's ctx.Err() when it left while waiting), and then nothing was
 // stored, nothing counted and the idempotency claim released.
 func (s *Service) Run(ctx context.Context, c Caller, req Request) (Outcome, error) {
+	if req.Input.WebhookURL != nil && *req.Input.WebhookURL != "" {
+		return Outcome{}, Errorf(KindInvalidRequest, `webhook_url needs an async request ("async": true, or the header Prefer: respond-async)`)
+	}
 	p, err := s.prepare(c, req.Input)
 	if err != nil {
 		return Outcome{}, err
@@ -249,6 +269,7 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 		RequestID: req.RequestID,
 		Language:  p.spec.Language.Name,
 		CreatedAt: now,
+		Owner:     s.opts.NodeID,
 	}
 	p.spec.ID = exe.ID
 	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}
@@ -369,15 +390,7 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 	// The run does not stop when the client hangs up: the quota is spent,
 	// and the result is stored so that GET or an idempotent retry gets it.
 	// Only a cancel (or the bound) ends it early.
-	runCtx, stopRun := context.WithTimeout(bg, p.spec.Timeout+runMargin)
-	defer stopRun()
-	a.setCancel(stopRun)
-	res, runErr := s.engine.Execute(runCtx, p.spec)
-	release()
-	if runErr == nil && res.Status == engine.StatusError {
-		runErr = errors.New("driver reported a platform error")
-	}
-	canceled := a.isCanceled()
+	res, runErr, canceled := s.execute(bg, a, p.spec, release)
 	if runErr != nil && !canceled {
 		s.metrics.ObserveExecution(exe.Language, string(engine.StatusError), 0)
 		refund()
@@ -386,18 +399,7 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 			Err: fmt.Errorf("running %s: %w", exe.ID, runErr)}
 	}
 	if runErr == nil {
-		exe.Status = string(res.Status)
-		exe.Stdout, exe.Stderr = res.Stdout, res.Stderr
-		exe.ExitCode = res.ExitCode
-		exe.DurationMS = res.Duration.Milliseconds()
-		exe.Truncated = res.Truncated
-		exe.SandboxSeconds = res.Usage.SandboxSeconds
-		exe.CPUSeconds = res.Usage.CPUSeconds
-		exe.PeakMemoryBytes = res.Usage.PeakMemoryBytes
-		for _, f := range res.Files {
-			exe.Files = append(exe.Files, store.File{Path: f.Path, Content: f.Content})
-		}
-		exe.FilesTruncated = res.FilesTruncated
+		fillResult(&exe, res)
 	}
 	if canceled {
 		// Its sandbox started, so it counts, with what it used.
@@ -406,10 +408,46 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 	exe.FinishedAt = s.now().UTC()
 	s.metrics.ObserveExecution(exe.Language, exe.Status, res.Duration)
 	saved, err := s.save(bg, req, exe, true)
+	if errors.Is(err, errSettled) {
+		return saved, nil
+	}
 	if err != nil {
 		refund()
 	}
 	return saved, err
+}
+
+// execute runs spec in the sandbox slot the caller holds (release gives
+// it back as soon as the sandbox is gone). The run does not end with the
+// caller's context: only a cancel, or the timeout plus runMargin, ends it
+// early. It reports the platform's error, if any, and whether a cancel
+// ended the run.
+func (s *Service) execute(bg context.Context, a *active, spec engine.Spec, release func()) (engine.Result, error, bool) {
+	runCtx, stopRun := context.WithTimeout(bg, spec.Timeout+runMargin)
+	defer stopRun()
+	a.setCancel(stopRun)
+	res, err := s.engine.Execute(runCtx, spec)
+	release()
+	if err == nil && res.Status == engine.StatusError {
+		err = errors.New("driver reported a platform error")
+	}
+	return res, err, a.isCanceled()
+}
+
+// fillResult copies what the program did into exe.
+func fillResult(exe *store.Execution, res engine.Result) {
+	exe.Status = string(res.Status)
+	exe.Stdout, exe.Stderr = res.Stdout, res.Stderr
+	exe.ExitCode = res.ExitCode
+	exe.DurationMS = res.Duration.Milliseconds()
+	exe.Truncated = res.Truncated
+	exe.SandboxSeconds = res.Usage.SandboxSeconds
+	exe.CPUSeconds = res.Usage.CPUSeconds
+	exe.PeakMemoryBytes = res.Usage.PeakMemoryBytes
+	for _, f := range res.Files {
+		exe.Files = append(exe.Files, store.File{Path: f.Path, Content: f.Content})
+	}
+	exe.FilesTruncated = res.FilesTruncated
 }
 
 // save stores the finished exe. If that fails, the accepted row is
@@ -417,6 +455,12 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 // an id that GET cannot find would be worse than none.
 func (s *Service) save(ctx context.Context, req Request, exe store.Execution, ran bool) (store.Execution, error) {
 	if err := s.store.SaveExecution(ctx, exe); err != nil {
+		if cur, gerr := s.store.Execution(ctx, exe.Tenant, exe.ID); gerr == nil && store.Final(cur.Status) {
+			// Settled meanwhile by a node that took this one for dead
+			// (see settle): that outcome stands, refund included.
+			s.log.Warn("execution was settled elsewhere while it ran here", "execution_id", exe.ID, "status", cur.Status)
+			return cur, errSettled
+		}
 		if derr := s.store.DeleteExecution(ctx, exe.Tenant, exe.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
 			s.log.Error("deleting execution that could not be saved", "request_id", req.RequestID, "execution_id", exe.ID, "error", derr)
 		}
@@ -428,6 +472,10 @@ func (s *Service) save(ctx context.Context, req Request, exe store.Execution, ra
 	}
 	return exe, nil
 }
+
+// errSettled: the execution was ended elsewhere before its result could
+// be stored; the stored outcome is returned with it.
+var errSettled = errors.New("execution: settled elsewhere")
 
 // Get returns tenant's execution in whatever state it is.
 func (s *Service) Get(ctx context.Context, c Caller, id string) (store.Execution, error) {

@@ -31,6 +31,9 @@ type Input struct {
 	Env         map[string]string
 	Args        []string
 	ReturnFiles []string
+	// WebhookURL receives the result of an async execution (Submit,
+	// SubmitBatch); Run refuses it.
+	WebhookURL *string
 }
 
 // InputFile is one file of a request as the client sent it: Content is
@@ -124,7 +127,8 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 		Env         map[string]string `json:"env,omitempty"`
 		Args        []string          `json:"args,omitempty"`
 		ReturnFiles []string          `json:"return_files,omitempty"`
-	}{lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles})
+		WebhookURL  string            `json:"webhook_url,omitempty"`
+	}{lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL)})
 	sum := sha256.Sum256(canon)
 	filesBytes := c.Plan.FilesBytes()
 	return prepared{
@@ -341,4 +345,11 @@ func checkReturnFiles(globs []string) error {
 		}
 	}
 	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -6,7 +6,8 @@
 // internal/store/storetest is the one behaviour suite both must pass.
 // Every method is safe for concurrent use by many goroutines and, for
 // PostgreSQL, by many processes: quota reservation, rate-limit counting,
-// key rotation and idempotency claims are atomic in the database.
+// key rotation, idempotency claims, execution claims and aborts, and the
+// creation of a webhook secret are atomic in the database.
 package store
 
 import (
@@ -24,6 +25,9 @@ var (
 	// ErrFinished: the execution already has a final status, so it can no
 	// longer be started, canceled or deleted.
 	ErrFinished = errors.New("store: execution already finished")
+	// ErrNotQueued: the execution is running already, so it cannot be
+	// claimed (or canceled as queued) again.
+	ErrNotQueued = errors.New("store: execution is not queued")
 )
 
 // The statuses of an execution that has not finished. Every other status
@@ -90,7 +94,40 @@ type Execution struct {
 	// out. Saved with the result.
 	Files          []File
 	FilesTruncated bool
+	// Async is set for an execution accepted to run later (async: true or
+	// a batch). Its Request is stored with it, so a queue worker on any
+	// node can run it; its quota was reserved when it was accepted.
+	Async   bool
+	Request []byte
+	// Owner is the node that runs (or ran) the execution: set when a sync
+	// execution is accepted and when an async one is claimed; "" while an
+	// async one waits in the queue. A node that dies leaves its owned
+	// executions to be settled (AbortExecution) by the next one to look.
+	Owner string
+	// Reason says why an execution ended as error or canceled without
+	// running to its end (a node that stopped, a cancel while queued).
+	Reason string
+	// Webhook is the delivery of the execution's result to its
+	// webhook_url; nil when it has none.
+	Webhook *Webhook
 }
+
+// Webhook is one execution's webhook and the state of its delivery.
+type Webhook struct {
+	URL        string
+	DeliveryID string // "dlv_" + 32 hex, the same across retries
+	State      string // WebhookPending, WebhookDelivered or WebhookFailed
+	Attempts   int
+	LastStatus int // HTTP status of the last answer; 0 if none came
+	LastError  string
+}
+
+// Webhook delivery states.
+const (
+	WebhookPending   = "pending"
+	WebhookDelivered = "delivered"
+	WebhookFailed    = "failed"
+)
 
 // File is one returned file of an execution.
 type File struct {
@@ -138,6 +175,13 @@ type Store interface {
 	ReserveExecution(ctx context.Context, tenant, day string, limit int64) (used int64, err error)
 	// RefundExecution undoes one reservation when nothing ran.
 	RefundExecution(ctx context.Context, tenant, day string) error
+	// ReserveExecutions counts n executions at once (a batch), all or
+	// none: ErrQuotaExceeded, counting nothing, if fewer than n are left.
+	// n below 1 is an error (not ErrQuotaExceeded).
+	ReserveExecutions(ctx context.Context, tenant, day string, n, limit int64) (used int64, err error)
+	// RefundExecutions undoes n reservations, never going below zero; n
+	// of 0 does nothing and a negative n is an error.
+	RefundExecutions(ctx context.Context, tenant, day string, n int64) error
 	// CountRequest adds one request to tenant's fixed one-minute window
 	// starting at window and returns the count including it.
 	CountRequest(ctx context.Context, tenant string, window time.Time) (count int64, err error)
@@ -146,9 +190,34 @@ type Store interface {
 	// (Status queued or running), before anything is acknowledged. It adds
 	// nothing to usage. A duplicate id is an error.
 	CreateExecution(ctx context.Context, e Execution) error
+	// CreateExecutions stores several accepted executions (a batch) in one
+	// transaction: all or none.
+	CreateExecutions(ctx context.Context, es []Execution) error
 	// StartExecution moves a queued execution to running, with StartedAt
 	// at. ErrNotFound if there is none; ErrFinished if it has finished.
 	StartExecution(ctx context.Context, tenant, id string, at time.Time) error
+	// ClaimExecution moves a queued execution to running on node owner,
+	// with StartedAt at, so exactly one queue worker runs it. ErrNotQueued
+	// if it is running already; ErrFinished if it has finished;
+	// ErrNotFound if unknown.
+	ClaimExecution(ctx context.Context, tenant, id, owner string, at time.Time) error
+	// AbortExecution ends a non-final execution whose status is one of
+	// from with status (error or canceled) and reason, at at, without
+	// adding usage, and returns it. ErrFinished if it has finished;
+	// ErrNotQueued if its status is not in from; ErrNotFound if unknown.
+	// Two nodes settling the same execution: exactly one succeeds. A
+	// status that is not final is an error, changing nothing.
+	AbortExecution(ctx context.Context, tenant, id, status, reason string, from []string, at time.Time) (Execution, error)
+	// OwnedExecutions lists the non-final executions owned by node, of
+	// every tenant, by id.
+	OwnedExecutions(ctx context.Context, owner string) ([]Execution, error)
+	// QueuedAsync lists the async executions still queued that were
+	// created before before, oldest first (then by id), at most limit (none
+	// for a limit below 1).
+	QueuedAsync(ctx context.Context, before time.Time, limit int) ([]Execution, error)
+	// UpdateWebhook stores the state of an execution's webhook delivery.
+	// ErrNotFound if the execution is unknown or has no webhook.
+	UpdateWebhook(ctx context.Context, tenant, id string, w Webhook) error
 	// SaveExecution stores a finished execution (a final Status): it
 	// replaces the row CreateExecution wrote, or inserts one, and adds its
 	// sandbox and CPU seconds to the tenant's usage for the day of
@@ -166,7 +235,8 @@ type Store interface {
 	Execution(ctx context.Context, tenant, id string) (Execution, error)
 	// Usage returns tenant's metering for day (zero if none).
 	Usage(ctx context.Context, tenant, day string) (DayUsage, error)
-	// Purge blanks stdout/stderr and returned files of executions created before t and deletes
+	// Purge blanks stdout/stderr, returned files and the stored Request of
+	// executions created before t, whatever their status, and deletes
 	// idempotency records and rate-limit windows older than t; metering is
 	// kept. It returns how many executions were purged.
 	Purge(ctx context.Context, before time.Time) (int64, error)
@@ -186,6 +256,22 @@ type Store interface {
 	// for quota, overload or a platform error), so a retry may run. A
 	// completed claim is kept, and releasing an unknown claim is no error.
 	ReleaseIdempotency(ctx context.Context, tenant, key string) error
+
+	// Heartbeat records that node is alive at at (inserting it the first
+	// time).
+	Heartbeat(ctx context.Context, node string, at time.Time) error
+	// StaleNodes lists the nodes whose last heartbeat is before before, by
+	// id.
+	StaleNodes(ctx context.Context, before time.Time) ([]string, error)
+	// ForgetNode removes a node's heartbeat.
+	ForgetNode(ctx context.Context, node string) error
+
+	// WebhookSecret returns tenant's webhook signing secret and when it was
+	// made; a tenant without one gets create() stored first (two callers
+	// racing get the same secret; create may be called by a loser too).
+	WebhookSecret(ctx context.Context, tenant string, create func() string, at time.Time) (secret string, created time.Time, err error)
+	// RotateWebhookSecret replaces tenant's secret, or sets its first.
+	RotateWebhookSecret(ctx context.Context, tenant, secret string, at time.Time) error
 
 	Close() error
 }

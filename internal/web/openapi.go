@@ -16,8 +16,9 @@ import (
 // This file renders the API reference page from the OpenAPI 3.1 document
 // the server publishes, so the page can never drift from /v1/openapi.json.
 // It reads the subset of OpenAPI the API uses (paths, operations,
-// parameters, JSON bodies, responses with headers, component schemas and
-// local $refs) and escapes every string it takes from the document.
+// parameters, JSON bodies, responses with headers, component schemas,
+// local $refs, and the webhooks the server sends) and escapes every string
+// it takes from the document.
 
 // ordered is a JSON object that remembers the order of its keys, so the
 // reference lists routes and fields in the order the document gives them.
@@ -65,8 +66,10 @@ type oaDoc struct {
 		URL         string `json:"url"`
 		Description string `json:"description"`
 	} `json:"servers"`
-	Security   []map[string][]string             `json:"security"`
-	Paths      ordered[ordered[json.RawMessage]] `json:"paths"`
+	Security []map[string][]string             `json:"security"`
+	Paths    ordered[ordered[json.RawMessage]] `json:"paths"`
+	// Webhooks are the requests the server sends (OpenAPI 3.1), by name.
+	Webhooks   ordered[ordered[json.RawMessage]] `json:"webhooks"`
 	Components struct {
 		Schemas         ordered[*oaSchema]   `json:"schemas"`
 		Responses       map[string]*oaResp   `json:"responses"`
@@ -157,10 +160,12 @@ type oaSchema struct {
 	AdditionalProperties json.RawMessage    `json:"additionalProperties"`
 }
 
-// operation is one route and method, ready to render.
+// operation is one route and method, ready to render. For a webhook,
+// Path is the webhook's name and Webhook is set.
 type operation struct {
 	Method, Path, ID string
 	Op               *oaOp
+	Webhook          bool
 }
 
 var methodOrder = []string{"get", "post", "put", "patch", "delete", "head", "options"}
@@ -181,31 +186,13 @@ func renderReference(raw []byte, apiBase string, md func(string) template.HTML) 
 		return reference{}, fmt.Errorf("parsing the OpenAPI document: %w", err)
 	}
 	r := &refRenderer{doc: &doc, md: md}
-	var ops []operation
-	for _, p := range doc.Paths.Keys {
-		item := doc.Paths.Values[p]
-		for _, method := range methodOrder {
-			rawOp, ok := item.Values[method]
-			if !ok {
-				continue
-			}
-			op := new(oaOp)
-			if err := json.Unmarshal(rawOp, op); err != nil {
-				return reference{}, fmt.Errorf("parsing %s %s: %w", strings.ToUpper(method), p, err)
-			}
-			// Path-level parameters apply to every operation under the path.
-			if rawParams, ok := item.Values["parameters"]; ok {
-				var shared []*oaParam
-				if err := json.Unmarshal(rawParams, &shared); err == nil {
-					op.Parameters = append(shared, op.Parameters...)
-				}
-			}
-			id := op.OperationID
-			if id == "" {
-				id = method + "-" + p
-			}
-			ops = append(ops, operation{Method: strings.ToUpper(method), Path: p, ID: "op-" + slug(id), Op: op})
-		}
+	ops, err := operations(doc.Paths, "op-", false)
+	if err != nil {
+		return reference{}, err
+	}
+	hooks, err := operations(doc.Webhooks, "webhook-", true)
+	if err != nil {
+		return reference{}, err
 	}
 
 	b := &r.b
@@ -240,6 +227,14 @@ func renderReference(raw []byte, apiBase string, md func(string) template.HTML) 
 	for _, o := range ops {
 		r.operation(o)
 	}
+	if len(hooks) > 0 {
+		b.WriteString(`<section class="webhooks"><h2 id="webhooks">Webhooks</h2>` + "\n")
+		b.WriteString("<p>Requests the server sends to a URL you give it, rather than answers to yours.</p>\n")
+		for _, o := range hooks {
+			r.operation(o)
+		}
+		b.WriteString("</section>\n")
+	}
 	if len(doc.Components.Schemas.Keys) > 0 {
 		b.WriteString(`<section class="schemas"><h2 id="schemas">Schemas</h2>` + "\n")
 		for _, name := range doc.Components.Schemas.Keys {
@@ -253,7 +248,39 @@ func renderReference(raw []byte, apiBase string, md func(string) template.HTML) 
 		}
 		b.WriteString("</section>\n")
 	}
-	return reference{Title: orDefault(doc.Info.Title, "API reference"), Version: doc.Info.Version, HTML: template.HTML(b.String()), Ops: ops}, nil
+	return reference{Title: orDefault(doc.Info.Title, "API reference"), Version: doc.Info.Version, HTML: template.HTML(b.String()), Ops: append(ops, hooks...)}, nil
+}
+
+// operations lists the operations of a paths (or webhooks) object in the
+// document's order; ids get prefix.
+func operations(items ordered[ordered[json.RawMessage]], prefix string, webhook bool) ([]operation, error) {
+	var ops []operation
+	for _, p := range items.Keys {
+		item := items.Values[p]
+		for _, method := range methodOrder {
+			rawOp, ok := item.Values[method]
+			if !ok {
+				continue
+			}
+			op := new(oaOp)
+			if err := json.Unmarshal(rawOp, op); err != nil {
+				return nil, fmt.Errorf("parsing %s %s: %w", strings.ToUpper(method), p, err)
+			}
+			// Path-level parameters apply to every operation under the path.
+			if rawParams, ok := item.Values["parameters"]; ok {
+				var shared []*oaParam
+				if err := json.Unmarshal(rawParams, &shared); err == nil {
+					op.Parameters = append(shared, op.Parameters...)
+				}
+			}
+			id := op.OperationID
+			if id == "" {
+				id = method + "-" + p
+			}
+			ops = append(ops, operation{Method: strings.ToUpper(method), Path: p, ID: prefix + slug(id), Op: op, Webhook: webhook})
+		}
+	}
+	return ops, nil
 }
 
 type refRenderer struct {
@@ -347,9 +374,13 @@ func (r *refRenderer) operation(o operation) {
 	if op.Security != nil {
 		security = *op.Security
 	}
-	if len(security) == 0 || (len(security) == 1 && len(security[0]) == 0) {
+	switch {
+	case o.Webhook:
+		// Sent by the server: the API key plays no part.
+		meta = append(meta, `<span class="tag tag-webhook">sent by the server</span>`)
+	case len(security) == 0 || (len(security) == 1 && len(security[0]) == 0):
 		meta = append(meta, `<span class="tag tag-public">public</span>`)
-	} else {
+	default:
 		meta = append(meta, `<span class="tag tag-auth">bearer key</span>`)
 	}
 	if op.Deprecated {

@@ -21,6 +21,7 @@ func TestReferenceCoversTheAPIDocument(t *testing.T) {
 	}
 	var doc struct {
 		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Webhooks   map[string]map[string]json.RawMessage `json:"webhooks"`
 		Components struct {
 			Schemas map[string]struct {
 				Properties map[string]json.RawMessage `json:"properties"`
@@ -37,7 +38,10 @@ func TestReferenceCoversTheAPIDocument(t *testing.T) {
 	if rec.Code != 200 || strings.Contains(page, "could not be rendered") {
 		t.Fatalf("reference page: %d\n%s", rec.Code, page)
 	}
-	for path, methods := range doc.Paths {
+	if len(doc.Webhooks) == 0 {
+		t.Errorf("the document has no webhooks; the walk below checks nothing of them")
+	}
+	for path, methods := range merge(doc.Paths, doc.Webhooks) {
 		for method, raw := range methods {
 			if method == "parameters" {
 				continue
@@ -61,4 +65,16 @@ func TestReferenceCoversTheAPIDocument(t *testing.T) {
 			}
 		}
 	}
+}
+
+// merge puts the webhooks (named, not paths) beside the paths: the page
+// shows both the same way.
+func merge(paths, webhooks map[string]map[string]json.RawMessage) map[string]map[string]json.RawMessage {
+	all := map[string]map[string]json.RawMessage{}
+	for _, m := range []map[string]map[string]json.RawMessage{paths, webhooks} {
+		for k, v := range m {
+			all[k] = v
+		}
+	}
+	return all
 }

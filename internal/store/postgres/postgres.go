@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
@@ -313,6 +315,48 @@ func (s *Store) RefundExecution(ctx context.Context, tenant, day string) error {
 	return nil
 }
 
+// ReserveExecutions implements store.Store. Like ReserveExecution it is
+// one statement that waits on the row lock and re-checks the WHERE against
+// the committed count: a batch is counted whole or not at all.
+func (s *Store) ReserveExecutions(ctx context.Context, tenant, day string, n, limit int64) (int64, error) {
+	if err := checkDay(day); err != nil {
+		return 0, fmt.Errorf("postgres: reserve executions: %w", err)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("postgres: reserve executions: invalid count %d", n)
+	}
+	if n > limit {
+		return 0, fmt.Errorf("postgres: reserve executions: %w", store.ErrQuotaExceeded)
+	}
+	var used int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO usage_days (tenant, day, executions) VALUES ($1, $2, $3)
+		ON CONFLICT (tenant, day) DO UPDATE SET executions = usage_days.executions + $3
+		WHERE usage_days.executions <= $4 - $3
+		RETURNING executions`, tenant, day, n, limit).Scan(&used)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrQuotaExceeded
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: reserve executions: %w", err)
+	}
+	return used, nil
+}
+
+// RefundExecutions implements store.Store.
+func (s *Store) RefundExecutions(ctx context.Context, tenant, day string, n int64) error {
+	if err := checkDay(day); err != nil {
+		return fmt.Errorf("postgres: refund executions: %w", err)
+	}
+	if n < 0 {
+		return fmt.Errorf("postgres: refund executions: invalid count %d", n)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE usage_days SET executions = GREATEST(executions - $3, 0)
+		WHERE tenant = $1 AND day = $2`, tenant, day, n); err != nil {
+		return fmt.Errorf("postgres: refund executions: %w", err)
+	}
+	return nil
+}
+
 // CountRequest implements store.Store.
 func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Time) (int64, error) {
 	var n int64
@@ -325,10 +369,10 @@ func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Tim
 	return n, nil
 }
 
-// executionColumns are read by scanExecution, in its order.
-const executionColumns = `id, tenant, key_id, request_id, language, status, stdout, stderr,
-	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-	created_at, started_at, finished_at, cancel_requested, purged, files, files_truncated`
+// executionArgs are sqlstore.ExecutionArgs with this store's times.
+func executionArgs(e store.Execution) ([]any, error) {
+	return sqlstore.ExecutionArgs(e, func(t time.Time) any { return ts(t) })
+}
 
 func scanExecution(row pgx.Row) (store.Execution, error) {
 	var (
@@ -336,10 +380,14 @@ func scanExecution(row pgx.Row) (store.Execution, error) {
 		stdout, stderr    []byte
 		files             []byte
 		started, finished *time.Time
+		webhookURL        *string
+		w                 store.Webhook
 	)
 	err := row.Scan(&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
-		&e.CreatedAt, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated)
+		&e.CreatedAt, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated,
+		&e.Async, &e.Request, &e.Owner, &e.Reason, &webhookURL, &w.DeliveryID, &w.State,
+		&w.Attempts, &w.LastStatus, &w.LastError)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -357,47 +405,77 @@ func scanExecution(row pgx.Row) (store.Execution, error) {
 	if finished != nil {
 		e.FinishedAt = finished.UTC()
 	}
+	if webhookURL != nil {
+		w.URL = *webhookURL
+		e.Webhook = &w
+	}
 	return e, nil
 }
 
-// nullTS stores a zero time as NULL.
-func nullTS(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
+// queryExecutions runs a SELECT of sqlstore.ExecutionColumns.
+func (s *Store) queryExecutions(ctx context.Context, query string, args ...any) ([]store.Execution, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
-	t = ts(t)
-	return &t
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Execution, error) { return scanExecution(r) })
 }
 
-// lockExecution locks execution id's row for the transaction and checks
-// that it belongs to tenant and has not finished.
-func lockExecution(ctx context.Context, tx pgx.Tx, tenant, id string) error {
+// lockExecution locks execution id's row for the transaction, checks that
+// it belongs to tenant and has not finished, and returns its status. A
+// second transaction waits on the lock and then reads the first one's
+// committed row, so check-and-update steps on one execution never
+// interleave, across nodes too.
+func lockExecution(ctx context.Context, tx pgx.Tx, tenant, id string) (string, error) {
 	var owner, status string
 	err := tx.QueryRow(ctx, `SELECT tenant, status FROM executions WHERE id = $1 FOR UPDATE`, id).Scan(&owner, &status)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return store.ErrNotFound
+		return "", store.ErrNotFound
 	case err != nil:
-		return err
+		return "", err
 	case owner != tenant:
-		return store.ErrNotFound
+		return "", store.ErrNotFound
 	case store.Final(status):
-		return store.ErrFinished
+		return status, store.ErrFinished
 	}
-	return nil
+	return status, nil
+}
+
+// createExecution inserts an accepted execution in tx.
+func createExecution(ctx context.Context, tx pgx.Tx, e store.Execution) error {
+	if store.Final(e.Status) {
+		return fmt.Errorf("execution %s: status %q is final", e.ID, e.Status)
+	}
+	e.FinishedAt = time.Time{}
+	args, err := executionArgs(e)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, sqlstore.InsertExecution, args...)
+	return err
 }
 
 // CreateExecution implements store.Store.
 func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
-	if store.Final(e.Status) {
-		return fmt.Errorf("postgres: create execution: status %q is final", e.Status)
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
-		stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, '', '', 0, 0, false, 0, 0, 0, $7, $8)`,
-		e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status, ts(e.CreatedAt), nullTS(e.StartedAt))
-	if err != nil {
+	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return createExecution(ctx, tx, e) }); err != nil {
 		return fmt.Errorf("postgres: create execution: %w", err)
+	}
+	return nil
+}
+
+// CreateExecutions implements store.Store.
+func (s *Store) CreateExecutions(ctx context.Context, es []store.Execution) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, e := range es {
+			if err := createExecution(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: create executions: %w", err)
 	}
 	return nil
 }
@@ -405,7 +483,7 @@ func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
 // StartExecution implements store.Store.
 func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.Time) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockExecution(ctx, tx, tenant, id); err != nil {
+		if _, err := lockExecution(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`, store.StatusRunning, ts(at), id)
@@ -417,38 +495,117 @@ func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.T
 	return nil
 }
 
+// ClaimExecution implements store.Store. Claimers on several nodes queue
+// on the row lock; the first moves the row to running and every later one
+// reads running and gets ErrNotQueued.
+func (s *Store) ClaimExecution(ctx context.Context, tenant, id, owner string, at time.Time) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		status, err := lockExecution(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if status != store.StatusQueued {
+			return store.ErrNotQueued
+		}
+		_, err = tx.Exec(ctx, `UPDATE executions SET status = $1, started_at = $2, owner = $3 WHERE id = $4`,
+			store.StatusRunning, ts(at), owner, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: claim execution: %w", err)
+	}
+	return nil
+}
+
+// AbortExecution implements store.Store.
+func (s *Store) AbortExecution(ctx context.Context, tenant, id, status, reason string, from []string, at time.Time) (store.Execution, error) {
+	if !store.Final(status) {
+		return store.Execution{}, fmt.Errorf("postgres: abort execution: status %q is not final", status)
+	}
+	var e store.Execution
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		current, err := lockExecution(ctx, tx, tenant, id)
+		if err == nil && !slices.Contains(from, current) {
+			err = store.ErrNotQueued
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE executions SET status = $1, reason = $2, finished_at = $3 WHERE id = $4`,
+				status, reason, ts(at), id)
+		}
+		if err != nil && !errors.Is(err, store.ErrFinished) && !errors.Is(err, store.ErrNotQueued) {
+			return err
+		}
+		var rerr error
+		e, rerr = scanExecution(tx.QueryRow(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions WHERE id = $1`, id))
+		if rerr != nil {
+			return rerr
+		}
+		return err // a refusal rolls back a transaction that only read
+	})
+	if errors.Is(err, store.ErrFinished) || errors.Is(err, store.ErrNotQueued) {
+		return e, fmt.Errorf("postgres: abort execution: %w", err)
+	}
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("postgres: abort execution: %w", err)
+	}
+	return e, nil
+}
+
+// OwnedExecutions implements store.Store.
+func (s *Store) OwnedExecutions(ctx context.Context, owner string) ([]store.Execution, error) {
+	es, err := s.queryExecutions(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions
+		WHERE owner = $1 AND status IN ('queued', 'running') ORDER BY id`, owner)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: owned executions: %w", err)
+	}
+	return es, nil
+}
+
+// QueuedAsync implements store.Store.
+func (s *Store) QueuedAsync(ctx context.Context, before time.Time, limit int) ([]store.Execution, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	es, err := s.queryExecutions(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions
+		WHERE async AND status = 'queued' AND created_at < $1 ORDER BY created_at, id LIMIT $2`, ts(before), limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: queued async: %w", err)
+	}
+	return es, nil
+}
+
+// UpdateWebhook implements store.Store.
+func (s *Store) UpdateWebhook(ctx context.Context, tenant, id string, w store.Webhook) error {
+	args := append(sqlstore.WebhookArgs(&w), id, tenant)
+	tag, err := s.pool.Exec(ctx, sqlstore.UpdateWebhook, args...)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: update webhook: %w", err)
+	}
+	return nil
+}
+
 // SaveExecution implements store.Store.
 func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 	if !store.Final(e.Status) {
 		return fmt.Errorf("postgres: save execution: status %q is not final", e.Status)
 	}
-	files, err := store.MarshalFiles(e.Files)
+	args, err := executionArgs(e)
 	if err != nil {
 		return fmt.Errorf("postgres: save execution: %w", err)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := lockExecution(ctx, tx, e.Tenant, e.ID)
+		_, err := lockExecution(ctx, tx, e.Tenant, e.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			// An INSERT: a row of another tenant with this id makes it fail.
-			_, err = tx.Exec(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
-				stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-				created_at, started_at, finished_at, files, files_truncated)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
-				e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
-				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt), files, e.FilesTruncated)
+			_, err = tx.Exec(ctx, sqlstore.InsertExecution, args...)
 		case errors.Is(err, store.ErrFinished):
 			err = fmt.Errorf("execution %s exists", e.ID)
 		case err == nil:
-			_, err = tx.Exec(ctx, `UPDATE executions SET key_id = $2, request_id = $3, language = $4, status = $5,
-				stdout = $6, stderr = $7, exit_code = $8, duration_ms = $9, truncated = $10, sandbox_seconds = $11,
-				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16,
-				files = $17, files_truncated = $18
-				WHERE id = $1`,
-				e.ID, e.KeyID, e.RequestID, e.Language, e.Status,
-				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, ts(e.CreatedAt), nullTS(e.StartedAt), nullTS(e.FinishedAt), files, e.FilesTruncated)
+			_, err = tx.Exec(ctx, sqlstore.UpdateExecution, args...)
 		}
 		if err != nil {
 			return err
@@ -469,7 +626,7 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 // DeleteExecution implements store.Store.
 func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockExecution(ctx, tx, tenant, id); err != nil {
+		if _, err := lockExecution(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM executions WHERE id = $1`, id)
@@ -485,7 +642,7 @@ func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Execution, error) {
 	var e store.Execution
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := lockExecution(ctx, tx, tenant, id)
+		_, err := lockExecution(ctx, tx, tenant, id)
 		if err == nil {
 			_, err = tx.Exec(ctx, `UPDATE executions SET cancel_requested = true WHERE id = $1`, id)
 		}
@@ -493,7 +650,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Exe
 			return err
 		}
 		var rerr error
-		e, rerr = scanExecution(tx.QueryRow(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1`, id))
+		e, rerr = scanExecution(tx.QueryRow(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions WHERE id = $1`, id))
 		if rerr != nil {
 			return rerr
 		}
@@ -510,7 +667,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Exe
 
 // Execution implements store.Store.
 func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Execution, error) {
-	e, err := scanExecution(s.pool.QueryRow(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1 AND tenant = $2`, id, tenant))
+	e, err := scanExecution(s.pool.QueryRow(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions WHERE id = $1 AND tenant = $2`, id, tenant))
 	if err != nil {
 		return store.Execution{}, fmt.Errorf("postgres: execution: %w", err)
 	}
@@ -539,7 +696,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		t := ts(before)
-		tag, err := tx.Exec(ctx, `UPDATE executions SET stdout = '', stderr = '', files = NULL, purged = true
+		tag, err := tx.Exec(ctx, `UPDATE executions SET stdout = '', stderr = '', files = NULL, request = NULL, purged = true
 			WHERE created_at < $1 AND NOT purged`, t)
 		if err != nil {
 			return err
@@ -618,6 +775,69 @@ func (s *Store) ReleaseIdempotency(ctx context.Context, tenant, key string) erro
 	if _, err := s.pool.Exec(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND idem_key = $2 AND execution_id = ''`,
 		tenant, key); err != nil {
 		return fmt.Errorf("postgres: release idempotency: %w", err)
+	}
+	return nil
+}
+
+// Heartbeat implements store.Store.
+func (s *Store) Heartbeat(ctx context.Context, node string, at time.Time) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO nodes (id, seen_at) VALUES ($1, $2)
+		ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`, node, ts(at)); err != nil {
+		return fmt.Errorf("postgres: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// StaleNodes implements store.Store.
+func (s *Store) StaleNodes(ctx context.Context, before time.Time) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM nodes WHERE seen_at < $1 ORDER BY id`, ts(before))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stale nodes: %w", err)
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stale nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// ForgetNode implements store.Store.
+func (s *Store) ForgetNode(ctx context.Context, node string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, node); err != nil {
+		return fmt.Errorf("postgres: forget node: %w", err)
+	}
+	return nil
+}
+
+// WebhookSecret implements store.Store. create is called only when no
+// secret is found; of nodes inserting at once the first insert wins (ON
+// CONFLICT DO NOTHING waits for it to commit) and all read it back.
+func (s *Store) WebhookSecret(ctx context.Context, tenant string, create func() string, at time.Time) (string, time.Time, error) {
+	const read = `SELECT secret, created_at FROM webhook_secrets WHERE tenant = $1`
+	var (
+		secret  string
+		created time.Time
+	)
+	err := s.pool.QueryRow(ctx, read, tenant).Scan(&secret, &created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err = s.pool.Exec(ctx, `INSERT INTO webhook_secrets (tenant, secret, created_at) VALUES ($1, $2, $3)
+			ON CONFLICT (tenant) DO NOTHING`, tenant, create(), ts(at))
+		if err == nil {
+			err = s.pool.QueryRow(ctx, read, tenant).Scan(&secret, &created)
+		}
+	}
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("postgres: webhook secret: %w", err)
+	}
+	return secret, created.UTC(), nil
+}
+
+// RotateWebhookSecret implements store.Store.
+func (s *Store) RotateWebhookSecret(ctx context.Context, tenant, secret string, at time.Time) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO webhook_secrets (tenant, secret, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, created_at = excluded.created_at`,
+		tenant, secret, ts(at)); err != nil {
+		return fmt.Errorf("postgres: rotate webhook secret: %w", err)
 	}
 	return nil
 }

@@ -116,8 +116,8 @@ func TestNodes(t *testing.T) {
 	if err := nodes[0].(*Store).pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
-	if versions != 3 { // 0001_init, 0002_lifecycle, 0003_files
-		t.Errorf("schema_migrations has %d rows, want 3", versions)
+	if versions != 4 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async
+		t.Errorf("schema_migrations has %d rows, want 4", versions)
 	}
 	node := func(i int) store.Store { return nodes[i%len(nodes)] }
 
@@ -176,6 +176,93 @@ func TestNodes(t *testing.T) {
 		for i, n := range nodes {
 			if _, err := n.KeyByHash(ctx, nk.Hash); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("node %d after revocation on node 1: error = %v, want ErrNotFound", i, err)
+			}
+		}
+	})
+
+	t.Run("async claims, settling and batches", func(t *testing.T) {
+		const n = 40
+		for i := range 3 {
+			e := store.Execution{ID: fmt.Sprintf("exe_a%031d", i), Tenant: "acme", Language: "python",
+				Status: store.StatusQueued, CreatedAt: t0, Async: true, Request: []byte("{}")}
+			if err := nodes[0].CreateExecution(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Every node's workers claim the same job: it runs once.
+		errs := storetest.Parallel(n, func(i int) error {
+			return node(i).ClaimExecution(ctx, "acme", "exe_a0000000000000000000000000000000", fmt.Sprint("node-", i%len(nodes)), t0)
+		})
+		if ok, refused := storetest.CountErrs(t, errs, store.ErrNotQueued); ok != 1 || refused != n-1 {
+			t.Errorf("%d claims of one job over %d nodes: %d won, %d refused; want 1, %d", n, len(nodes), ok, refused, n-1)
+		}
+		// Every node settles the same dead node's execution: once.
+		if err := nodes[1].ClaimExecution(ctx, "acme", "exe_a0000000000000000000000000000001", "node-dead", t0); err != nil {
+			t.Fatal(err)
+		}
+		errs = storetest.Parallel(n, func(i int) error {
+			_, err := node(i).AbortExecution(ctx, "acme", "exe_a0000000000000000000000000000001", "error", "node-dead stopped",
+				[]string{store.StatusRunning}, t0)
+			return err
+		})
+		if ok, finished := storetest.CountErrs(t, errs, store.ErrFinished); ok != 1 || finished != n-1 {
+			t.Errorf("%d aborts of one execution over %d nodes: %d won, %d ErrFinished; want 1, %d", n, len(nodes), ok, finished, n-1)
+		}
+		// A claim racing a cancel of a queued job: one of them.
+		errs = storetest.Parallel(n, func(i int) error {
+			if i%2 == 0 {
+				return node(i).ClaimExecution(ctx, "acme", "exe_a0000000000000000000000000000002", "node-x", t0)
+			}
+			_, err := node(i).AbortExecution(ctx, "acme", "exe_a0000000000000000000000000000002", store.StatusCanceled, "canceled",
+				[]string{store.StatusQueued}, t0)
+			return err
+		})
+		won := 0
+		for _, err := range errs {
+			if err == nil {
+				won++
+			} else if !errors.Is(err, store.ErrNotQueued) && !errors.Is(err, store.ErrFinished) {
+				t.Errorf("claim or cancel: %v", err)
+			}
+		}
+		if won != 1 {
+			t.Errorf("claims racing cancels over %d nodes: %d won, want 1", len(nodes), won)
+		}
+		// Batches of 5 on a quota of 52: ten fit, whole.
+		errs = storetest.Parallel(n, func(i int) error {
+			_, err := node(i).ReserveExecutions(ctx, "batches", "2025-03-14", 5, 52)
+			return err
+		})
+		if ok, _ := storetest.CountErrs(t, errs, store.ErrQuotaExceeded); ok != 10 {
+			t.Errorf("batches of 5 on a quota of 52 over %d nodes: %d counted, want 10", len(nodes), ok)
+		}
+		if u, err := nodes[2].Usage(ctx, "batches", "2025-03-14"); err != nil || u.Executions != 50 {
+			t.Errorf("Usage = %+v, %v; want 50 executions", u, err)
+		}
+	})
+
+	t.Run("webhook secret", func(t *testing.T) {
+		const n = 40
+		secrets := make([]string, n)
+		errs := storetest.Parallel(n, func(i int) error {
+			var err error
+			secrets[i], _, err = node(i).WebhookSecret(ctx, "acme", func() string { return fmt.Sprint("whsec_", i) }, t0)
+			return err
+		})
+		for i, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if secrets[i] != secrets[0] {
+				t.Fatalf("first uses over %d nodes got %q and %q", len(nodes), secrets[0], secrets[i])
+			}
+		}
+		if err := nodes[3].RotateWebhookSecret(ctx, "acme", "whsec_rotated", t0); err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range nodes {
+			if got, _, err := n.WebhookSecret(ctx, "acme", func() string { return "whsec_other" }, t0); err != nil || got != "whsec_rotated" {
+				t.Errorf("node %d after rotation on node 3: %q, %v", i, got, err)
 			}
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlstore"
 )
 
 //go:embed migrations/*.sql
@@ -342,6 +344,48 @@ func (s *Store) RefundExecution(ctx context.Context, tenant, day string) error {
 	return nil
 }
 
+// ReserveExecutions implements store.Store. Like ReserveExecution it is
+// one statement: the row is created at n or raised by n only while n more
+// fit, so a batch is counted whole or not at all.
+func (s *Store) ReserveExecutions(ctx context.Context, tenant, day string, n, limit int64) (int64, error) {
+	if err := checkDay(day); err != nil {
+		return 0, fmt.Errorf("sqlite: reserve executions: %w", err)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("sqlite: reserve executions: invalid count %d", n)
+	}
+	if n > limit {
+		return 0, fmt.Errorf("sqlite: reserve executions: %w", store.ErrQuotaExceeded)
+	}
+	var used int64
+	err := s.w.QueryRowContext(ctx, `INSERT INTO usage_days (tenant, day, executions) VALUES ($1, $2, $3)
+		ON CONFLICT (tenant, day) DO UPDATE SET executions = executions + $3
+		WHERE usage_days.executions <= $4 - $3
+		RETURNING executions`, tenant, day, n, limit).Scan(&used)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrQuotaExceeded
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: reserve executions: %w", err)
+	}
+	return used, nil
+}
+
+// RefundExecutions implements store.Store.
+func (s *Store) RefundExecutions(ctx context.Context, tenant, day string, n int64) error {
+	if err := checkDay(day); err != nil {
+		return fmt.Errorf("sqlite: refund executions: %w", err)
+	}
+	if n < 0 {
+		return fmt.Errorf("sqlite: refund executions: invalid count %d", n)
+	}
+	if _, err := s.w.ExecContext(ctx, `UPDATE usage_days SET executions = max(executions - $3, 0)
+		WHERE tenant = $1 AND day = $2`, tenant, day, n); err != nil {
+		return fmt.Errorf("sqlite: refund executions: %w", err)
+	}
+	return nil
+}
+
 // CountRequest implements store.Store.
 func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Time) (int64, error) {
 	var n int64
@@ -354,22 +398,26 @@ func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Tim
 	return n, nil
 }
 
-// executionColumns are read by scanExecution, in its order.
-const executionColumns = `id, tenant, key_id, request_id, language, status, stdout, stderr,
-	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-	created_at, started_at, finished_at, cancel_requested, purged, files, files_truncated`
+// executionArgs are sqlstore.ExecutionArgs with this store's times.
+func executionArgs(e store.Execution) ([]any, error) {
+	return sqlstore.ExecutionArgs(e, func(t time.Time) any { return micros(t) })
+}
 
-func scanExecution(row *sql.Row) (store.Execution, error) {
+func scanExecution(row interface{ Scan(...any) error }) (store.Execution, error) {
 	var (
 		e                 store.Execution
 		stdout, stderr    []byte
 		files             []byte
 		created           int64
 		started, finished sql.NullInt64
+		webhookURL        sql.NullString
+		w                 store.Webhook
 	)
 	err := row.Scan(&e.ID, &e.Tenant, &e.KeyID, &e.RequestID, &e.Language, &e.Status, &stdout, &stderr,
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
-		&created, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated)
+		&created, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated,
+		&e.Async, &e.Request, &e.Owner, &e.Reason, &webhookURL, &w.DeliveryID, &w.State,
+		&w.Attempts, &w.LastStatus, &w.LastError)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -387,15 +435,29 @@ func scanExecution(row *sql.Row) (store.Execution, error) {
 	if finished.Valid {
 		e.FinishedAt = fromMicros(finished.Int64)
 	}
+	if webhookURL.Valid {
+		w.URL = webhookURL.String
+		e.Webhook = &w
+	}
 	return e, nil
 }
 
-// nullMicros stores a zero time as NULL.
-func nullMicros(t time.Time) any {
-	if t.IsZero() {
-		return nil
+// queryExecutions runs a SELECT of sqlstore.ExecutionColumns on the read pool.
+func (s *Store) queryExecutions(ctx context.Context, query string, args ...any) ([]store.Execution, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
-	return micros(t)
+	defer rows.Close()
+	var out []store.Execution
+	for rows.Next() {
+		e, err := scanExecution(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }
 
 // executionState returns the tenant and status of execution id;
@@ -408,31 +470,55 @@ func executionState(ctx context.Context, tx *sql.Tx, id string) (tenant, status 
 	return tenant, status, err
 }
 
-// unfinished checks that execution id of tenant exists and has not finished.
-func unfinished(ctx context.Context, tx *sql.Tx, tenant, id string) error {
+// unfinished checks that execution id of tenant exists and has not
+// finished, and returns its status.
+func unfinished(ctx context.Context, tx *sql.Tx, tenant, id string) (string, error) {
 	owner, status, err := executionState(ctx, tx, id)
 	switch {
 	case err != nil:
-		return err
+		return "", err
 	case owner != tenant:
-		return store.ErrNotFound
+		return "", store.ErrNotFound
 	case store.Final(status):
-		return store.ErrFinished
+		return status, store.ErrFinished
 	}
-	return nil
+	return status, nil
+}
+
+// createExecution inserts an accepted execution in tx.
+func createExecution(ctx context.Context, tx *sql.Tx, e store.Execution) error {
+	if store.Final(e.Status) {
+		return fmt.Errorf("execution %s: status %q is final", e.ID, e.Status)
+	}
+	e.FinishedAt = time.Time{}
+	args, err := executionArgs(e)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, sqlstore.InsertExecution, args...)
+	return err
 }
 
 // CreateExecution implements store.Store.
 func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
-	if store.Final(e.Status) {
-		return fmt.Errorf("sqlite: create execution: status %q is final", e.Status)
-	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
-		stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, x'', x'', 0, 0, 0, 0, 0, 0, $7, $8)`,
-		e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status, micros(e.CreatedAt), nullMicros(e.StartedAt))
-	if err != nil {
+	if err := s.tx(ctx, func(tx *sql.Tx) error { return createExecution(ctx, tx, e) }); err != nil {
 		return fmt.Errorf("sqlite: create execution: %w", err)
+	}
+	return nil
+}
+
+// CreateExecutions implements store.Store.
+func (s *Store) CreateExecutions(ctx context.Context, es []store.Execution) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for _, e := range es {
+			if err := createExecution(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: create executions: %w", err)
 	}
 	return nil
 }
@@ -440,7 +526,7 @@ func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
 // StartExecution implements store.Store.
 func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := unfinished(ctx, tx, tenant, id); err != nil {
+		if _, err := unfinished(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`,
@@ -453,12 +539,103 @@ func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.T
 	return nil
 }
 
+// ClaimExecution implements store.Store. The write transaction holds
+// SQLite's one write lock from the check to the update.
+func (s *Store) ClaimExecution(ctx context.Context, tenant, id, owner string, at time.Time) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		status, err := unfinished(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if status != store.StatusQueued {
+			return store.ErrNotQueued
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE executions SET status = $1, started_at = $2, owner = $3 WHERE id = $4`,
+			store.StatusRunning, micros(at), owner, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: claim execution: %w", err)
+	}
+	return nil
+}
+
+// AbortExecution implements store.Store.
+func (s *Store) AbortExecution(ctx context.Context, tenant, id, status, reason string, from []string, at time.Time) (store.Execution, error) {
+	if !store.Final(status) {
+		return store.Execution{}, fmt.Errorf("sqlite: abort execution: status %q is not final", status)
+	}
+	var e store.Execution
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		current, err := unfinished(ctx, tx, tenant, id)
+		if err == nil && !slices.Contains(from, current) {
+			err = store.ErrNotQueued
+		}
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `UPDATE executions SET status = $1, reason = $2, finished_at = $3 WHERE id = $4`,
+				status, reason, micros(at), id)
+		}
+		if err != nil && !errors.Is(err, store.ErrFinished) && !errors.Is(err, store.ErrNotQueued) {
+			return err
+		}
+		var rerr error
+		e, rerr = scanExecution(tx.QueryRowContext(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions WHERE id = $1`, id))
+		return cmp.Or(rerr, err)
+	})
+	if errors.Is(err, store.ErrFinished) || errors.Is(err, store.ErrNotQueued) {
+		return e, fmt.Errorf("sqlite: abort execution: %w", err)
+	}
+	if err != nil {
+		return store.Execution{}, fmt.Errorf("sqlite: abort execution: %w", err)
+	}
+	return e, nil
+}
+
+// OwnedExecutions implements store.Store.
+func (s *Store) OwnedExecutions(ctx context.Context, owner string) ([]store.Execution, error) {
+	es, err := s.queryExecutions(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions
+		WHERE owner = $1 AND status IN ('queued', 'running') ORDER BY id`, owner)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: owned executions: %w", err)
+	}
+	return es, nil
+}
+
+// QueuedAsync implements store.Store.
+func (s *Store) QueuedAsync(ctx context.Context, before time.Time, limit int) ([]store.Execution, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	es, err := s.queryExecutions(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions
+		WHERE async = 1 AND status = 'queued' AND created_at < $1 ORDER BY created_at, id LIMIT $2`, micros(before), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: queued async: %w", err)
+	}
+	return es, nil
+}
+
+// UpdateWebhook implements store.Store.
+func (s *Store) UpdateWebhook(ctx context.Context, tenant, id string, w store.Webhook) error {
+	args := append(sqlstore.WebhookArgs(&w), id, tenant)
+	res, err := s.w.ExecContext(ctx, sqlstore.UpdateWebhook, args...)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: update webhook: %w", err)
+	}
+	return nil
+}
+
 // SaveExecution implements store.Store.
 func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 	if !store.Final(e.Status) {
 		return fmt.Errorf("sqlite: save execution: status %q is not final", e.Status)
 	}
-	files, err := store.MarshalFiles(e.Files)
+	args, err := executionArgs(e)
 	if err != nil {
 		return fmt.Errorf("sqlite: save execution: %w", err)
 	}
@@ -466,25 +643,12 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 		owner, status, err := executionState(ctx, tx, e.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			_, err = tx.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status,
-				stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
-				created_at, started_at, finished_at, files, files_truncated)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
-				e.ID, e.Tenant, e.KeyID, e.RequestID, e.Language, e.Status,
-				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt), files, e.FilesTruncated)
+			_, err = tx.ExecContext(ctx, sqlstore.InsertExecution, args...)
 		case err != nil:
 		case owner != e.Tenant || store.Final(status):
 			err = fmt.Errorf("execution %s exists", e.ID)
 		default:
-			_, err = tx.ExecContext(ctx, `UPDATE executions SET key_id = $2, request_id = $3, language = $4, status = $5,
-				stdout = $6, stderr = $7, exit_code = $8, duration_ms = $9, truncated = $10, sandbox_seconds = $11,
-				cpu_seconds = $12, peak_memory_bytes = $13, created_at = $14, started_at = $15, finished_at = $16,
-				files = $17, files_truncated = $18
-				WHERE id = $1`,
-				e.ID, e.KeyID, e.RequestID, e.Language, e.Status,
-				[]byte(e.Stdout), []byte(e.Stderr), e.ExitCode, e.DurationMS, e.Truncated,
-				e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, micros(e.CreatedAt), nullMicros(e.StartedAt), nullMicros(e.FinishedAt), files, e.FilesTruncated)
+			_, err = tx.ExecContext(ctx, sqlstore.UpdateExecution, args...)
 		}
 		if err != nil {
 			return err
@@ -505,7 +669,7 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 // DeleteExecution implements store.Store.
 func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := unfinished(ctx, tx, tenant, id); err != nil {
+		if _, err := unfinished(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE id = $1`, id)
@@ -521,7 +685,7 @@ func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Execution, error) {
 	var e store.Execution
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		err := unfinished(ctx, tx, tenant, id)
+		_, err := unfinished(ctx, tx, tenant, id)
 		if err == nil {
 			_, err = tx.ExecContext(ctx, `UPDATE executions SET cancel_requested = 1 WHERE id = $1`, id)
 		}
@@ -529,7 +693,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Exe
 			return err
 		}
 		var rerr error
-		e, rerr = scanExecution(tx.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1`, id))
+		e, rerr = scanExecution(tx.QueryRowContext(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions WHERE id = $1`, id))
 		return cmp.Or(rerr, err)
 	})
 	if errors.Is(err, store.ErrFinished) {
@@ -543,7 +707,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Exe
 
 // Execution implements store.Store.
 func (s *Store) Execution(ctx context.Context, tenant, id string) (store.Execution, error) {
-	e, err := scanExecution(s.r.QueryRowContext(ctx, `SELECT `+executionColumns+` FROM executions WHERE id = $1 AND tenant = $2`, id, tenant))
+	e, err := scanExecution(s.r.QueryRowContext(ctx, `SELECT `+sqlstore.ExecutionColumns+` FROM executions WHERE id = $1 AND tenant = $2`, id, tenant))
 	if err != nil {
 		return store.Execution{}, fmt.Errorf("sqlite: execution: %w", err)
 	}
@@ -572,7 +736,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		t := micros(before)
-		res, err := tx.ExecContext(ctx, `UPDATE executions SET stdout = x'', stderr = x'', files = NULL, purged = 1
+		res, err := tx.ExecContext(ctx, `UPDATE executions SET stdout = x'', stderr = x'', files = NULL, request = NULL, purged = 1
 			WHERE created_at < $1 AND purged = 0`, t)
 		if err != nil {
 			return err
@@ -652,6 +816,87 @@ func (s *Store) ReleaseIdempotency(ctx context.Context, tenant, key string) erro
 	if _, err := s.w.ExecContext(ctx, `DELETE FROM idempotency WHERE tenant = $1 AND idem_key = $2 AND execution_id = ''`,
 		tenant, key); err != nil {
 		return fmt.Errorf("sqlite: release idempotency: %w", err)
+	}
+	return nil
+}
+
+// Heartbeat implements store.Store.
+func (s *Store) Heartbeat(ctx context.Context, node string, at time.Time) error {
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO nodes (id, seen_at) VALUES ($1, $2)
+		ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`, node, micros(at)); err != nil {
+		return fmt.Errorf("sqlite: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// StaleNodes implements store.Store.
+func (s *Store) StaleNodes(ctx context.Context, before time.Time) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM nodes WHERE seen_at < $1 ORDER BY id`, micros(before))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: stale nodes: %w", err)
+	}
+	defer rows.Close()
+	var nodes []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlite: stale nodes: %w", err)
+		}
+		nodes = append(nodes, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: stale nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// ForgetNode implements store.Store.
+func (s *Store) ForgetNode(ctx context.Context, node string) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM nodes WHERE id = $1`, node); err != nil {
+		return fmt.Errorf("sqlite: forget node: %w", err)
+	}
+	return nil
+}
+
+// WebhookSecret implements store.Store. create is called only when no
+// secret is found; of two callers inserting at once the first insert wins
+// (ON CONFLICT DO NOTHING) and both read it back.
+func (s *Store) WebhookSecret(ctx context.Context, tenant string, create func() string, at time.Time) (string, time.Time, error) {
+	secret, created, err := webhookSecret(ctx, s.r, tenant)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = s.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO webhook_secrets (tenant, secret, created_at) VALUES ($1, $2, $3)
+				ON CONFLICT (tenant) DO NOTHING`, tenant, create(), micros(at)); err != nil {
+				return err
+			}
+			var err error
+			secret, created, err = webhookSecret(ctx, tx, tenant)
+			return err
+		})
+	}
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("sqlite: webhook secret: %w", err)
+	}
+	return secret, created, nil
+}
+
+func webhookSecret(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, tenant string) (string, time.Time, error) {
+	var (
+		secret  string
+		created int64
+	)
+	err := q.QueryRowContext(ctx, `SELECT secret, created_at FROM webhook_secrets WHERE tenant = $1`, tenant).Scan(&secret, &created)
+	return secret, fromMicros(created), err
+}
+
+// RotateWebhookSecret implements store.Store.
+func (s *Store) RotateWebhookSecret(ctx context.Context, tenant, secret string, at time.Time) error {
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO webhook_secrets (tenant, secret, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, created_at = excluded.created_at`,
+		tenant, secret, micros(at)); err != nil {
+		return fmt.Errorf("sqlite: rotate webhook secret: %w", err)
 	}
 	return nil
 }

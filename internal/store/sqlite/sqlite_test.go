@@ -2,13 +2,16 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
 )
 
@@ -53,8 +56,8 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 { // 0001_init, 0002_lifecycle, 0003_files
-		t.Errorf("schema_migrations has %d rows, want 3", n)
+	if n != 4 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async
+		t.Errorf("schema_migrations has %d rows, want 4", n)
 	}
 }
 
@@ -105,5 +108,53 @@ func TestOpenInvalidPath(t *testing.T) {
 		} else if errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Open(%q): %v", path, err)
 		}
+	}
+}
+
+// TestUpgradeTo0004 opens a database made by the migrations before 0004
+// with an execution in it: the row reads back as a sync execution without
+// a webhook, and the new methods work on it.
+func TestUpgradeTo0004(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "vertal.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations.Load(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := []string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`}
+	for _, m := range ms {
+		if m.Version < 4 {
+			stmts = append(stmts, m.SQL, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, '%s', 0)`, m.Version, m.Name))
+		}
+	}
+	stmts = append(stmts, `INSERT INTO executions (id, tenant, key_id, request_id, language, status, stdout, stderr,
+		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, started_at)
+		VALUES ('exe_old', 'acme', 'key_1', 'req_1', 'python', 'running', x'', x'', 0, 0, 0, 0, 0, 0, 1000000, 1000000)`)
+	for _, q := range stmts {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := openTemp(t, path)
+	got, err := s.Execution(ctx, "acme", "exe_old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Async || got.Request != nil || got.Owner != "" || got.Reason != "" || got.Webhook != nil {
+		t.Errorf("row from before 0004 = async %v, request %q, owner %q, reason %q, webhook %+v; want none",
+			got.Async, got.Request, got.Owner, got.Reason, got.Webhook)
+	}
+	if _, err := s.AbortExecution(ctx, "acme", "exe_old", "error", "server restarted", []string{store.StatusRunning}, time.Unix(2, 0)); err != nil {
+		t.Errorf("AbortExecution of a row from before 0004: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ package storefake
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -38,6 +39,8 @@ type Store struct {
 	windows    map[windowKey]int64
 	executions map[string]store.Execution
 	idem       map[idemKey]store.Idempotency
+	nodes      map[string]time.Time
+	secrets    map[string]secretRec
 	closed     bool
 }
 
@@ -63,6 +66,25 @@ func (s *Store) activeKeys(tenant string) int {
 		}
 	}
 	return n
+}
+
+// clone copies what an Execution shares with its caller (the webhook, the
+// request and file bytes), so that neither side's changes reach the
+// other, as with a database.
+func clone(e store.Execution) store.Execution {
+	if e.Webhook != nil {
+		w := *e.Webhook
+		e.Webhook = &w
+	}
+	e.Request = slices.Clone(e.Request)
+	if e.Files != nil {
+		files := make([]store.File, len(e.Files))
+		for i, f := range e.Files {
+			files[i] = store.File{Path: f.Path, Content: slices.Clone(f.Content)}
+		}
+		e.Files = files
+	}
+	return e
 }
 
 // ts is a time as the real stores return it: UTC, microseconds.
@@ -224,16 +246,30 @@ func (s *Store) CountRequest(_ context.Context, tenant string, window time.Time)
 func (s *Store) CreateExecution(_ context.Context, e store.Execution) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.creatable(e, nil); err != nil {
+		return err
+	}
+	s.create(e)
+	return nil
+}
+
+// creatable refuses what CreateExecution refuses: a final status or an id
+// already stored, or already in batch.
+func (s *Store) creatable(e store.Execution, batch map[string]bool) error {
 	if store.Final(e.Status) {
 		return fmt.Errorf("storefake: create execution %s: status %q is final", e.ID, e.Status)
 	}
-	if _, dup := s.executions[e.ID]; dup {
+	if _, dup := s.executions[e.ID]; dup || batch[e.ID] {
 		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
 	}
+	return nil
+}
+
+func (s *Store) create(e store.Execution) {
+	e = clone(e)
 	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), time.Time{}
 	e.Purged, e.CancelRequested = false, false
 	s.executions[e.ID] = e
-	return nil
 }
 
 func (s *Store) StartExecution(_ context.Context, tenant, id string, at time.Time) error {
@@ -261,6 +297,7 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 	if exists && (store.Final(old.Status) || old.Tenant != e.Tenant) {
 		return fmt.Errorf("storefake: duplicate execution %s", e.ID)
 	}
+	e = clone(e)
 	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), ts(e.FinishedAt)
 	e.Purged, e.CancelRequested = false, exists && old.CancelRequested
 	s.executions[e.ID] = e
@@ -294,11 +331,11 @@ func (s *Store) RequestCancel(_ context.Context, tenant, id string) (store.Execu
 	case !ok || e.Tenant != tenant:
 		return store.Execution{}, store.ErrNotFound
 	case store.Final(e.Status):
-		return e, store.ErrFinished
+		return clone(e), store.ErrFinished
 	}
 	e.CancelRequested = true
 	s.executions[id] = e
-	return e, nil
+	return clone(e), nil
 }
 
 func (s *Store) Execution(_ context.Context, tenant, id string) (store.Execution, error) {
@@ -308,7 +345,7 @@ func (s *Store) Execution(_ context.Context, tenant, id string) (store.Execution
 	if !ok || e.Tenant != tenant {
 		return store.Execution{}, store.ErrNotFound
 	}
-	return e, nil
+	return clone(e), nil
 }
 
 func (s *Store) Usage(_ context.Context, tenant, day string) (store.DayUsage, error) {
@@ -323,10 +360,11 @@ func (s *Store) Usage(_ context.Context, tenant, day string) (store.DayUsage, er
 func (s *Store) Purge(_ context.Context, before time.Time) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	before = ts(before) // compared as the real stores keep it
 	var n int64
 	for id, e := range s.executions {
 		if e.CreatedAt.Before(before) && !e.Purged {
-			e.Stdout, e.Stderr, e.Files, e.Purged = "", "", nil, true
+			e.Stdout, e.Stderr, e.Files, e.Request, e.Purged = "", "", nil, nil, true
 			s.executions[id] = e
 			n++
 		}
@@ -396,4 +434,201 @@ func (s *Store) Executions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.executions)
+}
+
+func (s *Store) ReserveExecutions(_ context.Context, tenant, day string, n, limit int64) (int64, error) {
+	if err := validDay(day); err != nil {
+		return 0, err
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("storefake: reserve executions: invalid count %d", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := dayKey{tenant, day}
+	if s.reserved[k]+n > limit {
+		return s.reserved[k], store.ErrQuotaExceeded
+	}
+	s.reserved[k] += n
+	u := s.usage[k]
+	u.Executions = s.reserved[k]
+	s.usage[k] = u
+	return s.reserved[k], nil
+}
+
+func (s *Store) RefundExecutions(_ context.Context, tenant, day string, n int64) error {
+	if err := validDay(day); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("storefake: refund executions: invalid count %d", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := dayKey{tenant, day}
+	s.reserved[k] = max(0, s.reserved[k]-n)
+	u := s.usage[k]
+	u.Executions = s.reserved[k]
+	s.usage[k] = u
+	return nil
+}
+
+func (s *Store) CreateExecutions(_ context.Context, es []store.Execution) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	batch := map[string]bool{}
+	for _, e := range es {
+		if err := s.creatable(e, batch); err != nil {
+			return err
+		}
+		batch[e.ID] = true
+	}
+	for _, e := range es {
+		s.create(e)
+	}
+	return nil
+}
+
+func (s *Store) ClaimExecution(_ context.Context, tenant, id, owner string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.ErrNotFound
+	case store.Final(e.Status):
+		return store.ErrFinished
+	case e.Status != store.StatusQueued:
+		return store.ErrNotQueued
+	}
+	e.Status, e.StartedAt, e.Owner = store.StatusRunning, ts(at), owner
+	s.executions[id] = e
+	return nil
+}
+
+func (s *Store) AbortExecution(_ context.Context, tenant, id, status, reason string, from []string, at time.Time) (store.Execution, error) {
+	if !store.Final(status) {
+		return store.Execution{}, fmt.Errorf("storefake: abort execution: status %q is not final", status)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	switch {
+	case !ok || e.Tenant != tenant:
+		return store.Execution{}, store.ErrNotFound
+	case store.Final(e.Status):
+		return clone(e), store.ErrFinished
+	case !slices.Contains(from, e.Status):
+		return clone(e), store.ErrNotQueued
+	}
+	e.Status, e.Reason, e.FinishedAt = status, reason, ts(at)
+	s.executions[id] = e
+	return clone(e), nil
+}
+
+func (s *Store) OwnedExecutions(_ context.Context, owner string) ([]store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Execution
+	for _, e := range s.executions {
+		if e.Owner == owner && !store.Final(e.Status) {
+			out = append(out, clone(e))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (s *Store) QueuedAsync(_ context.Context, before time.Time, limit int) ([]store.Execution, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before = ts(before)
+	var out []store.Execution
+	for _, e := range s.executions {
+		if e.Async && e.Status == store.StatusQueued && e.CreatedAt.Before(before) {
+			out = append(out, clone(e))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	if len(out) > max(limit, 0) {
+		out = out[:max(limit, 0)]
+	}
+	return out, nil
+}
+
+func (s *Store) UpdateWebhook(_ context.Context, tenant, id string, w store.Webhook) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.executions[id]
+	if !ok || e.Tenant != tenant || e.Webhook == nil {
+		return store.ErrNotFound
+	}
+	e.Webhook = &w
+	s.executions[id] = e
+	return nil
+}
+
+func (s *Store) Heartbeat(_ context.Context, node string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]time.Time{}
+	}
+	s.nodes[node] = ts(at)
+	return nil
+}
+
+func (s *Store) StaleNodes(_ context.Context, before time.Time) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before = ts(before)
+	var out []string
+	for n, at := range s.nodes {
+		if at.Before(before) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (s *Store) ForgetNode(_ context.Context, node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes, node)
+	return nil
+}
+
+func (s *Store) WebhookSecret(_ context.Context, tenant string, create func() string, at time.Time) (string, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secrets == nil {
+		s.secrets = map[string]secretRec{}
+	}
+	r, ok := s.secrets[tenant]
+	if !ok {
+		r = secretRec{secret: create(), created: ts(at)}
+		s.secrets[tenant] = r
+	}
+	return r.secret, r.created, nil
+}
+
+func (s *Store) RotateWebhookSecret(_ context.Context, tenant, secret string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secrets == nil {
+		s.secrets = map[string]secretRec{}
+	}
+	s.secrets[tenant] = secretRec{secret: secret, created: ts(at)}
+	return nil
+}
+
+type secretRec struct {
+	secret  string
+	created time.Time
 }

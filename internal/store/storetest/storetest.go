@@ -69,6 +69,22 @@ var cases = []struct {
 	{"ReleaseIdempotency", testReleaseIdempotency},
 	{"CompleteIdempotencyUnknown", testCompleteIdempotencyUnknown},
 	{"ClaimIdempotencyConcurrent", testClaimIdempotencyConcurrent},
+	{"AsyncFieldsRoundTrip", testAsyncFieldsRoundTrip},
+	{"ExecutionIsACopy", testExecutionIsACopy},
+	{"CreateExecutions", testCreateExecutions},
+	{"ClaimExecution", testClaimExecution},
+	{"ClaimExecutionConcurrent", testClaimExecutionConcurrent},
+	{"AbortExecution", testAbortExecution},
+	{"AbortExecutionConcurrent", testAbortExecutionConcurrent},
+	{"ReserveExecutions", testReserveExecutions},
+	{"ReserveExecutionsConcurrent", testReserveExecutionsConcurrent},
+	{"OwnedExecutions", testOwnedExecutions},
+	{"QueuedAsync", testQueuedAsync},
+	{"UpdateWebhook", testUpdateWebhook},
+	{"Heartbeats", testHeartbeats},
+	{"WebhookSecret", testWebhookSecret},
+	{"WebhookSecretConcurrent", testWebhookSecretConcurrent},
+	{"PurgeRequest", testPurgeRequest},
 }
 
 // t0 has sub-microsecond digits on purpose: stores keep microseconds.

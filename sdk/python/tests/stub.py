@@ -33,6 +33,16 @@ LANGUAGES = {"languages": [{"name": "bash", "version": "5.2.15", "aliases": ["sh
                            {"name": "python", "version": "3.11.2", "aliases": ["py"]}]}
 
 
+def queued(execution_id, webhook_url=None):
+    """An execution as an async submit (or a batch) answers it."""
+    webhook = None
+    if webhook_url:
+        webhook = {"url": webhook_url, "state": "pending", "attempts": 0, "last_status": None, "last_error": None}
+    return {"id": execution_id, "status": "queued", "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 0,
+            "truncated": False, "usage": {"sandbox_seconds": 0}, "request_id": "req_q", "language": "python",
+            "files": [], "files_truncated": False, "reason": None, "webhook": webhook}
+
+
 def tiny_png() -> bytes:
     """A real 1x1 PNG, as a program using only the standard library writes it."""
     def chunk(kind, data):
@@ -167,8 +177,20 @@ class StubAPI:
             key = headers.get("Authorization", "").removeprefix("Bearer ")
             if key not in self.keys:
                 return 401, {"X-Request-ID": "req_401"}, {"error": {"code": "unauthorized", "message": "invalid or revoked API key"}, "request_id": "req_401"}
+            if route == "POST /v1/executions/batch":
+                req = json.loads(body)
+                items = req.get("executions") or []
+                if not 1 <= len(items) <= 20:
+                    return 400, {}, {"error": {"code": "invalid_request", "message": "executions: 1 to 20 items"}, "request_id": "req_bad"}
+                for i, item in enumerate(items):
+                    if item.get("language") not in ("python", "javascript", "bash"):
+                        return 400, {}, {"error": {"code": "invalid_request", "message": f"executions[{i}].language: unsupported language {item.get('language')!r}"}, "request_id": "req_bad"}
+                return 202, {}, {"executions": [queued(f"exe_b{i}", item.get("webhook_url") or req.get("webhook_url"))
+                                                for i, item in enumerate(items)]}
             if route == "POST /v1/executions":
                 req = json.loads(body)
+                if req.get("async"):
+                    return 202, {"Location": "/v1/executions/exe_q"}, queued("exe_q", req.get("webhook_url"))
                 if req.get("timeout_s", 0) > 60:
                     return 400, {}, {"error": {"code": "invalid_timeout", "message": "timeout_s must be between 1 and 60 seconds on plan pro"}, "request_id": "req_bad"}
                 if req["code"] == "quota":

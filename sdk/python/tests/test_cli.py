@@ -285,3 +285,41 @@ class CLITest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncCLITest(unittest.TestCase):
+    # CLITest's fixture, without running its tests a second time.
+    setUp, cli, bodies = CLITest.setUp, CLITest.cli, CLITest.bodies
+
+    def test_run_async(self):
+        code, out, err = self.cli("run", "--async", "print(1)", "--webhook", "https://hooks.example.com/v")
+        self.assertEqual((code, out, err), (0, "exe_q\n", ""))
+        self.assertEqual(self.bodies(), [{"language": "python", "code": "print(1)", "async": True, "webhook_url": "https://hooks.example.com/v"}])
+        code, out, err = self.cli("run", "--async", "--json", "print(1)")
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual((json.loads(out)["id"], json.loads(out)["status"]), ("exe_q", "queued"))
+        code, out, err = self.cli("run", "print(1)", "--webhook", "https://hooks.example.com/v")
+        self.assertEqual((code, out, err), (2, "", "vertal2kubo run: --webhook needs --async: a run waited for has no webhook\n"))
+
+    def test_wait(self):
+        done = {"id": "exe_w", "status": "failed", "stdout": "partial\n", "stderr": "Traceback\n", "exit_code": 3, "duration_ms": 20,
+                "truncated": False, "usage": {"sandbox_seconds": 0.02}, "request_id": "req_w", "reason": None, "webhook": None,
+                "files": [{"path": "out.txt", "size": 3, "encoding": "base64", "content": "b2sK"}], "files_truncated": False}
+        crashed = dict(done, id="exe_p", status="error", stdout="", stderr="", exit_code=0, files=[], reason="the node running it stopped")
+        out_dir = tempfile.mkdtemp()
+        self.addCleanup(__import__("shutil").rmtree, out_dir)
+        self.api.push("GET /v1/executions/{id}", (200, {}, sse_of(done)))
+        code, out, err = self.cli("wait", "exe_w", "--out", out_dir)
+        self.assertEqual((code, out, err), (3, "partial\n", f"Traceback\nvertal2kubo wait: wrote {os.path.join(out_dir, 'out.txt')} (3 bytes)\n"))
+        with open(os.path.join(out_dir, "out.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"ok\n")
+        self.api.push("GET /v1/executions/{id}", (200, {}, sse_of(done)))
+        code, out, err = self.cli("wait", "--json", "--out", out_dir, "exe_w")
+        self.assertEqual((code, json.loads(out)["files"][0]["content"]), (3, "b2sK"))
+        self.api.push("GET /v1/executions/{id}", (404, {}, {"error": {"code": "not_found", "message": "no"}, "request_id": "r"}), (200, {}, crashed))
+        code, out, err = self.cli("wait", "exe_p")
+        self.assertEqual((code, out, err), (1, "", "vertal2kubo wait: the execution ended in error: the node running it stopped (exe_p, request req_w)\n"))
+        not_found = (404, {}, {"error": {"code": "not_found", "message": "no such execution"}, "request_id": "req_n"})
+        self.api.push("GET /v1/executions/{id}", not_found, not_found)
+        code, out, err = self.cli("wait", "exe_nope")
+        self.assertEqual((code, err), (125, "vertal2kubo wait: not_found: no such execution (HTTP 404, request id req_n)\n"))

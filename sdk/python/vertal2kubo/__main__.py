@@ -1,4 +1,4 @@
-"""Command line: ``python -m vertal2kubo run|usage ...``.
+"""Command line: ``python -m vertal2kubo run|wait|usage ...``.
 
 The client commands talk to the API. The operator commands (serve,
 create-key, ...) belong to the ``vertal`` server binary; they are handed to
@@ -76,7 +76,21 @@ on stderr.""")
     run.add_argument("--return", dest="return_files", action="append", default=[], metavar="GLOB",
                      help="return the files matching this glob, relative to the working directory, e.g. '*.png' or 'out/**' (repeatable)")
     run.add_argument("--out", default=".", metavar="DIR", help="directory the returned files are written to (default .)")
+    run.add_argument("--async", dest="async_", action="store_true",
+                     help="queue the run and print its id at once (with --json: the queued execution); 'wait ID' gets the result")
+    run.add_argument("--webhook", metavar="URL", help="with --async: URL (https) the server POSTs the signed result to")
     connection(run)
+
+    wait = sub.add_parser(
+        "wait", help="wait for an execution (e.g. run --async) and print it as run does",
+        description="Wait until execution ID has finished, then print it as run does: its stdout\n"
+        "and stderr, returned files under --out, and the program's exit code; 125 means\n"
+        "the API refused (an unknown id is not_found) or could not be reached.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    wait.add_argument("id", metavar="ID")
+    wait.add_argument("--json", action="store_true", help="print the whole final execution as JSON")
+    wait.add_argument("--out", default=".", metavar="DIR", help="directory the returned files are written to (default .)")
+    connection(wait)
 
     usage = sub.add_parser("usage", help="show today's usage and the plan's limits")
     usage.add_argument("--json", action="store_true", help="print the API response as JSON")
@@ -124,6 +138,8 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[TextIO] = None,
         return EXIT_USAGE
     if args.command == "run":
         return _run(args, client, stdin, stdout, stderr)
+    if args.command == "wait":
+        return _wait(args, client, stdout, stderr)
     return _usage(args, client, stdout, stderr)
 
 
@@ -173,6 +189,9 @@ def _run_options(args: argparse.Namespace) -> tuple[Optional[dict], Optional[str
 
 
 def _run(args: argparse.Namespace, client: KuboClient, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    if args.webhook and not args.async_:
+        print("vertal2kubo run: --webhook needs --async: a run waited for has no webhook", file=stderr)
+        return EXIT_USAGE
     if args.timeout is not None and args.timeout <= 0:
         print("vertal2kubo run: --timeout must be a positive number of seconds", file=stderr)
         return EXIT_USAGE
@@ -195,6 +214,16 @@ def _run(args: argparse.Namespace, client: KuboClient, stdin: TextIO, stdout: Te
     request = dict(options, language=args.language or inferred or "python", timeout_s=timeout,
                    idempotency_key=args.idempotency_key, stdin=program_stdin)
 
+    if args.async_:
+        try:
+            queued = client.submit(code, webhook_url=args.webhook, **request)
+        except KeyboardInterrupt:
+            print("vertal2kubo run: interrupted", file=stderr)
+            return EXIT_API_FAILED
+        except KuboError as e:
+            return _report(e, "run", stderr)
+        print(json.dumps(_as_sent(queued), indent=2) if args.json else queued["id"], file=stdout)
+        return 0
     if args.json or args.no_stream:
         # --json prints one document at the end, so it never streams.
         try:
@@ -204,26 +233,50 @@ def _run(args: argparse.Namespace, client: KuboClient, stdin: TextIO, stdout: Te
             return EXIT_API_FAILED
         except KuboError as e:
             return _report(e, "run", stderr)
-        if args.json:
-            print(json.dumps(_as_sent(result), indent=2), file=stdout)
-        else:
-            stdout.write(result.get("stdout", ""))
-            stderr.write(result.get("stderr", ""))
+        _print_output(result, args.json, stdout, stderr)
     else:
         result, failed = _stream_run(client, code, request, stdout, stderr)
         if result is None:
             return failed
+    return _finish(result, "run", args, stdout, stderr)
+
+
+def _finish(result: dict, command: str, args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """Report a final execution as run does once its output is printed:
+    why it ended, the returned files under --out, and the program's exit
+    code as this command's. wait shares it, so both read the same."""
     status = result.get("status")
     if not args.json:
-        _report_outcome(result, stderr)
+        _report_outcome(result, command, stderr)
     stdout.flush()
-    files_problem = _write_returned_files(args.out, result, stderr)
+    files_problem = _write_returned_files(args.out, result, command, stderr)
     if files_problem:
-        print(f"vertal2kubo run: {files_problem}", file=stderr)
+        print(f"vertal2kubo {command}: {files_problem}", file=stderr)
     exit_code = result.get("exit_code") or 0
     if status == "succeeded":
         return 1 if files_problem else 0  # the caller asked for files it did not get
     return exit_code if 0 < exit_code < 256 else 1
+
+
+def _wait(args: argparse.Namespace, client: KuboClient, stdout: TextIO, stderr: TextIO) -> int:
+    try:
+        result = client.wait(args.id)
+    except KeyboardInterrupt:
+        print(f"vertal2kubo wait: interrupted; {args.id} goes on", file=stderr)
+        return EXIT_API_FAILED
+    except KuboError as e:
+        return _report(e, "wait", stderr)
+    _print_output(result, args.json, stdout, stderr)
+    return _finish(result, "wait", args, stdout, stderr)
+
+
+def _print_output(result: dict, as_json: bool, stdout: TextIO, stderr: TextIO) -> None:
+    """A finished execution as one JSON document, or its stdout and stderr."""
+    if as_json:
+        print(json.dumps(_as_sent(result), indent=2), file=stdout)
+    else:
+        stdout.write(result.get("stdout", ""))
+        stderr.write(result.get("stderr", ""))
 
 
 def _stream_run(client: KuboClient, code: str, request: dict, stdout: TextIO, stderr: TextIO) -> tuple[Optional[dict], int]:
@@ -258,24 +311,28 @@ def _stream_run(client: KuboClient, code: str, request: dict, stdout: TextIO, st
     return None, EXIT_API_FAILED
 
 
-def _report_outcome(result: dict, stderr: TextIO) -> None:
+def _report_outcome(result: dict, command: str, stderr: TextIO) -> None:
     """Tell a person why a run ended when its output does not say so."""
-    status = result.get("status")
+    status, reason, prefix = result.get("status"), result.get("reason"), f"vertal2kubo {command}:"
     if status == "timed_out":
-        print(f"vertal2kubo run: timed out ({result.get('duration_ms', 0) / 1000:g}s, {result.get('id')})", file=stderr)
+        print(f"{prefix} timed out ({result.get('duration_ms', 0) / 1000:g}s, {result.get('id')})", file=stderr)
     elif status == "memory_exceeded":
-        print(f"vertal2kubo run: memory limit exceeded ({result.get('id')})", file=stderr)
+        print(f"{prefix} memory limit exceeded ({result.get('id')})", file=stderr)
+    elif status == "error" and reason:
+        print(f"{prefix} the execution ended in error: {reason} ({result.get('id')}, request {result.get('request_id')})", file=stderr)
     elif status == "error":
-        print(f"vertal2kubo run: the sandbox failed ({result.get('id')}, request {result.get('request_id')})", file=stderr)
+        print(f"{prefix} the sandbox failed ({result.get('id')}, request {result.get('request_id')})", file=stderr)
+    elif status == "canceled":
+        print(f"{prefix} canceled{': ' + reason if reason else ''} ({result.get('id')})", file=stderr)
     if result.get("truncated"):
-        print("vertal2kubo run: output truncated at the per-stream limit (64 KB)", file=stderr)
+        print(f"{prefix} output truncated at the per-stream limit (64 KB)", file=stderr)
 
 
-def _write_returned_files(out_dir: str, result: dict, stderr: TextIO) -> Optional[str]:
+def _write_returned_files(out_dir: str, result: dict, command: str, stderr: TextIO) -> Optional[str]:
     """Write the returned files under out_dir, one line per file on stderr;
     what went wrong, or None."""
     if result.get("files_truncated"):
-        print("vertal2kubo run: returned files truncated at the plan's limit (count or size)", file=stderr)
+        print(f"vertal2kubo {command}: returned files truncated at the plan's limit (count or size)", file=stderr)
     files = result.get("files") or []
     if not files:
         return None
@@ -289,11 +346,11 @@ def _write_returned_files(out_dir: str, result: dict, stderr: TextIO) -> Optiona
         try:
             write_beneath(out_dir, path, content)
         except (OSError, ReturnedPathError) as e:
-            print(f"vertal2kubo run: not writing returned file {json.dumps(path)}: {e}", file=stderr)
+            print(f"vertal2kubo {command}: not writing returned file {json.dumps(path)}: {e}", file=stderr)
             failed += 1
             continue
         shown = os.path.join(out_dir, *path.split("/"))
-        print(f"vertal2kubo run: wrote {shown} ({len(content)} bytes)", file=stderr)
+        print(f"vertal2kubo {command}: wrote {shown} ({len(content)} bytes)", file=stderr)
     if failed:
         return f"{failed} of {len(files)} returned files were not written"
     return None

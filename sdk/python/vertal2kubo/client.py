@@ -27,6 +27,14 @@ Server-Sent Events:
             print(event["text"], end="")
         elif event["type"] == "result":
             print(event["execution"]["status"])
+
+``submit`` queues a run and returns at once (the execution ``"queued"``),
+``wait`` returns it once it is final, and ``batch`` queues up to 20 runs in
+one request; a ``webhook_url`` has the server POST the signed result when
+the run ends:
+
+    queued = client.submit("print(6 * 7)", webhook_url="https://example.com/hook")
+    result = client.wait(queued["id"], timeout=300)
 """
 
 from __future__ import annotations
@@ -56,6 +64,12 @@ _FIRST_BACKOFF = 0.5
 _MAX_RESPONSE_BYTES = 96 << 20
 _EVENT_STREAM = "text/event-stream"
 _EVENT_TYPES = ("started", "stdout", "stderr", "result", "error")
+# The statuses of an execution that has not ended; every other is final.
+_UNFINISHED = ("queued", "running")
+# The longest wait between two GETs when wait() polls.
+_MAX_POLL_WAIT = 5.0
+# The options of one run that a batch item may carry, besides its code.
+_ITEM_KEYS = ("language", "timeout_s", "stdin", "files", "env", "args", "return_files", "webhook_url")
 
 #: What ``files=`` takes: a mapping of path to content, or (path, content)
 #: pairs; content is bytes or str.
@@ -204,12 +218,112 @@ class KuboClient:
             raise ValueError("empty execution id")
         return self._events(None, {"execution_id": id, "last_id": last_event_id})
 
+    def submit(self, code: str, language: str = "python", timeout_s: Optional[float] = None,
+               idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
+               files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
+               args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
+               webhook_url: Optional[str] = None) -> dict:
+        """Queue code for an asynchronous run and return at once.
+
+        Takes the arguments of run(), plus webhook_url: an https URL the
+        server POSTs the final execution to, signed (see verify_webhook).
+        The server answers 202 with the execution, ``"status": "queued"``
+        (its quota already reserved) and ``"webhook"`` (the delivery
+        state, or None). Follow it with wait(), get() or attach().
+
+        Like run(), it always sends an Idempotency-Key, so a retry never
+        queues the code twice; with the same idempotency_key a repeat
+        returns the first request's execution.
+        """
+        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files)
+        body["async"] = True
+        if webhook_url:
+            body["webhook_url"] = webhook_url
+        result = self._call("POST", "/v1/executions", body, headers={"Idempotency-Key": key}, retry="always")
+        if not isinstance(result, dict) or not result.get("id"):
+            raise KuboError(0, "invalid_response", "submit answered without an execution id")
+        return _decode_files(result)
+
+    def wait(self, id: str, timeout: Optional[float] = None) -> dict:  # noqa: A002
+        """Return the execution once it is final (any status but queued
+        and running), as run() would have.
+
+        It follows the execution's event stream, so it learns of the end
+        at once; when the stream cannot be had or breaks for good (or
+        ends in an error event), it polls get(), waiting longer between
+        tries up to 5 seconds. KuboError comes from the GET (an unknown id
+        is ``not_found``). With timeout (seconds) it raises TimeoutError
+        if the execution is not final by then; the execution goes on.
+        """
+        if not id:
+            raise ValueError("empty execution id")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        events = self._events(None, {"execution_id": id, "last_id": None, "deadline": deadline})
+        try:
+            for event in events:
+                if event["type"] == "result" and event["execution"].get("status") not in _UNFINISHED:
+                    return event["execution"]
+        except KuboError:
+            pass  # an error event or a lost stream: the stored execution tells
+        finally:
+            events.close()
+        attempt = 0
+        while True:
+            _check_deadline(deadline, id)
+            execution = self.get(id)
+            if execution.get("status") not in _UNFINISHED:
+                return execution
+            pause = min(self._backoff(attempt), _MAX_POLL_WAIT)
+            if deadline is not None:
+                pause = max(min(pause, deadline - time.monotonic()), 0.0)
+            self._sleep(pause)
+            attempt += 1
+
+    def batch(self, items: Iterable[Mapping[str, Any]], webhook_url: Optional[str] = None, *,
+              idempotency_key: Optional[str] = None) -> list:
+        """Queue up to 20 runs in one request (POST /v1/executions/batch)
+        and return their executions, queued, in the order of items.
+
+        Each item is a dict with "code" and any of run()'s options by name
+        (language, timeout_s, stdin, files, env, args, return_files) and
+        its own webhook_url, which wins over the batch's. The server takes
+        all or none: an invalid item raises KuboError (400
+        invalid_request) whose message names it, e.g.
+        ``executions[3].language: ...``; a batch over the day's quota
+        raises quota_exceeded and nothing runs. Retries and the
+        Idempotency-Key work as for submit().
+        """
+        executions = []
+        for i, item in enumerate(items):
+            unknown = sorted(set(item) - set(_ITEM_KEYS) - {"code"})
+            if unknown or "code" not in item:
+                raise TypeError(f"batch item {i}: " + (f"unknown keys {unknown}" if unknown else "no code"))
+            body, _ = self._run_body(item["code"], item.get("language") or "python", item.get("timeout_s"), None,
+                                     item.get("stdin"), item.get("files"), item.get("env"), item.get("args"),
+                                     item.get("return_files"))
+            if item.get("webhook_url"):
+                body["webhook_url"] = item["webhook_url"]
+            executions.append(body)
+        if not executions:
+            raise ValueError("a batch needs at least one item")
+        body = {"executions": executions}
+        if webhook_url:
+            body["webhook_url"] = webhook_url
+        key = idempotency_key or "vertal-" + uuid.uuid4().hex
+        result = self._call("POST", "/v1/executions/batch", body, headers={"Idempotency-Key": key}, retry="always")
+        answered = result.get("executions") if isinstance(result, dict) else None
+        if not isinstance(answered, list) or len(answered) != len(executions):
+            raise KuboError(0, "invalid_response", f"batch of {len(executions)} answered "
+                            f"{len(answered) if isinstance(answered, list) else 'no'} executions")
+        return [_decode_files(e) for e in answered]
+
     def get(self, id: str) -> dict:  # noqa: A002 - the documented name
         """Return a stored execution of this key's tenant, with language
         and created_at (Unix seconds)."""
         if not id:
             raise ValueError("empty execution id")
-        return self._call("GET", "/v1/executions/" + urllib.parse.quote(id, safe=""), retry="always")
+        # Returned files decoded to bytes, as every call has them.
+        return _decode_files(self._call("GET", "/v1/executions/" + urllib.parse.quote(id, safe=""), retry="always"))
 
     def usage(self) -> dict:
         """Return today's usage (UTC) and the plan's limits."""
@@ -302,14 +416,18 @@ class KuboClient:
         except ValueError:
             raise KuboError(0, "invalid_response", f"{method} {path}: the response is not JSON") from None
 
-    def _open_events(self, execution_id: str, last_id: Optional[str]) -> Any:
+    def _open_events(self, execution_id: str, last_id: Optional[str], deadline: Optional[float] = None) -> Any:
         headers = {"Last-Event-ID": last_id} if last_id else {}
         path = "/v1/executions/" + urllib.parse.quote(execution_id, safe="") + "/events"
-        return self._with_retries(lambda: self._open("GET", path, None, headers, None, _EVENT_STREAM), "always")
+        timeout = None
+        if deadline is not None:
+            # A stream silent past the deadline times out instead of holding on.
+            timeout = max(min(self.timeout or 60.0, deadline - time.monotonic()), 0.001)
+        return self._with_retries(lambda: self._open("GET", path, None, headers, timeout, _EVENT_STREAM), "always")
 
     def _events(self, first: Optional[Callable[[], Any]], state: dict) -> Iterator[dict]:
         """Yield the events of a stream, reconnecting when it breaks early."""
-        opener = first or (lambda: self._open_events(state["execution_id"], state["last_id"]))
+        opener = first or (lambda: self._open_events(state["execution_id"], state["last_id"], state.get("deadline")))
         reconnects = 0
         while True:
             resp = opener()
@@ -322,12 +440,13 @@ class KuboClient:
                 resp.close()
             if done:
                 return
+            _check_deadline(state.get("deadline"), state["execution_id"])
             if reconnects >= self.max_retries:
                 raise KuboError(0, "connection_failed", f"reading the event stream of {self.url}: {broken}")
             self._sleep(self._backoff(reconnects))
             reconnects += 1
             if state["execution_id"]:
-                opener = lambda: self._open_events(state["execution_id"], state["last_id"])  # noqa: E731
+                opener = lambda: self._open_events(state["execution_id"], state["last_id"], state.get("deadline"))  # noqa: E731
             # else: the same POST again, under the same Idempotency-Key
 
     def _read_events(self, resp: Any, state: dict):
@@ -342,6 +461,7 @@ class KuboClient:
         request_id = resp.headers.get("X-Request-ID")
         while True:
             chunk = resp.read1(65536)
+            _check_deadline(state.get("deadline"), state["execution_id"])
             events = parser.feed(chunk) if chunk else parser.finish()
             for sse_id, name, data in events:
                 state["last_id"] = sse_id
@@ -467,6 +587,12 @@ class _SSEParser:
         elif field == "id" and "\0" not in value:
             self._id = value
         return None
+
+
+def _check_deadline(deadline: Optional[float], execution_id: Optional[str]) -> None:
+    """Raise TimeoutError once time.monotonic() is past deadline (None: never)."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise TimeoutError(f"execution {execution_id} did not finish in time; it goes on, wait() again to follow it")
 
 
 def _decode_event(sse_id: str, name: str, data: str, request_id: Optional[str]) -> Optional[dict]:

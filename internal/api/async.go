@@ -1,0 +1,112 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+)
+
+// batchRequest is the body of POST /v1/executions/batch.
+type batchRequest struct {
+	Executions []json.RawMessage `json:"executions"`
+	WebhookURL *string           `json:"webhook_url"`
+}
+
+var batchFields = []string{"executions", "webhook_url"}
+
+type batchResponse struct {
+	Executions []executionResponse `json:"executions"`
+}
+
+// createBatch translates POST /v1/executions/batch: up to
+// execution.MaxBatch async executions, validated all or nothing.
+func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	idemKey, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := readJSONBody(w, r, int64(execution.MaxBatch+1)*s.maxBodyBytes(c.Plan))
+	if err != nil {
+		return err
+	}
+	// decodeStrict's message for an unknown field lists the fields of one
+	// execution request; a batch's own are named here first.
+	if json.Valid(body) {
+		if err := checkFieldNames(body, batchFields); err != nil {
+			return err
+		}
+	}
+	var br batchRequest
+	if err := decodeStrict(body, &br); err != nil {
+		return err
+	}
+	if br.Executions == nil {
+		return errorf(KindInvalidRequest, "executions is required: an array of 1 to %d execution requests", execution.MaxBatch)
+	}
+	if len(br.Executions) > execution.MaxBatch {
+		return errorf(KindInvalidRequest, "executions holds %d executions; a batch holds at most %d", len(br.Executions), execution.MaxBatch)
+	}
+	items := make([]execution.Input, len(br.Executions))
+	for i, raw := range br.Executions {
+		in, _, err := decodeExecutionBody(raw, c)
+		if err != nil {
+			return prefixError(err, fmt.Sprintf("executions[%d]: ", i))
+		}
+		items[i] = in
+	}
+	req := runRequest(w, r, idemKey, execution.Input{})
+	exes, err := s.exec.SubmitBatch(r.Context(), *c, req, items, br.WebhookURL)
+	if err != nil {
+		return err
+	}
+	info := infoFrom(r.Context())
+	resp := batchResponse{Executions: make([]executionResponse, len(exes))}
+	for i, e := range exes {
+		resp.Executions[i] = toResponse(e, info.id)
+	}
+	return s.writeJSON(w, r, http.StatusAccepted, resp)
+}
+
+// prefixError puts where in the batch a refusal is in front of its message.
+func prefixError(err error, prefix string) error {
+	if e, ok := err.(*Error); ok {
+		c := *e
+		c.Msg = prefix + c.Msg
+		return &c
+	}
+	return err
+}
+
+type webhookSecretResponse struct {
+	Secret    string `json:"secret"`
+	CreatedAt int64  `json:"created_at"`
+	RequestID string `json:"request_id"`
+}
+
+// getWebhookSecret answers GET /v1/webhook-secret: the tenant's signing
+// secret, made on first use.
+func (s *Server) getWebhookSecret(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	secret, created, err := s.exec.WebhookSecret(r.Context(), *c)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, webhookSecretResponse{Secret: secret, CreatedAt: created.Unix(), RequestID: infoFrom(r.Context()).id})
+}
+
+// rotateWebhookSecret answers POST /v1/webhook-secret/rotate.
+func (s *Server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	secret, created, err := s.exec.RotateWebhookSecret(r.Context(), *c)
+	if err != nil {
+		return err
+	}
+	return s.writeJSON(w, r, http.StatusOK, webhookSecretResponse{Secret: secret, CreatedAt: created.Unix(), RequestID: infoFrom(r.Context()).id})
+}
+
+// RenderExecution is the JSON a webhook delivers: what GET
+// /v1/executions/{id} answers for e (with its own request id).
+func RenderExecution(e store.Execution) ([]byte, error) {
+	return json.Marshal(toResponse(e, e.RequestID))
+}

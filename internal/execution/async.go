@@ -1,0 +1,464 @@
+package execution
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/queue"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
+)
+
+// Async executions are accepted, stored and queued at once (202): their
+// quota is reserved at acceptance, so a burst cannot go over it, and the
+// request itself is stored with the row, so a queue worker on any node can
+// run it. A worker waits for a sandbox slot like a sync request does (the
+// same fair admission between tenants, the same per-tenant limit), then
+// claims the row (queued -> running, exactly once across nodes) and runs
+// it. Every accepted execution ends exactly once: run, canceled, or error
+// with a reason when the platform failed or the node running it stopped;
+// the quota of one that did not run to its end is refunded.
+
+// Queue is the durable queue the service puts async work in.
+type Queue interface {
+	EnqueueRuns(ctx context.Context, jobs []queue.RunArgs) error
+	EnqueueDelivery(ctx context.Context, d queue.DeliverArgs) error
+}
+
+// Webhooks is what webhook_url needs.
+type Webhooks struct {
+	Guard  *webhook.Guard
+	Client *webhook.Client
+	// RetryFor bounds the retries of one delivery, counted from its first
+	// attempt (default 24 h); then it is failed.
+	RetryFor time.Duration
+}
+
+// MaxBatch is how many executions one batch may hold.
+const MaxBatch = 20
+
+// asyncRequest is what an async execution's row keeps to run later.
+type asyncRequest struct {
+	Plan  string `json:"plan"`
+	Input Input  `json:"input"`
+}
+
+// Submit accepts one async execution: it is validated, its quota reserved,
+// stored as queued and queued, and returned at once.
+func (s *Service) Submit(ctx context.Context, c Caller, req Request) (Outcome, error) {
+	if s.opts.Queue == nil {
+		return Outcome{}, Errorf(KindUnavailable, "async executions are not available on this server")
+	}
+	p, err := s.prepare(c, req.Input)
+	if err != nil {
+		return Outcome{}, err
+	}
+	hook, err := s.checkWebhook(ctx, "webhook_url", req.Input.WebhookURL)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if req.IdempotencyKey != "" {
+		replay, err := s.claimIdempotency(ctx, c, req.IdempotencyKey, p.hash)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if replay != nil {
+			s.metrics.ObserveReplay()
+			if req.Accepted != nil {
+				req.Accepted(replay.ID)
+			}
+			return Outcome{Execution: *replay, Replay: true}, nil
+		}
+	}
+	exes, err := s.accept(ctx, c, req, []Input{req.Input}, []prepared{p}, []string{hook})
+	if req.IdempotencyKey != "" {
+		bg := context.WithoutCancel(ctx)
+		if err == nil {
+			err = s.store.CompleteIdempotency(bg, c.Key.Tenant, req.IdempotencyKey, exes[0].ID)
+			if err != nil {
+				s.log.Error("completing idempotency key", "request_id", req.RequestID, "error", err)
+				err = nil // the execution is stored and queued
+			}
+		} else if rerr := s.store.ReleaseIdempotency(bg, c.Key.Tenant, req.IdempotencyKey); rerr != nil {
+			s.log.Error("releasing idempotency key", "request_id", req.RequestID, "error", rerr)
+		}
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Execution: exes[0]}, nil
+}
+
+// SubmitBatch accepts up to MaxBatch async executions, all or none: every
+// item is validated first (a refusal names its index), the quota of the
+// whole batch is reserved at once, and the executions are returned in
+// order. webhookURL applies to the items that name none.
+func (s *Service) SubmitBatch(ctx context.Context, c Caller, req Request, items []Input, webhookURL *string) ([]store.Execution, error) {
+	if s.opts.Queue == nil {
+		return nil, Errorf(KindUnavailable, "async executions are not available on this server")
+	}
+	switch {
+	case len(items) == 0:
+		return nil, Errorf(KindInvalidRequest, "executions must hold at least one execution")
+	case len(items) > MaxBatch:
+		return nil, Errorf(KindInvalidRequest, "executions holds %d executions; a batch holds at most %d", len(items), MaxBatch)
+	}
+	batchHook, err := s.checkWebhook(ctx, "webhook_url", webhookURL)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]prepared, len(items))
+	hooks := make([]string, len(items))
+	for i, in := range items {
+		if ps[i], err = s.prepare(c, in); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				e.Msg = fmt.Sprintf("executions[%d]: %s", i, e.Msg)
+			}
+			return nil, err
+		}
+		if hooks[i], err = s.checkWebhook(ctx, fmt.Sprintf("executions[%d].webhook_url", i), in.WebhookURL); err != nil {
+			return nil, err
+		}
+		if hooks[i] == "" {
+			hooks[i] = batchHook
+		}
+	}
+	return s.accept(ctx, c, req, items, ps, hooks)
+}
+
+// checkWebhook validates a webhook_url (nil or "" is none) against the
+// address policy, and returns it.
+func (s *Service) checkWebhook(ctx context.Context, field string, u *string) (string, error) {
+	if u == nil || *u == "" {
+		return "", nil
+	}
+	if s.opts.Webhooks == nil {
+		return "", Errorf(KindInvalidRequest, "%s: webhooks are not available on this server", field)
+	}
+	if _, err := s.opts.Webhooks.Guard.CheckURL(ctx, *u); err != nil {
+		var we *webhook.Error
+		if errors.As(err, &we) {
+			return "", &Error{Kind: KindInvalidRequest, Msg: field + ": " + we.Msg, Err: err}
+		}
+		return "", &Error{Kind: KindInvalidRequest, Msg: field + ": the URL was refused", Err: err}
+	}
+	return *u, nil
+}
+
+// accept reserves the quota of the executions, stores them queued and
+// queues them. On error nothing is left stored, queued or counted.
+func (s *Service) accept(ctx context.Context, c Caller, req Request, items []Input, ps []prepared, hooks []string) ([]store.Execution, error) {
+	tenant := c.Key.Tenant
+	bg := context.WithoutCancel(ctx)
+	now := s.now().UTC()
+	day := now.Format(time.DateOnly)
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	limit := c.Plan.ExecutionsPerDay
+	n := int64(len(items))
+	used, err := s.store.ReserveExecutions(ctx, tenant, day, n, limit)
+	if errors.Is(err, store.ErrQuotaExceeded) {
+		e := Errorf(KindQuotaExceeded, "daily quota of %d executions reached", limit)
+		if n > 1 {
+			e = Errorf(KindQuotaExceeded, "the batch of %d does not fit in the daily quota of %d executions (%d left)", n, limit, max(0, limit-used))
+		}
+		e.RetryAfter = secondsUntil(now, midnight)
+		e.Quota = &Quota{Limit: limit, Remaining: max(0, limit-used), Reset: midnight}
+		return nil, e
+	}
+	if err != nil {
+		return nil, Internal(err)
+	}
+	refund := func() {
+		if err := s.store.RefundExecutions(bg, tenant, day, n); err != nil {
+			s.log.Error("refunding quota", "request_id", req.RequestID, "error", err)
+		}
+	}
+	exes := make([]store.Execution, len(items))
+	jobs := make([]queue.RunArgs, len(items))
+	for i, in := range items {
+		body, err := json.Marshal(asyncRequest{Plan: c.Key.Plan, Input: in})
+		if err != nil {
+			refund()
+			return nil, Internal(err)
+		}
+		exes[i] = store.Execution{
+			ID: newID(), Tenant: tenant, KeyID: c.Key.ID, RequestID: req.RequestID,
+			Language: ps[i].spec.Language.Name, Status: store.StatusQueued, CreatedAt: now,
+			Async: true, Request: body,
+		}
+		if hooks[i] != "" {
+			exes[i].Webhook = &store.Webhook{URL: hooks[i], DeliveryID: newDeliveryID(), State: store.WebhookPending}
+		}
+		jobs[i] = queue.RunArgs{Tenant: tenant, ExecutionID: exes[i].ID}
+	}
+	if err := s.store.CreateExecutions(ctx, exes); err != nil {
+		refund()
+		return nil, unavailable(fmt.Errorf("storing %d accepted executions: %w", n, err))
+	}
+	if err := s.opts.Queue.EnqueueRuns(bg, jobs); err != nil {
+		for _, e := range exes {
+			if derr := s.store.DeleteExecution(bg, tenant, e.ID); derr != nil {
+				s.log.Error("deleting execution that could not be queued", "execution_id", e.ID, "error", derr)
+			}
+		}
+		refund()
+		return nil, unavailable(err)
+	}
+	if req.Accepted != nil {
+		req.Accepted(exes[0].ID)
+	}
+	if req.Quota != nil {
+		req.Quota(Quota{Limit: limit, Remaining: max(0, limit-used), Reset: midnight})
+	}
+	return exes, nil
+}
+
+func newDeliveryID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "dlv_" + hex.EncodeToString(b)
+}
+
+// RunQueued runs one async execution for the queue: it waits for a
+// sandbox slot (queue.ErrBusy when none comes in time), claims the row so
+// that no other worker runs it, runs it and stores the outcome. An
+// execution already final, or claimed by another worker, is left alone.
+func (s *Service) RunQueued(ctx context.Context, tenant, id string) error {
+	exe, err := s.store.Execution(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // never stored whole (see accept): nothing to run
+	}
+	if err != nil {
+		return err
+	}
+	if store.Final(exe.Status) {
+		s.deliver(ctx, exe) // in case the delivery was not queued (the unique job drops a repeat)
+		return nil
+	}
+	if exe.Status != store.StatusQueued {
+		return nil // running on some node; a stopped node's is settled by the heartbeat sweep
+	}
+	bg := context.WithoutCancel(ctx)
+	var ar asyncRequest
+	if err := json.Unmarshal(exe.Request, &ar); err != nil {
+		return s.abortAsync(bg, exe, statusError, "the stored request could not be read", []string{store.StatusQueued})
+	}
+	plan, ok := s.plans[ar.Plan]
+	if !ok {
+		return s.abortAsync(bg, exe, statusError, fmt.Sprintf("plan %q no longer exists", ar.Plan), []string{store.StatusQueued})
+	}
+	c := Caller{Key: store.Key{ID: exe.KeyID, Tenant: tenant, Plan: ar.Plan}, Plan: plan}
+	p, err := s.prepare(c, ar.Input)
+	if err != nil {
+		return s.abortAsync(bg, exe, statusError, "the request is no longer valid: "+err.Error(), []string{store.StatusQueued})
+	}
+	p.spec.ID = exe.ID
+
+	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}
+	p.spec.Output = a.events.output
+	s.track(exe.ID, a)
+	go s.pollCancel(tenant, exe.ID, a)
+	var final store.Execution
+	var runErr error
+	defer func() {
+		a.events.finish(final, runErr)
+		s.untrack(exe.ID)
+		close(a.done)
+	}()
+
+	waitCtx, stopWait := context.WithCancel(ctx)
+	defer stopWait()
+	a.setCancel(stopWait)
+	release, err := s.engine.Admit(waitCtx, engine.Admission{Tenant: tenant, Limit: plan.MaxConcurrent})
+	switch {
+	case err == nil:
+	case a.isCanceled() || exe.CancelRequested:
+		final, runErr = s.cancelQueued(bg, exe)
+		return nil
+	case errors.Is(err, engine.ErrBusy):
+		return queue.ErrBusy
+	default:
+		return err // the node is stopping: the job is tried again
+	}
+	defer release()
+	exe.Owner, exe.Status, exe.StartedAt = s.opts.NodeID, store.StatusRunning, s.now().UTC()
+	switch err := s.store.ClaimExecution(ctx, tenant, id, exe.Owner, exe.StartedAt); {
+	case errors.Is(err, store.ErrNotQueued), errors.Is(err, store.ErrFinished):
+		return nil // canceled or claimed elsewhere meanwhile
+	case err != nil:
+		return err
+	}
+	if a.isCanceled() {
+		final, runErr = s.abortClaimed(bg, exe, store.StatusCanceled, "canceled before it started")
+		return nil
+	}
+	a.events.start(exe)
+	res, rerr, canceled := s.execute(bg, a, p.spec, release)
+	switch {
+	case rerr != nil && !canceled:
+		s.metrics.ObserveExecution(exe.Language, string(engine.StatusError), 0)
+		s.log.Error("async execution failed in the sandbox", "execution_id", id, "error", rerr)
+		final, runErr = s.abortClaimed(bg, exe, statusError, "the sandbox failed to run the code; it was not counted against your quota")
+		return nil
+	case rerr == nil:
+		fillResult(&exe, res)
+	}
+	if canceled {
+		exe.Status = store.StatusCanceled // its sandbox started, so it counts
+	}
+	exe.FinishedAt = s.now().UTC()
+	s.metrics.ObserveExecution(exe.Language, exe.Status, res.Duration)
+	if err := s.store.SaveExecution(bg, exe); err != nil {
+		if cur, gerr := s.store.Execution(bg, tenant, id); gerr == nil && store.Final(cur.Status) {
+			final = cur // settled elsewhere: that outcome stands
+			return nil
+		}
+		s.log.Error("storing an async result; it is settled as an error", "execution_id", id, "error", err)
+		final, runErr = s.abortClaimed(bg, exe, statusError, "the result could not be stored; it was not counted against your quota")
+		return nil
+	}
+	final = exe
+	s.deliver(bg, exe)
+	return nil
+}
+
+// cancelQueued ends an async execution that was canceled before it
+// claimed a slot: it never ran, so its quota is refunded.
+func (s *Service) cancelQueued(ctx context.Context, exe store.Execution) (store.Execution, error) {
+	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, store.StatusCanceled, "canceled while queued", []string{store.StatusQueued}, s.now().UTC())
+	if err != nil {
+		return store.Execution{}, err
+	}
+	s.metrics.ObserveExecution(e.Language, e.Status, 0)
+	s.refundOne(ctx, e)
+	s.deliver(ctx, e)
+	return e, nil
+}
+
+// abortAsync ends a queued async execution that cannot run, refunded.
+func (s *Service) abortAsync(ctx context.Context, exe store.Execution, status, reason string, from []string) error {
+	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, status, reason, from, s.now().UTC())
+	if errors.Is(err, store.ErrNotQueued) || errors.Is(err, store.ErrFinished) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.refundOne(ctx, e)
+	s.deliver(ctx, e)
+	return nil
+}
+
+// abortClaimed ends an execution this node claimed, refunded.
+func (s *Service) abortClaimed(ctx context.Context, exe store.Execution, status, reason string) (store.Execution, error) {
+	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, status, reason, []string{store.StatusRunning}, s.now().UTC())
+	if err != nil {
+		return store.Execution{}, err
+	}
+	s.refundOne(ctx, e)
+	s.deliver(ctx, e)
+	return e, nil
+}
+
+// refundOne gives back the quota reserved for e on the day it was
+// accepted.
+func (s *Service) refundOne(ctx context.Context, e store.Execution) {
+	if err := s.store.RefundExecution(ctx, e.Tenant, e.CreatedAt.UTC().Format(time.DateOnly)); err != nil {
+		s.log.Error("refunding quota", "execution_id", e.ID, "error", err)
+	}
+}
+
+// deliver queues the webhook delivery of a final execution that has one.
+func (s *Service) deliver(ctx context.Context, e store.Execution) {
+	if e.Webhook == nil || e.Webhook.State != store.WebhookPending || s.opts.Queue == nil {
+		return
+	}
+	if err := s.opts.Queue.EnqueueDelivery(context.WithoutCancel(ctx), queue.DeliverArgs{Tenant: e.Tenant, ExecutionID: e.ID}); err != nil {
+		s.log.Error("queueing a webhook delivery", "execution_id", e.ID, "error", err)
+	}
+}
+
+// DeliverWebhook makes one attempt at an execution's webhook for the
+// queue, and records its outcome. An error means: try again later (with
+// backoff); the delivery is failed once RetryFor has passed since first.
+func (s *Service) DeliverWebhook(ctx context.Context, tenant, id string, attempt int, first time.Time) error {
+	e, err := s.store.Execution(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if e.Webhook == nil || e.Webhook.State != store.WebhookPending || !store.Final(e.Status) || s.opts.Webhooks == nil {
+		return nil
+	}
+	secret, _, err := s.store.WebhookSecret(ctx, tenant, newWebhookSecret, s.now().UTC())
+	if err != nil {
+		return err
+	}
+	body, err := s.opts.Render(e)
+	if err != nil {
+		return queue.Permanent(err)
+	}
+	status, derr := s.opts.Webhooks.Client.Deliver(ctx, e.Webhook.URL, e.Webhook.DeliveryID, []byte(secret), body)
+	w := *e.Webhook
+	w.Attempts, w.LastStatus, w.LastError = attempt, status, ""
+	retryFor := s.opts.Webhooks.RetryFor
+	if retryFor <= 0 {
+		retryFor = 24 * time.Hour
+	}
+	switch {
+	case derr == nil:
+		w.State = store.WebhookDelivered
+	case errors.Is(derr, webhook.ErrInvalidURL) || s.now().Sub(first) >= retryFor:
+		w.State, w.LastError = store.WebhookFailed, derr.Error()
+	default:
+		w.LastError = derr.Error()
+	}
+	if err := s.store.UpdateWebhook(context.WithoutCancel(ctx), tenant, id, w); err != nil {
+		return err
+	}
+	switch w.State {
+	case store.WebhookDelivered:
+		return nil
+	case store.WebhookFailed:
+		return queue.Permanent(derr)
+	}
+	return derr
+}
+
+// newWebhookSecret makes a tenant's signing secret: whsec_ and 64 hex.
+func newWebhookSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "whsec_" + hex.EncodeToString(b)
+}
+
+// WebhookSecret returns the caller's signing secret, made on first use.
+func (s *Service) WebhookSecret(ctx context.Context, c Caller) (string, time.Time, error) {
+	secret, created, err := s.store.WebhookSecret(ctx, c.Key.Tenant, newWebhookSecret, s.now().UTC())
+	if err != nil {
+		return "", time.Time{}, Internal(err)
+	}
+	return secret, created, nil
+}
+
+// RotateWebhookSecret replaces the caller's signing secret; deliveries
+// from now on are signed with the new one.
+func (s *Service) RotateWebhookSecret(ctx context.Context, c Caller) (string, time.Time, error) {
+	secret, at := newWebhookSecret(), s.now().UTC()
+	if err := s.store.RotateWebhookSecret(ctx, c.Key.Tenant, secret, at); err != nil {
+		return "", time.Time{}, Internal(err)
+	}
+	return secret, at, nil
+}
+
+// statusError is the final status of an execution the platform failed.
+const statusError = string(engine.StatusError)

@@ -1,0 +1,261 @@
+// Package queue is the durable work queue that async executions and
+// webhook deliveries go through, shared by every node on one database.
+//
+// It is River (github.com/riverqueue/river), a job queue made for Go over
+// PostgreSQL that also has a SQLite driver, rather than a queue of our own:
+// it gives durable jobs, exactly one worker per job across processes (row
+// locks and SKIP LOCKED on PostgreSQL, the single writer on SQLite), the
+// rescue of jobs whose worker died, unique jobs, retries with a policy of
+// ours, snoozing and graceful shutdown. On SQLite it shares the store's
+// one-connection writer pool, which is what River's driver asks for; on
+// PostgreSQL the store's pgx pool. River's tables live in the same
+// database as ours and are migrated at start-up.
+//
+// The queue knows nothing of executions: the execution service hands it
+// Handlers, and the jobs carry only a tenant and an execution id. What an
+// execution is, and whether it already ran, is in the store.
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// Queue names.
+const (
+	QueueExecutions = "executions"
+	QueueWebhooks   = "webhooks"
+)
+
+// RunArgs is the job that runs one async execution.
+type RunArgs struct {
+	Tenant      string `json:"tenant"`
+	ExecutionID string `json:"execution_id"`
+}
+
+// Kind names the job in River's tables.
+func (RunArgs) Kind() string { return "vertal_execution" }
+
+// InsertOpts: one job per execution, ever (a second insert for the same
+// id, as the start-up sweep makes, is dropped while the first exists).
+func (RunArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueExecutions, UniqueOpts: river.UniqueOpts{ByArgs: true}, MaxAttempts: 25}
+}
+
+// DeliverArgs is the job that delivers one execution's webhook.
+type DeliverArgs struct {
+	Tenant      string `json:"tenant"`
+	ExecutionID string `json:"execution_id"`
+}
+
+// Kind names the job in River's tables.
+func (DeliverArgs) Kind() string { return "vertal_webhook" }
+
+// InsertOpts: one delivery per execution; its attempts are River's
+// retries, bounded in time by the handler (Options.RetryFor), not count.
+func (DeliverArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueWebhooks, UniqueOpts: river.UniqueOpts{ByArgs: true}, MaxAttempts: 10000}
+}
+
+// ErrBusy, returned by Handlers.Run, means no sandbox slot was free: the
+// job is snoozed and tried again shortly, using no attempt of its own.
+var ErrBusy = errors.New("queue: no sandbox slot free")
+
+// Permanent wraps an error after which a job is not retried.
+func Permanent(err error) error { return river.JobCancel(err) }
+
+// Handlers are what the jobs do; the execution service provides them.
+type Handlers struct {
+	// Run runs one async execution. It returns nil once the execution is
+	// final (or was settled elsewhere), ErrBusy to be tried again shortly,
+	// and any other error to be retried with backoff.
+	Run func(ctx context.Context, tenant, id string) error
+	// Deliver makes one attempt at an execution's webhook; first is when
+	// the delivery job was created, attempt counts from 1. An error is
+	// retried (Permanent(err) is not).
+	Deliver func(ctx context.Context, tenant, id string, attempt int, first time.Time) error
+}
+
+// Options configure a Queue. Zero values take the defaults.
+type Options struct {
+	// Workers is how many async executions this node runs at once
+	// (default 1); WebhookWorkers how many deliveries (default 4).
+	Workers        int
+	WebhookWorkers int
+	// PollInterval is how often an idle node looks for jobs (default
+	// 200 ms; PostgreSQL nodes are also woken by LISTEN/NOTIFY).
+	PollInterval time.Duration
+	// RescueAfter is how long a job may stay running before River hands
+	// it to another node, its worker presumed dead (default 10 min).
+	RescueAfter time.Duration
+	// RetryBase and RetryCap shape a webhook's backoff: base·2^(n-1)
+	// capped, with jitter (defaults 10 s, 1 h).
+	RetryBase, RetryCap time.Duration
+	// NodeID names this node in River's tables.
+	NodeID string
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 1
+	}
+	if o.WebhookWorkers <= 0 {
+		o.WebhookWorkers = 4
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.RescueAfter <= 0 {
+		o.RescueAfter = 10 * time.Minute
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = 10 * time.Second
+	}
+	if o.RetryCap <= 0 {
+		o.RetryCap = time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// Queue is a started or startable River client.
+type Queue struct {
+	insertMany func(ctx context.Context, params []river.InsertManyParams) error
+	start      func(ctx context.Context) error
+	stop       func(ctx context.Context) error
+}
+
+// OpenSQLite returns a Queue on the SQLite store's writer pool (one
+// connection), migrating River's tables first.
+func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue, error) {
+	return open[*sql.Tx](ctx, riversqlite.New(db), h, o)
+}
+
+// OpenPostgres returns a Queue on the PostgreSQL store's pool, migrating
+// River's tables first.
+func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, h Handlers, o Options) (*Queue, error) {
+	return open[pgx.Tx](ctx, riverpgxv5.New(pool), h, o)
+}
+
+func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], h Handlers, o Options) (*Queue, error) {
+	o = o.withDefaults()
+	if h.Run == nil || h.Deliver == nil {
+		return nil, errors.New("queue: Handlers.Run and Handlers.Deliver are required")
+	}
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return nil, fmt.Errorf("queue: migrating River's tables: %w", err)
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &runWorker{h: h})
+	river.AddWorker(workers, &deliverWorker{h: h, base: o.RetryBase, cap: o.RetryCap})
+	c, err := river.NewClient(driver, &river.Config{
+		ID:                   o.NodeID,
+		Logger:               o.Logger,
+		FetchPollInterval:    o.PollInterval,
+		FetchCooldown:        min(o.PollInterval, 50*time.Millisecond),
+		RescueStuckJobsAfter: o.RescueAfter,
+		JobTimeout:           -1, // an execution has its own timeout; a delivery too
+		Queues: map[string]river.QueueConfig{
+			QueueExecutions: {MaxWorkers: o.Workers},
+			QueueWebhooks:   {MaxWorkers: o.WebhookWorkers},
+		},
+		Workers: workers,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+	return &Queue{
+		insertMany: func(ctx context.Context, params []river.InsertManyParams) error {
+			_, err := c.InsertMany(ctx, params)
+			return err
+		},
+		start: c.Start,
+		stop:  c.Stop,
+	}, nil
+}
+
+// EnqueueRuns adds one run job per execution, all or none.
+func (q *Queue) EnqueueRuns(ctx context.Context, jobs []RunArgs) error {
+	params := make([]river.InsertManyParams, len(jobs))
+	for i, j := range jobs {
+		params[i] = river.InsertManyParams{Args: j}
+	}
+	if err := q.insertMany(ctx, params); err != nil {
+		return fmt.Errorf("queue: enqueueing %d executions: %w", len(jobs), err)
+	}
+	return nil
+}
+
+// EnqueueDelivery adds the webhook delivery of one execution.
+func (q *Queue) EnqueueDelivery(ctx context.Context, d DeliverArgs) error {
+	if err := q.insertMany(ctx, []river.InsertManyParams{{Args: d}}); err != nil {
+		return fmt.Errorf("queue: enqueueing a webhook delivery: %w", err)
+	}
+	return nil
+}
+
+// Start starts working jobs; Stop stops fetching new ones and waits for
+// those running (until ctx ends).
+func (q *Queue) Start(ctx context.Context) error { return q.start(ctx) }
+func (q *Queue) Stop(ctx context.Context) error  { return q.stop(ctx) }
+
+type runWorker struct {
+	river.WorkerDefaults[RunArgs]
+	h Handlers
+}
+
+func (w *runWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
+	err := w.h.Run(ctx, job.Args.Tenant, job.Args.ExecutionID)
+	if errors.Is(err, ErrBusy) {
+		return river.JobSnooze(time.Second)
+	}
+	return err
+}
+
+type deliverWorker struct {
+	river.WorkerDefaults[DeliverArgs]
+	h         Handlers
+	base, cap time.Duration
+}
+
+func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	return w.h.Deliver(ctx, job.Args.Tenant, job.Args.ExecutionID, job.Attempt, job.CreatedAt)
+}
+
+// NextRetry is exponential backoff with jitter: base·2^(n-1), capped, then
+// somewhere in its upper half, so receivers that failed together are not
+// all retried at the same moment.
+func (w *deliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	return time.Now().Add(Backoff(job.Attempt, w.base, w.cap))
+}
+
+// Backoff is the wait after the attempt-th failed attempt.
+func Backoff(attempt int, base, cap time.Duration) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < cap; i++ {
+		d *= 2
+	}
+	d = min(d, cap)
+	return d/2 + rand.N(d/2+1)
+}
