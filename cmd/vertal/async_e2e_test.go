@@ -346,7 +346,9 @@ func TestBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	key, base := strings.TrimSpace(out), p.url+"/api"
-	item := func(i int) map[string]any { return map[string]any{"language": "bash", "code": fmt.Sprintf("echo %d", i)} }
+	item := func(i int) map[string]any {
+		return map[string]any{"language": "bash", "code": fmt.Sprintf("echo %d", i)}
+	}
 	items := func(n int) []any {
 		var xs []any
 		for i := range n {
