@@ -3,6 +3,7 @@ package docker
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +12,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // accounting reads an execution's CPU time and peak memory after its
@@ -230,4 +234,69 @@ func statField(path, key string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// oomMargin is how much more memory a container may use than its parent
+// cgroup on cgroup v1 (see limitParent), so the parent's limit is the one
+// that is hit.
+const oomMargin = 4 << 20
+
+// limitParent, on cgroup v1, creates the execution's parent memory cgroup
+// before the container, gives it the execution's memory limit (with swap),
+// and arms an OOM notification on it: an OOM kill then happens at the
+// parent's limit, which notifies the parent. Docker's own OOMKilled flag
+// is not enough on v1: its OOM event can come after the exit event, and
+// the flag is then lost (a memory hog reported as failed 137); and the
+// kernel's oom_kill counter stays in the victim's cgroup, which is gone
+// with the container. On v2 nothing is needed (nil): memory.events is
+// hierarchical, so the parent counts the container's OOM kills.
+func (a *accounting) limitParent(inst, id string, bytes int64) (*oomWatch, error) {
+	if a.v2 {
+		return nil, nil
+	}
+	zero := uint64(0)
+	res := &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &bytes, Swap: &bytes, Swappiness: &zero}}
+	memOnly := func() ([]cgroup1.Subsystem, error) { return []cgroup1.Subsystem{cgroup1.NewMemory(a.root)}, nil }
+	cg, err := cgroup1.New(cgroup1.StaticPath(a.parent(inst, id)), res, cgroup1.WithHierarchy(memOnly))
+	if err != nil {
+		return nil, fmt.Errorf("creating memory cgroup %s: %w", a.parent(inst, id), err)
+	}
+	fd, err := cg.OOMEventFD()
+	if err != nil {
+		return nil, fmt.Errorf("arming OOM notification on %s: %w", a.parent(inst, id), err)
+	}
+	if err := unix.SetNonblock(int(fd), true); err != nil {
+		unix.Close(int(fd))
+		return nil, fmt.Errorf("arming OOM notification: %w", err)
+	}
+	return &oomWatch{fd: int(fd)}, nil
+}
+
+// oomWatch is an armed OOM notification of a v1 parent cgroup.
+type oomWatch struct{ fd int }
+
+// fired reports whether the parent hit OOM since it was armed.
+func (w *oomWatch) fired() bool {
+	if w == nil {
+		return false
+	}
+	var buf [8]byte
+	n, err := unix.Read(w.fd, buf[:])
+	return err == nil && n == 8 && binary.NativeEndian.Uint64(buf[:]) > 0
+}
+
+func (w *oomWatch) close() {
+	if w != nil {
+		unix.Close(w.fd)
+	}
+}
+
+// oomKilledV2 reports whether the kernel's OOM killer killed anything in
+// the execution's parent cgroup or below it (v2 only).
+func (a *accounting) oomKilledV2(inst, id string) bool {
+	if !a.v2 {
+		return false
+	}
+	n, _ := statField(filepath.Join(a.dir(inst, id), "memory.events"), "oom_kill")
+	return n > 0
 }

@@ -110,6 +110,11 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 	}
 	if d.acct != nil {
 		host.CgroupParent = d.acct.parent(d.instance, spec.ID)
+		if !d.acct.v2 {
+			// The parent holds the limit itself (accounting.limitParent).
+			host.Resources.Memory += oomMargin
+			host.Resources.MemorySwap += oomMargin
+		}
 	}
 	return cfg, host
 }

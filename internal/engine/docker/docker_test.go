@@ -121,11 +121,13 @@ func TestContainerConfig(t *testing.T) {
 				LogConfig:     container.LogConfig{Type: "none"},
 				Resources: container.Resources{
 					CgroupParent: "/vertal-docker_" + inst + "_" + tc.spec.ID,
-					Memory:       tc.wantMem,
-					MemorySwap:   tc.wantMem,
-					NanoCPUs:     1e9,
-					PidsLimit:    &tc.wantPids,
-					Ulimits:      ulimits,
+					// cgroup v1 (the zero accounting): the parent cgroup
+					// holds the limit, the container oomMargin more.
+					Memory:     tc.wantMem + oomMargin,
+					MemorySwap: tc.wantMem + oomMargin,
+					NanoCPUs:   1e9,
+					PidsLimit:  &tc.wantPids,
+					Ulimits:    ulimits,
 				},
 			}
 			if tc.runtime == "runsc" {

@@ -85,6 +85,7 @@ type execution struct {
 	name    string // container name, "" until creation was asked for
 	id      string // container ID, "" until created
 	removed bool   // the container was already force-removed
+	oom     *oomWatch
 }
 
 func (s *execution) run(ctx context.Context) (engine.Result, error) {
@@ -108,6 +109,11 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
 
+	if d.acct != nil {
+		if s.oom, err = d.acct.limitParent(d.instance, spec.ID, spec.Limits.MemoryBytes); err != nil {
+			return engine.Result{}, fmt.Errorf("docker: %w", err)
+		}
+	}
 	cfg, host := d.containerConfig(spec, s.dir, os.Getpid(), s.uid.UID)
 	// Named, so that a create whose answer was lost (ctx cancelled in
 	// flight) can still be found and removed.
@@ -133,7 +139,7 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 	defer stopWait()
 	waitC, waitErrC := d.cli.ContainerWait(waitCtx, s.id, container.WaitConditionNextExit)
 	p := &process{
-		d: d, cid: s.id, att: &att, dir: s.dir,
+		d: d, cid: s.id, acctID: spec.ID, oom: s.oom, att: &att, dir: s.dir,
 		start: func(ctx context.Context) error {
 			if err := d.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 				return fmt.Errorf("docker: starting container: %w", err)
@@ -174,10 +180,12 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 // process is a container's program, cold or warm, as engine.Supervise
 // drives it; the two paths differ only in the functions they give it.
 type process struct {
-	d   *Driver
-	cid string
-	att *types.HijackedResponse
-	dir string // the working directory on the host
+	d      *Driver
+	cid    string
+	acctID string    // the id its parent cgroup is named by
+	oom    *oomWatch // the parent's OOM notification (cgroup v1)
+	att    *types.HijackedResponse
+	dir    string // the working directory on the host
 
 	start    func(ctx context.Context) error
 	copyOut  func(stdout, stderr io.Writer) error
@@ -204,11 +212,15 @@ func (p *process) Workdir() string                           { return p.dir }
 // its usage from the parent cgroup.
 func (p *process) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
 	if !e.TimedOut && e.Code == 128+9 {
-		oom, err := p.d.oomKilled(ctx, p.cid)
-		if err != nil {
-			return e, err
+		if p.oom.fired() || p.d.acct != nil && p.d.acct.oomKilledV2(p.d.instance, p.acctID) {
+			e.OOMKilled = true // the kernel's own count, in the parent
+		} else {
+			oom, err := p.d.oomKilled(ctx, p.cid)
+			if err != nil {
+				return e, err
+			}
+			e.OOMKilled = oom
 		}
-		e.OOMKilled = oom
 	}
 	if err := p.finished(); err != nil {
 		return e, err
@@ -272,6 +284,7 @@ func (d *Driver) forceRemove(ref string) error {
 // cleanup removes everything the execution created on the engine and the
 // host, whatever state the execution reached.
 func (s *execution) cleanup() error {
+	defer s.oom.close()
 	var errs []error
 	if err := s.remove(); err != nil {
 		errs = append(errs, err)

@@ -136,6 +136,11 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 		}
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: f.Target, ReadOnly: true})
 	}
+	if d.acct != nil {
+		if w.oom, err = d.acct.limitParent(d.instance, w.id, limits.MemoryBytes); err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+	}
 	w.name = containerName(d.instance, w.id)
 	created, err := d.create(ctx, cfg, host, w.name)
 	if err != nil {
@@ -256,6 +261,7 @@ type warmContainer struct {
 	file string
 	mem  int64
 	uid  *uidpool.Lease
+	oom  *oomWatch // the parent's OOM notification (cgroup v1)
 
 	att            *types.HijackedResponse
 	stdout, stderr *handoverSink
@@ -305,7 +311,7 @@ func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Resu
 		cpu0, _ = d.acct.usage(d.instance, w.id)
 	}
 	p := &process{
-		d: d, cid: w.cid, att: w.att, dir: dir,
+		d: d, cid: w.cid, acctID: w.id, oom: w.oom, att: w.att, dir: dir,
 		// stdin stays the pipe, as on the cold path.
 		start: func(ctx context.Context) error {
 			if _, err := w.att.Conn.Write(launcher.GoLine(false)); err != nil {
@@ -362,6 +368,7 @@ func (w *warmContainer) remove() error {
 // Discard removes the container, its code directory and parent cgroup.
 func (w *warmContainer) Discard(ctx context.Context) error {
 	w.discard.Do(func() {
+		defer w.oom.close()
 		var errs []error
 		if err := w.remove(); err != nil {
 			errs = append(errs, err)
