@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,7 +184,7 @@ func debootstrapArgs(o Options, target string) []string {
 		"--components=main",
 		// python3 (not python3-minimal) brings the full standard library;
 		// libstdc++6 is what the official node binary links against.
-		"--include=" + strings.Join(basePackages, ","),
+		"--include=" + strings.Join(includePackages(o), ","),
 	}
 	if o.CacheDir != "" {
 		args = append(args, "--cache-dir="+o.CacheDir)
@@ -193,6 +194,16 @@ func debootstrapArgs(o Options, target string) []string {
 
 // basePackages are added to minbase (which already has bash).
 var basePackages = []string{"python3", "ca-certificates", "libstdc++6"}
+
+// includePackages is basePackages, then what o asks for: its --apt
+// packages, and pip when wheels are to be installed.
+func includePackages(o Options) []string {
+	out := append([]string(nil), basePackages...)
+	if o.Wheelhouse != "" && !slices.Contains(o.Apt, "python3-pip") {
+		out = append(out, "python3-pip")
+	}
+	return append(out, o.Apt...)
+}
 
 // runDebootstrap runs debootstrap into target, feeding its output to the
 // progress display. On failure the error carries the last lines of output.

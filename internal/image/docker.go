@@ -21,6 +21,10 @@ import (
 // ErrNoDocker means no Docker engine answered; importing is skipped.
 var ErrNoDocker = errors.New("no Docker engine reachable")
 
+// DockerTag is the tag an image named name is imported under by default
+// ("vertal/default:latest"), which the docker driver then uses.
+func DockerTag(name string) string { return "vertal/" + name + ":latest" }
+
 // DockerImport imports the image directory's rootfs into the Docker engine
 // (DOCKER_HOST or the default socket) as tag, the API equivalent of
 // `tar -C rootfs -c . | docker import - tag`. The interpreter versions go

@@ -34,7 +34,7 @@ func TestBuildE2E(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "images", "default")
 
 	var log strings.Builder
-	res, err := Build(ctx, Options{OutDir: out}, NewProgress(&log, ProgressOptions{Steps: Steps}))
+	res, err := Build(ctx, Options{OutDir: out}, NewProgress(&log, ProgressOptions{Steps: Steps(Options{})}))
 	if err != nil {
 		t.Fatalf("Build: %v\nprogress:\n%s", err, log.String())
 	}

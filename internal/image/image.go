@@ -25,7 +25,9 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultOutDir      = "/var/lib/vertal/images/default"
+	DefaultImagesDir   = "/var/lib/vertal/images"
+	DefaultName        = "default"
+	DefaultOutDir      = DefaultImagesDir + "/" + DefaultName
 	DefaultMirror      = "http://deb.debian.org/debian"
 	DefaultSuite       = "bookworm"
 	DefaultNodeVersion = "22"
@@ -44,8 +46,20 @@ var (
 
 // Options configure a build. Zero values take the defaults above.
 type Options struct {
-	// OutDir is the image directory to create or replace.
+	// Name is the image's name (default "default"); OutDir is the image
+	// directory to create or replace (default DefaultImagesDir/Name).
+	Name   string
 	OutDir string
+	// From is the directory of an image to extend: its root is copied and
+	// the packages below are added to it. Empty: a fresh debootstrap.
+	From string
+	// Apt are Debian packages (name or name=version) added to the root;
+	// Npm are registry packages (name or name@version) installed in the
+	// global node_modules; Wheelhouse is a directory of Python wheels
+	// installed offline with pip (dependencies included).
+	Apt        []string
+	Npm        []string
+	Wheelhouse string
 	// Mirror is the Debian archive debootstrap downloads from.
 	Mirror string
 	// Suite is the Debian release.
@@ -66,8 +80,11 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
 	if o.OutDir == "" {
-		o.OutDir = DefaultOutDir
+		o.OutDir = filepath.Join(DefaultImagesDir, o.Name)
 	}
 	if o.Mirror == "" {
 		o.Mirror = DefaultMirror
@@ -110,11 +127,29 @@ func Preflight(o Options) (Options, error) {
 	if uid := o.geteuid(); uid != 0 {
 		return o, fmt.Errorf("%w (running as uid %d): debootstrap creates device nodes, sets file owners and chroots; run it as root, e.g. sudo vertal image build", ErrNotRoot, uid)
 	}
-	var missing []error
-	for _, tool := range []struct {
+	if err := checkRecipe(o); err != nil {
+		return o, err
+	}
+	tools := []struct {
 		name string
 		dst  *string
-	}{{"debootstrap", &o.debootstrapPath}, {"npm", &o.npmPath}} {
+	}{{"debootstrap", &o.debootstrapPath}, {"npm", &o.npmPath}}
+	switch {
+	case o.From != "" && len(o.Npm) == 0:
+		tools = nil
+	case o.From != "":
+		tools = tools[1:]
+	}
+	if o.From != "" {
+		if fi, err := os.Stat(filepath.Join(o.From, RootfsDir)); err != nil || !fi.IsDir() {
+			return o, fmt.Errorf("--from %s: no image there (no %s/)", o.From, RootfsDir)
+		}
+		if filepath.Clean(o.From) == filepath.Clean(o.OutDir) {
+			return o, errors.New("--from names the image being built; build it under another --name")
+		}
+	}
+	var missing []error
+	for _, tool := range tools {
 		p, err := o.lookPath(tool.name)
 		if err != nil {
 			missing = append(missing, fmt.Errorf("%w: %s is not in PATH; install it with `%s`", ErrMissingTool, tool.name, toolHints[tool.name]))
@@ -137,7 +172,9 @@ func Preflight(o Options) (Options, error) {
 // Result describes a finished build.
 type Result struct {
 	Dir       string
+	Version   string // versions/<Version> holds it
 	Versions  Versions
+	Manifest  Manifest
 	SizeBytes int64 // of rootfs/
 	Duration  time.Duration
 	// Hardening lists what was changed to make the image safe to run.
@@ -159,7 +196,7 @@ func Build(ctx context.Context, o Options, p *Progress) (Result, error) {
 		return Result{}, err
 	}
 	out := filepath.Clean(o.OutDir)
-	parent := filepath.Dir(out)
+	parent := filepath.Join(out, VersionsSubdir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		p.Fail(shortReason(err))
 		return Result{}, fmt.Errorf("creating %s: %w", parent, err)
@@ -168,7 +205,10 @@ func Build(ctx context.Context, o Options, p *Progress) (Result, error) {
 		p.Fail(shortReason(err))
 		return Result{}, fmt.Errorf("removing an interrupted build: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, buildPrefix(out))
+	if _, err := GC(out, RetireGrace); err != nil {
+		o.Logger.Warn("removing unused image versions", "err", err)
+	}
+	tmp, err := os.MkdirTemp(parent, fmt.Sprintf(".build-%d-", os.Getpid()))
 	if err != nil {
 		p.Fail(shortReason(err))
 		return Result{}, fmt.Errorf("creating build directory: %w", err)
@@ -187,57 +227,116 @@ func Build(ctx context.Context, o Options, p *Progress) (Result, error) {
 	}()
 	p.Done(fmt.Sprintf("building in %s", tmp))
 
-	res, err := build(ctx, o, tmp, p)
+	id := newVersionID(began)
+	res, err := build(ctx, o, tmp, id, p)
 	if err != nil {
 		return Result{}, err
 	}
 
-	p.Step("moving the image into place")
-	if err := placeImage(tmp, out); err != nil {
+	p.Step("switching " + o.Name + " to the new version")
+	if err := os.Rename(tmp, filepath.Join(parent, id)); err != nil {
 		p.Fail(shortReason(err))
 		return Result{}, err
 	}
 	placed = true
-	p.Done(out)
+	if err := switchTo(out, id); err != nil {
+		p.Fail(shortReason(err))
+		return Result{}, err
+	}
+	// The version just replaced stays until unused and RetireGrace old;
+	// older ones go now if nothing runs on them.
+	removed, err := GC(out, RetireGrace)
+	if err != nil {
+		o.Logger.Warn("removing unused image versions", "err", err)
+	}
+	if len(removed) > 0 {
+		p.Note("removed unused versions " + strings.Join(removed, ", "))
+	}
+	p.Done(filepath.Join(out, VersionsSubdir, id))
 	res.Dir = out
+	res.Version = id
 	res.Duration = time.Since(began)
 	return res, nil
 }
 
-// build runs the steps that produce tmp/rootfs and tmp/versions.json.
-func build(ctx context.Context, o Options, tmp string, p *Progress) (Result, error) {
+// build runs the steps that produce tmp/rootfs, tmp/versions.json and
+// tmp/image.json.
+func build(ctx context.Context, o Options, tmp, id string, p *Progress) (Result, error) {
 	rootfs := filepath.Join(tmp, RootfsDir)
-	dl := filepath.Join(tmp, "download")
-	if err := os.Mkdir(dl, 0o700); err != nil {
-		return Result{}, err
-	}
-
-	p.Step("fetching Node.js " + o.NodeVersion + " from the npm registry")
-	pack, tgz, err := fetchNode(ctx, o, dl)
-	if err != nil {
-		p.Fail(shortReason(err))
-		return Result{}, fmt.Errorf("fetching node: %w", err)
-	}
-	p.Done(pack.Name + "@" + pack.Version)
-
-	p.Step(fmt.Sprintf("debootstrap %s (minbase + %s)", o.Suite, strings.Join(basePackages, ", ")))
-	p.Note("mirror " + o.Mirror)
-	if err := runDebootstrap(ctx, o, rootfs, p); err != nil {
+	fail := func(err error) (Result, error) {
 		p.Fail(shortReason(err))
 		return Result{}, err
 	}
-	p.Done("")
+	m := Manifest{Name: o.Name, Version: id, BuiltAt: time.Now().UTC()}
+	var nodeVersion string
+	if o.From != "" {
+		base, err := ReadManifest(o.From)
+		if err != nil {
+			base = Manifest{Name: filepath.Base(o.From), Version: CurrentVersion(o.From)}
+		}
+		m.From = base.Name + "@" + base.Version
+		m.Recipe = base.Recipe
+		p.Step("copying the root of " + m.From)
+		if err := copyTree(ctx, filepath.Join(o.From, RootfsDir), rootfs); err != nil {
+			return fail(err)
+		}
+		p.Done("")
+		if len(o.Apt) > 0 {
+			p.Step("apt-get install " + strings.Join(o.Apt, " "))
+			if err := installApt(ctx, o, rootfs, p); err != nil {
+				return fail(err)
+			}
+			p.Done("")
+		}
+	} else {
+		dl := filepath.Join(tmp, "download")
+		if err := os.Mkdir(dl, 0o700); err != nil {
+			return Result{}, err
+		}
+		p.Step("fetching Node.js " + o.NodeVersion + " from the npm registry")
+		pack, tgz, err := fetchNode(ctx, o, dl)
+		if err != nil {
+			p.Fail(shortReason(err))
+			return Result{}, fmt.Errorf("fetching node: %w", err)
+		}
+		p.Done(pack.Name + "@" + pack.Version)
+		nodeVersion = pack.Version
 
-	p.Step("installing Node.js " + pack.Version)
-	if err := installNode(tgz, rootfs); err != nil {
-		p.Fail(shortReason(err))
-		return Result{}, fmt.Errorf("installing node: %w", err)
+		p.Step(fmt.Sprintf("debootstrap %s (minbase + %s)", o.Suite, strings.Join(includePackages(o), ", ")))
+		p.Note("mirror " + o.Mirror)
+		if err := runDebootstrap(ctx, o, rootfs, p); err != nil {
+			return fail(err)
+		}
+		p.Done("")
+
+		p.Step("installing Node.js " + pack.Version)
+		if err := installNode(tgz, rootfs); err != nil {
+			p.Fail(shortReason(err))
+			return Result{}, fmt.Errorf("installing node: %w", err)
+		}
+		if err := os.RemoveAll(dl); err != nil {
+			return fail(err)
+		}
+		p.Done("/usr/local/bin/node, /usr/bin/node -> /usr/local/bin/node")
 	}
-	if err := os.RemoveAll(dl); err != nil {
-		p.Fail(shortReason(err))
-		return Result{}, err
+	if len(o.Npm) > 0 {
+		p.Step("npm install " + strings.Join(o.Npm, " "))
+		if err := installNpm(ctx, o, rootfs, p); err != nil {
+			return fail(err)
+		}
+		p.Done("/" + npmGlobal)
 	}
-	p.Done("/usr/local/bin/node, /usr/bin/node -> /usr/local/bin/node")
+	if o.Wheelhouse != "" {
+		wheels, _ := wheelsIn(o.Wheelhouse)
+		p.Step(fmt.Sprintf("pip install %d wheels from %s (offline)", len(wheels), o.Wheelhouse))
+		if err := installWheels(ctx, o, rootfs, p); err != nil {
+			return fail(err)
+		}
+		p.Done("/usr/local/lib/python3/dist-packages")
+		m.Recipe.Wheels = sortedUnique(append(m.Recipe.Wheels, wheels...))
+	}
+	m.Recipe.Apt = sortedUnique(append(m.Recipe.Apt, o.Apt...))
+	m.Recipe.Npm = sortedUnique(append(m.Recipe.Npm, o.Npm...))
 
 	p.Step("trimming and hardening")
 	freed, err := trim(rootfs)
@@ -257,23 +356,37 @@ func build(ctx context.Context, o Options, tmp string, p *Progress) (Result, err
 		humanBytes(freed), len(hr.SetIDStripped), len(hr.CapsRemoved)))
 
 	p.Step("checking the interpreters (chroot) and recording versions")
+	if ok, err := prepareMatplotlib(ctx, rootfs); err != nil {
+		return fail(err)
+	} else if ok {
+		p.Note("matplotlib: Agg backend, font cache built into " + mplCacheDir)
+	}
 	v, err := detectVersions(ctx, rootfs)
 	if err != nil {
-		p.Fail(shortReason(err))
-		return Result{}, err
+		return fail(err)
 	}
-	if v.JavaScript != pack.Version {
-		err := fmt.Errorf("node reports %s but the npm package was %s", v.JavaScript, pack.Version)
-		p.Fail(shortReason(err))
-		return Result{}, err
+	if nodeVersion != "" && v.JavaScript != nodeVersion {
+		return fail(fmt.Errorf("node reports %s but the npm package was %s", v.JavaScript, nodeVersion))
 	}
+	if m.Packages, err = installedPackages(rootfs); err != nil {
+		return fail(fmt.Errorf("recording installed packages: %w", err))
+	}
+	for _, pkg := range m.Main() {
+		if pkg.Version == "" {
+			return fail(fmt.Errorf("%s package %s was asked for but is not installed", pkg.Source, pkg.Name))
+		}
+	}
+	m.Languages = v
 	if err := writeVersions(tmp, v); err != nil {
-		p.Fail(shortReason(err))
-		return Result{}, err
+		return fail(err)
+	}
+	if err := writeManifest(tmp, m); err != nil {
+		return fail(err)
 	}
 	size, _ := treeSize(rootfs)
-	p.Done(fmt.Sprintf("python %s, javascript %s, bash %s; rootfs %s", v.Python, v.JavaScript, v.Bash, humanBytes(size)))
-	return Result{Versions: v, SizeBytes: size, SetIDStripped: hr.SetIDStripped, CapsRemoved: hr.CapsRemoved}, nil
+	p.Done(fmt.Sprintf("python %s, javascript %s, bash %s; %d dpkg, %d npm, %d pip packages; rootfs %s",
+		v.Python, v.JavaScript, v.Bash, len(m.Packages.Dpkg), len(m.Packages.Npm), len(m.Packages.Pip), humanBytes(size)))
+	return Result{Versions: v, Manifest: m, SizeBytes: size, SetIDStripped: hr.SetIDStripped, CapsRemoved: hr.CapsRemoved}, nil
 }
 
 // shortReason is what the progress line says about a failure whose full
@@ -289,9 +402,26 @@ func shortReason(err error) error {
 	return errors.New("see the error below")
 }
 
-// Steps is how many progress steps Build shows (for "[n/Steps]"); the
-// command adds one when it imports into Docker.
-const Steps = 7
+// Steps is how many progress steps Build shows for o (for "[n/Steps]");
+// the command adds one when it imports into Docker.
+func Steps(o Options) int {
+	n := 4 // host, trim, versions, switch
+	if o.From != "" {
+		n++
+		if len(o.Apt) > 0 {
+			n++
+		}
+	} else {
+		n += 3
+	}
+	if len(o.Npm) > 0 {
+		n++
+	}
+	if o.Wheelhouse != "" {
+		n++
+	}
+	return n
+}
 
 func treeSize(root string) (int64, error) {
 	var n int64

@@ -39,34 +39,17 @@ func checkOut(out string) error {
 		return nil
 	}
 	for _, e := range entries {
-		if e.Name() == RootfsDir || e.Name() == VersionsFile {
+		switch e.Name() {
+		case RootfsDir, VersionsFile, CurrentLink, VersionsSubdir:
 			return nil
 		}
 	}
 	return fmt.Errorf("%s %w (no %s/ or %s inside); choose another --out", clean, ErrNotAnImage, RootfsDir, VersionsFile)
 }
 
-// buildPrefix names the temporary build directory next to the output, on
-// the same filesystem so the final rename is atomic.
+// buildPrefix names the build directory that builds before versioned
+// image directories used, next to the output.
 func buildPrefix(out string) string { return "." + filepath.Base(out) + ".build-" }
-
-// placeImage moves the finished build at tmp to out. With an existing image
-// the two are exchanged in one renameat2(RENAME_EXCHANGE), so a reader of
-// out sees either the old image or the new one, never a mix or nothing;
-// the old one is then deleted.
-func placeImage(tmp, out string) error {
-	if _, err := os.Lstat(out); errors.Is(err, fs.ErrNotExist) {
-		return os.Rename(tmp, out)
-	}
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, out, unix.RENAME_EXCHANGE); err != nil {
-		return fmt.Errorf("swapping the new image into %s: %w", out, err)
-	}
-	// tmp now holds the previous image.
-	if err := removeBuildDir(tmp); err != nil {
-		return fmt.Errorf("new image in place; removing the previous one at %s: %w", tmp, err)
-	}
-	return nil
-}
 
 // cleanStaleBuilds removes build directories left by an interrupted build.
 func cleanStaleBuilds(out string) error {

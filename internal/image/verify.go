@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -18,12 +16,14 @@ var chrootEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/", "LANG=C.
 // rootfs, as root, with a clean environment, and returns its stdout. Tests
 // and doctor use it to check an image without a sandbox runtime.
 func RunInRoot(ctx context.Context, rootfs string, argv ...string) (string, error) {
+	return runInRootEnv(ctx, rootfs, nil, argv...)
+}
+
+// runInRootEnv is RunInRoot with env added to the clean environment.
+func runInRootEnv(ctx context.Context, rootfs string, env []string, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs}
-	cmd.Dir = "/"
-	cmd.Env = chrootEnv
+	cmd := chrootCmd(ctx, rootfs, env, argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
