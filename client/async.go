@@ -112,6 +112,8 @@ func pollWait(n int) time.Duration {
 // takes, as fields. The zero value of each option is the server's default.
 type BatchItem struct {
 	Code string
+	// Image is the server's default when empty.
+	Image string
 	// Language is "python" when empty.
 	Language string
 	// Timeout is the wall-clock limit; 0 means the server's default.
@@ -130,6 +132,9 @@ type BatchItem struct {
 // encoded exactly as Submit encodes the same run.
 func (it BatchItem) options() []RunOption {
 	opts := []RunOption{WithFiles(it.Files...), WithEnv(it.Env), WithArgs(it.Args...), WithReturnFiles(it.ReturnFiles...), WithStdin(it.Stdin)}
+	if it.Image != "" {
+		opts = append(opts, WithImage(it.Image))
+	}
 	if it.Language != "" {
 		opts = append(opts, WithLanguage(it.Language))
 	}

@@ -178,6 +178,8 @@ func (c *Client) apiKey() string {
 
 // runRequest is the body of POST /v1/executions.
 type runRequest struct {
+	// Image is left out when empty: the server's default image.
+	Image    string   `json:"image,omitempty"`
 	Language string   `json:"language"`
 	Code     string   `json:"code"`
 	TimeoutS *float64 `json:"timeout_s,omitempty"`
@@ -236,6 +238,13 @@ type RunOption func(*runRequest)
 // "bash". Languages lists what the server offers.
 func WithLanguage(name string) RunOption {
 	return func(r *runRequest) { r.Language = name }
+}
+
+// WithImage runs on the named image ("default" when not given), e.g.
+// "datasci" for pandas and matplotlib. Images lists what the caller may
+// use.
+func WithImage(name string) RunOption {
+	return func(r *runRequest) { r.Image = name }
 }
 
 // WithTimeout sets the wall-clock limit, between 1 second and the plan's
@@ -400,6 +409,18 @@ func (c *Client) Languages(ctx context.Context) ([]Language, error) {
 		return nil, err
 	}
 	return decodeLanguages(raw)
+}
+
+// Images lists the images the caller's plan may run on, with their
+// languages and packages (GET /v1/images).
+func (c *Client) Images(ctx context.Context) ([]Image, error) {
+	var out struct {
+		Images []Image `json:"images"`
+	}
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/images", retry: retryAlways, decodes: &out}); err != nil {
+		return nil, err
+	}
+	return out.Images, nil
 }
 
 // decodeLanguages accepts {"languages": [...]} or a bare array.

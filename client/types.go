@@ -1,6 +1,8 @@
 package client
 
 import (
+	"time"
+
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -180,4 +182,23 @@ type Language struct {
 	Name    string   `json:"name"`
 	Version string   `json:"version,omitempty"`
 	Aliases []string `json:"aliases,omitempty"`
+}
+
+// Image is one image the caller may run on (Images), with its languages
+// and the packages it adds, which a program can import.
+type Image struct {
+	Name string `json:"name"`
+	// Version identifies the image's current build; empty when unknown.
+	Version   string     `json:"version,omitempty"`
+	BuiltAt   time.Time  `json:"built_at,omitempty"`
+	Languages []Language `json:"languages"`
+	Packages  []Package  `json:"packages"`
+}
+
+// Package is one package an image adds.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Source is "apt" (Debian), "npm" or "pip".
+	Source string `json:"source"`
 }

@@ -46,7 +46,11 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
 
-	host := doctor.HostChecks(ctx, doctor.HostOptions{Driver: cfg.Driver, Runtime: cfg.Runtime, ImageDir: cfg.ImageDir})
+	others := map[string]string{}
+	for _, name := range cfg.ImageNames()[1:] {
+		others[name] = cfg.ImageDirOf(name)
+	}
+	host := doctor.HostChecks(ctx, doctor.HostOptions{Driver: cfg.Driver, Runtime: cfg.Runtime, ImageDir: cfg.ImageDir, Images: others})
 	langs, err := cfg.ResolveLanguages()
 	if err != nil {
 		return err

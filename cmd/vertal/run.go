@@ -54,24 +54,26 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("vertal run", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	var (
-		cf       clientFlags
-		language string
-		timeout  float64
-		stdin    string
-		asJSON   bool
-		idemKey  string
-		noStream bool
-		files    []client.File
-		envVars  = map[string]string{}
-		progArgs []string
-		globs    []string
-		outDir   string
-		async    bool
-		webhook  string
+		cf        clientFlags
+		language  string
+		imageName string
+		timeout   float64
+		stdin     string
+		asJSON    bool
+		idemKey   string
+		noStream  bool
+		files     []client.File
+		envVars   = map[string]string{}
+		progArgs  []string
+		globs     []string
+		outDir    string
+		async     bool
+		webhook   string
 	)
 	cf.register(fs)
 	fs.StringVar(&language, "language", "", "python, javascript or bash (default: from the file extension, else python)")
 	fs.StringVar(&language, "l", "", "shorthand for --language")
+	fs.StringVar(&imageName, "image", "", "image to run on, e.g. datasci (default: the server's default image; see GET /v1/images)")
 	fs.Float64Var(&timeout, "timeout", 0, "wall-clock limit in seconds (default: the server's, 10 s)")
 	fs.StringVar(&stdin, "stdin", "", "text fed to the program's standard input; - reads it from this command's stdin")
 	fs.BoolVar(&asJSON, "json", false, "print the whole API response as JSON instead of the program's output")
@@ -184,7 +186,7 @@ flags:
 		fmt.Fprintf(e.Stderr, "vertal run: %v\n", err)
 		return exitCode(exitUsage)
 	}
-	opts := []client.RunOption{client.WithLanguage(language),
+	opts := []client.RunOption{client.WithImage(imageName), client.WithLanguage(language),
 		client.WithFiles(files...), client.WithEnv(envVars), client.WithArgs(progArgs...), client.WithReturnFiles(globs...)}
 	if timeout > 0 {
 		opts = append(opts, client.WithTimeout(time.Duration(timeout*float64(time.Second))))

@@ -27,6 +27,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/image"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
@@ -93,9 +94,16 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		logger.Info("removed sandboxes left by an earlier run", "count", n)
 	}
 
-	langs, err := cfg.ResolveLanguages()
+	images, skipped, err := cfg.ResolveImages()
 	if err != nil {
 		return err
+	}
+	for name, err := range skipped {
+		logger.Warn("image not offered", "image", name, "error", err)
+	}
+	langs := images[0].Languages
+	if cfg.Driver == "oci" {
+		go collectImageVersions(ctx, images, logger)
 	}
 	for _, l := range langs {
 		if l.Version == "" {
@@ -128,7 +136,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	// after api.New, which needs the MCP handler, hence the indirection.
 	var srv *api.Server
 	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
-		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(langs)},
+		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(langs), Images: clientImages(images)},
 		Backend: func(r *http.Request) (mcpserver.Backend, error) { return srv.MCPBackend(r) },
 	})
 	doc, err := api.OpenAPIDocument(version, "/api")
@@ -173,6 +181,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		Store:         st,
 		Engine:        eng,
 		Languages:     langs,
+		Images:        images,
 		Plans:         cfg.Plans,
 		Version:       version,
 		EdgeSecret:    cfg.EdgeSecret,
@@ -401,3 +410,44 @@ func (w slogWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = slogWriter{}
+
+// collectImageVersions deletes replaced image versions once no sandbox
+// runs on them (vertal image build does too, but only when it runs).
+func collectImageVersions(ctx context.Context, images []config.Image, logger *slog.Logger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, img := range images {
+			removed, err := image.GC(img.Dir, image.RetireGrace)
+			if err != nil {
+				logger.Warn("removing unused image versions", "image", img.Name, "error", err)
+			}
+			for _, v := range removed {
+				logger.Info("removed unused image version", "image", img.Name, "version", v)
+			}
+		}
+	}
+}
+
+// clientImages is what the MCP tool description lists of each image.
+func clientImages(images []config.Image) []client.Image {
+	var out []client.Image
+	for _, img := range images {
+		ci := client.Image{Name: img.Name, Packages: []client.Package{}}
+		for _, l := range clientLanguages(img.Languages) {
+			ci.Languages = append(ci.Languages, l)
+		}
+		if m, err := image.ReadManifest(img.Dir); err == nil {
+			for _, p := range m.Main() {
+				ci.Packages = append(ci.Packages, client.Package{Name: p.Name, Version: p.Version, Source: p.Source})
+			}
+		}
+		out = append(out, ci)
+	}
+	return out
+}

@@ -75,13 +75,14 @@ func TestOpenAPICoverage(t *testing.T) {
 	<-blocked
 	env.do(request{path: "/v1/usage"})
 	env.do(request{path: "/v1/languages"})
+	env.do(request{path: "/v1/images"})
 	env.do(request{path: "/v1/openapi.json", key: "-"})
 	env.do(request{path: "/health", key: "-"})
 	slow, _ := env.newKey("slow", "slow")
 	env.do(request{path: "/v1/usage", key: slow})
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run},
-		{path: "/v1/executions/" + id}, {path: "/v1/usage"}, {method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"},
+		{path: "/v1/executions/" + id}, {path: "/v1/usage"}, {method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/images"},
 		{method: "POST", path: "/v1/executions/" + id + "/cancel"}, {path: "/v1/executions/" + id + "/events"},
 		{method: "POST", path: "/v1/executions/batch", body: batch}, {path: "/v1/webhook-secret"},
 		{method: "POST", path: "/v1/webhook-secret/rotate"},
@@ -99,7 +100,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	benv.store.broken.Store(true)
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
-		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {method: "POST", path: "/v1/executions/" + id + "/cancel"},
+		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/images"}, {method: "POST", path: "/v1/executions/" + id + "/cancel"},
 		{path: "/v1/executions/" + id + "/events"}, {method: "POST", path: "/v1/executions/batch", body: batch},
 		{path: "/v1/webhook-secret"}, {method: "POST", path: "/v1/webhook-secret/rotate"},
 	} {
@@ -110,7 +111,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	eenv := newEnv(t, withOptions(func(o *Options) { o.EdgeSecret = "0123456789abcdef0123" }))
 	for _, r := range []request{
 		{method: "POST", path: "/v1/executions", body: run}, {path: "/v1/executions/" + id}, {path: "/v1/usage"},
-		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/openapi.json", key: "-"},
+		{method: "POST", path: "/v1/keys/rotate"}, {path: "/v1/languages"}, {path: "/v1/images"}, {path: "/v1/openapi.json", key: "-"},
 		{method: "POST", path: "/v1/executions/" + id + "/cancel"}, {path: "/v1/executions/" + id + "/events"},
 		{method: "POST", path: "/v1/executions/batch", body: batch}, {path: "/v1/webhook-secret"},
 		{method: "POST", path: "/v1/webhook-secret/rotate"},

@@ -23,6 +23,7 @@ import (
 // executionRequest is the body of POST /v1/executions. Pointers tell a
 // missing field from a zero one.
 type executionRequest struct {
+	Image       *string           `json:"image"`
 	Language    *string           `json:"language"`
 	Code        *string           `json:"code"`
 	TimeoutS    *float64          `json:"timeout_s"`
@@ -245,7 +246,7 @@ func (s *Server) maxBodyBytes(p config.Plan) int64 {
 }
 
 // executionFields are the body's fields, spelled exactly so.
-var executionFields = []string{"language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files", "async", "webhook_url"}
+var executionFields = []string{"image", "language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files", "async", "webhook_url"}
 
 // decodeExecution reads the body strictly; the service checks the values.
 // Every problem is named, so a client (or an agent) can fix its request
@@ -304,7 +305,7 @@ func decodeExecutionBody(body []byte, c *Caller) (execution.Input, bool, error) 
 	for i, f := range in.Files {
 		files[i] = execution.InputFile{Path: f.Path, Content: f.Content, Encoding: f.Encoding}
 	}
-	return execution.Input{Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
+	return execution.Input{Image: in.Image, Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
 		Files: files, Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles, WebhookURL: in.WebhookURL}, in.Async != nil && *in.Async, nil
 }
 

@@ -37,6 +37,9 @@ type Options struct {
 	Engine *engine.Engine
 	// Languages are the runnable languages (config.ResolveLanguages).
 	Languages []engine.Language
+	// Images are the images requests may name (config.ResolveImages);
+	// nil means one "default" image of Languages.
+	Images []config.Image
 	// Plans by name; nil means config.DefaultPlans().
 	Plans map[string]config.Plan
 	// Version is reported by /health and the OpenAPI document.
@@ -145,6 +148,7 @@ func New(opts Options) (*Server, error) {
 		Store:           opts.Store,
 		Engine:          opts.Engine,
 		Languages:       opts.Languages,
+		Images:          opts.Images,
 		Plans:           s.plans,
 		MaxCodeBytes:    opts.MaxCodeBytes,
 		MaxStdinBytes:   opts.MaxStdinBytes,
@@ -194,6 +198,7 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/v1/usage", s.authed(s.getUsage))
 		s.handle("POST "+p+"/v1/keys/rotate", s.authed(s.rotateKey))
 		s.handle("GET "+p+"/v1/languages", s.authed(s.listLanguages))
+		s.handle("GET "+p+"/v1/images", s.authed(s.listImages))
 		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {

@@ -129,6 +129,10 @@ type Config struct {
 	Plans map[string]Plan `json:"plans"`
 	// Languages override the built-in definitions per canonical name.
 	Languages map[string]LanguageOverride `json:"languages"`
+	// Images are the images requests may choose besides "default"
+	// (ImageDir, DockerImage), by name; --image NAME adds one with the
+	// conventional directory and tag.
+	Images map[string]ImageConfig `json:"images"`
 }
 
 // WebhookAllow parses WebhookAllowCIDRs.
@@ -292,6 +296,7 @@ func (c Config) Validate() error {
 			bad("plan %s: %w", name, err)
 		}
 	}
+	validateImages(c, bad)
 	for name, o := range c.Languages {
 		if _, ok := builtinLanguage(name); !ok {
 			bad("language %q is not python, javascript or bash", name)

@@ -106,6 +106,24 @@ var settings = []setting{
 		set: boolean(func(c *Config) *bool { return &c.Dev })},
 	{name: "image-dir", env: "VERTAL_IMAGE_DIR", usage: "sandbox image directory with rootfs/ and versions.json (default /var/lib/vertal/images/default)",
 		set: str(func(c *Config) *string { return &c.ImageDir })},
+	{name: "image", env: "VERTAL_IMAGES", repeat: true, usage: "also offer this image, built with vertal image build --name NAME next to image-dir (NAME or NAME=DIR); repeatable, or comma-separated",
+		set: func(c *Config, v string) error {
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p == "" {
+					continue
+				}
+				name, dir, _ := strings.Cut(p, "=")
+				if c.Images == nil {
+					c.Images = map[string]ImageConfig{}
+				}
+				ic := c.Images[name]
+				if dir != "" {
+					ic.Dir = dir
+				}
+				c.Images[name] = ic
+			}
+			return nil
+		}},
 	{name: "node-id", env: "VERTAL_NODE_ID", usage: "this server's name among the nodes sharing a database; keep it across restarts (default: derived from the host name and data-dir)",
 		set: str(func(c *Config) *string { return &c.NodeID })},
 	{name: "async-workers", env: "VERTAL_ASYNC_WORKERS", usage: "async executions this node runs at once, out of max-concurrent (default: half of max-concurrent, at least 1)",

@@ -22,6 +22,9 @@ type Plan struct {
 	// plan that names neither) means the free plan's caps.
 	MaxFiles   int   `json:"max_files"`
 	MaxFilesMB int64 `json:"max_files_mb"`
+	// Images are the images a tenant on this plan may name besides the
+	// default one; empty: every configured image (see AllowsImage).
+	Images []string `json:"images,omitempty"`
 }
 
 // The free plan's file caps, which a plan without its own gets.

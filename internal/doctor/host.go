@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -22,8 +23,11 @@ type HostOptions struct {
 	// Runtime is the runtime asked for; empty means the oci driver's
 	// preference (crun, then runc).
 	Runtime string
-	// ImageDir holds rootfs/ and versions.json.
+	// ImageDir holds rootfs/ and versions.json of the default image.
 	ImageDir string
+	// Images are the other configured images' directories by name; each
+	// is checked as the default one is.
+	Images map[string]string
 	// CgroupRoot is where cgroups are mounted. Default /sys/fs/cgroup.
 	CgroupRoot string
 
@@ -56,7 +60,10 @@ func HostChecks(ctx context.Context, o HostOptions) []Check {
 	if o.Driver == "oci" {
 		checks = append(checks, runtimeCheck(ctx, o, cg))
 	}
-	checks = append(checks, imageChecks(o)...)
+	checks = append(checks, imageChecks(o, "", o.ImageDir)...)
+	for _, name := range sortedKeys(o.Images) {
+		checks = append(checks, imageChecks(o, name, o.Images[name])...)
+	}
 	return checks
 }
 
@@ -212,11 +219,19 @@ func runtimeVersion(ctx context.Context, path string) (string, error) {
 // interpreters are the files the default languages need in the image.
 var interpreters = []string{"/usr/bin/python3", "/usr/local/bin/node", "/bin/bash"}
 
-func imageChecks(o HostOptions) []Check {
+// imageChecks checks one image directory; name is "" for the default
+// image and otherwise prefixes the checks' names.
+func imageChecks(o HostOptions, name, dir string) []Check {
 	var checks []Check
-	rootfs := filepath.Join(o.ImageDir, image.RootfsDir)
-	build := "build it: vertal image build --out " + o.ImageDir
-	rc := Check{Group: "image", Name: "root filesystem", Essential: o.Driver == "oci"}
+	prefix, build := "", "build it: vertal image build --out "+dir
+	if name != "" {
+		prefix, build = name+": ", "build it: vertal image build --name "+name
+	}
+	rootfs := filepath.Join(dir, image.RootfsDir)
+	rc := Check{Group: "image", Name: prefix + "root filesystem", Essential: o.Driver == "oci" && name == ""}
+	if real, err := filepath.EvalSymlinks(rootfs); err == nil {
+		rootfs = real // the current version of a versioned image
+	}
 	if _, err := os.Stat(rootfs); err != nil {
 		rc.Status, rc.Detail, rc.Fix = StatusFail, err.Error(), build
 		if o.Driver != "oci" {
@@ -231,21 +246,24 @@ func imageChecks(o HostOptions) []Check {
 		}
 	}
 	if len(missing) > 0 {
-		rc.Status, rc.Detail, rc.Fix = StatusFail, rootfs+" lacks "+strings.Join(missing, " "), "rebuild it: vertal image build --out "+o.ImageDir
+		rc.Status, rc.Detail, rc.Fix = StatusFail, rootfs+" lacks "+strings.Join(missing, " "), "re"+build
 	} else {
 		rc.Status, rc.Detail = StatusOK, rootfs
 	}
 	checks = append(checks, rc)
 
-	vc := Check{Group: "image", Name: "interpreter versions"}
-	if v, err := image.ReadVersions(o.ImageDir); err != nil {
+	vc := Check{Group: "image", Name: prefix + "interpreter versions"}
+	if v, err := image.ReadVersions(dir); err != nil {
 		vc.Status, vc.Detail, vc.Fix = StatusWarn, err.Error(), "the API reports versions from it; "+build
 	} else {
 		vc.Status, vc.Detail = StatusOK, fmt.Sprintf("python %s, javascript %s, bash %s", v.Python, v.JavaScript, v.Bash)
+		if m, err := image.ReadManifest(dir); err == nil {
+			vc.Detail += fmt.Sprintf("; version %s, %d packages asked for", m.Version, len(m.Main()))
+		}
 	}
 	checks = append(checks, vc)
 
-	sc := Check{Group: "image", Name: "no setuid/setgid files"}
+	sc := Check{Group: "image", Name: prefix + "no setuid/setgid files"}
 	switch found, err := image.FindSetID(rootfs); {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		sc.Status, sc.Detail = StatusWarn, err.Error()
@@ -256,4 +274,13 @@ func imageChecks(o HostOptions) []Check {
 		sc.Status, sc.Detail = StatusOK, "none"
 	}
 	return append(checks, sc)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -33,8 +33,12 @@ import (
 type Options struct {
 	Store  store.Store
 	Engine *engine.Engine
-	// Languages are the runnable languages (config.ResolveLanguages).
+	// Languages are the runnable languages of the default image
+	// (config.ResolveLanguages), used when Images is empty.
 	Languages []engine.Language
+	// Images are the images requests may name (config.ResolveImages),
+	// the default one first; nil means one "default" image of Languages.
+	Images []config.Image
 	// Plans by name; nil means config.DefaultPlans(). The longest timeout
 	// of any plan bounds how long an idempotency claim can be held.
 	Plans map[string]config.Plan
@@ -97,6 +101,7 @@ type Service struct {
 	store   store.Store
 	engine  *engine.Engine
 	langs   Languages
+	images  images
 	plans   map[string]config.Plan
 	metrics Metrics
 	log     *slog.Logger
@@ -145,10 +150,19 @@ func New(opts Options) (*Service, error) {
 	if s.opts.CancelPoll <= 0 {
 		s.opts.CancelPoll = time.Second
 	}
+	list := opts.Images
+	if len(list) == 0 {
+		list = []config.Image{{Name: config.DefaultImage, Languages: opts.Languages}}
+	}
 	var err error
-	if s.langs, err = NewLanguages(opts.Languages); err != nil {
+	if s.images, err = newImages(list); err != nil {
 		return nil, err
 	}
+	def, ok := s.images.byName[config.DefaultImage]
+	if !ok {
+		return nil, errors.New("execution: no default image")
+	}
+	s.langs = def.langs
 	return s, nil
 }
 

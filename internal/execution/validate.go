@@ -14,12 +14,15 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // Input is a request's fields as the client sent them. Pointers tell a
 // missing field from a zero one.
 type Input struct {
+	// Image names the image to run on; nil means config.DefaultImage.
+	Image    *string
 	Language *string
 	Code     *string
 	TimeoutS *float64
@@ -62,15 +65,19 @@ func InvalidTimeout(c Caller) *Error {
 // prepare checks in and turns it into a Spec. Every problem is named, so a
 // client (or an agent) can fix its request without guessing.
 func (s *Service) prepare(c Caller, in Input) (prepared, error) {
+	img, err := s.lookupImage(c, in.Image)
+	if err != nil {
+		return prepared{}, err
+	}
 	switch {
 	case in.Language == nil:
-		return prepared{}, Errorf(KindInvalidRequest, "language is required (one of %s)", s.langs.Names())
+		return prepared{}, Errorf(KindInvalidRequest, "language is required (one of %s)", img.langs.Names())
 	case in.Code == nil:
 		return prepared{}, Errorf(KindInvalidRequest, "code is required")
 	}
-	lang, ok := s.langs.Lookup(*in.Language)
+	lang, ok := img.langs.Lookup(*in.Language)
 	if !ok {
-		return prepared{}, Errorf(KindUnsupportedLanguage, "language %q is not supported; use one of %s (see /v1/languages)", clip(*in.Language, 40), s.langs.Names())
+		return prepared{}, Errorf(KindUnsupportedLanguage, "language %q is not supported; use one of %s (see /v1/languages)", clip(*in.Language, 40), img.langs.Names())
 	}
 	code := *in.Code
 	if code == "" {
@@ -118,7 +125,14 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 	for _, f := range files {
 		cfiles = append(cfiles, canonFile{f.Path, f.Content})
 	}
+	// The default image is left out of the hash, so that requests from
+	// before images existed hash as they did.
+	imageName := ""
+	if img.Name != config.DefaultImage {
+		imageName = img.Name
+	}
 	canon, _ := json.Marshal(struct {
+		Image       string            `json:"image,omitempty"`
 		Language    string            `json:"language"`
 		Code        string            `json:"code"`
 		Stdin       string            `json:"stdin"`
@@ -128,7 +142,7 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 		Args        []string          `json:"args,omitempty"`
 		ReturnFiles []string          `json:"return_files,omitempty"`
 		WebhookURL  string            `json:"webhook_url,omitempty"`
-	}{lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL)})
+	}{imageName, lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL)})
 	sum := sha256.Sum256(canon)
 	filesBytes := c.Plan.FilesBytes()
 	return prepared{

@@ -52,7 +52,12 @@ func DockerImport(ctx context.Context, dir, tag string, v Versions) (string, err
 		previous = old.ID
 	}
 
-	rootfs := filepath.Join(dir, RootfsDir)
+	// Resolved first: a walk does not descend into a root that is a link
+	// (dir/rootfs is one, to the current version).
+	rootfs, err := filepath.EvalSymlinks(filepath.Join(dir, RootfsDir))
+	if err != nil {
+		return "", fmt.Errorf("docker import %s: %w", tag, err)
+	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(WriteTar(pw, rootfs)) }()
 	defer pr.Close()

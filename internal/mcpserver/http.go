@@ -261,13 +261,16 @@ func (h *httpHandler) ensureServer(ctx context.Context, key string) {
 	h.lastFetch = h.now()
 	h.mu.Unlock()
 
-	langs := h.opts.Languages
+	langs, images := h.opts.Languages, h.opts.Images
 	if langs == nil && h.opts.Backend == nil {
 		if c, err := h.newClient(ctx, key); err == nil {
 			langs = fetchLanguages(ctx, c, h.log)
+			if images == nil {
+				images = fetchImages(ctx, c)
+			}
 		}
 	}
-	srv := newServer(h.tools, langs, h.opts.Version)
+	srv := newServer(h.tools, langs, images, h.opts.Version)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.complete {

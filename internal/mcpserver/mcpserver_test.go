@@ -29,6 +29,16 @@ var testLanguages = []client.Language{
 	{Name: "python", Version: "3.11.2"},
 }
 
+// testImages are what the golden tools list shows of images; the Python
+// server's test uses the same list (IMAGES in sdk/python/tests/stub.py).
+var testImages = []client.Image{
+	{Name: "default", Packages: []client.Package{}},
+	{Name: "datasci", Packages: []client.Package{
+		{Name: "python3-pandas", Version: "1.5.3+dfsg-2", Source: "apt"},
+		{Name: "lodash", Version: "4.17.21", Source: "npm"},
+	}},
+}
+
 // fakeAPI answers like the Vertal Run API for a few known programs and
 // records which key each request carried.
 type fakeAPI struct {
@@ -125,7 +135,7 @@ func stdioServer(t *testing.T, baseURL, key string, langs []client.Language) *mc
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(context.Background(), c, Options{Version: "test", Languages: langs})
+	return New(context.Background(), c, Options{Version: "test", Languages: langs, Images: testImages})
 }
 
 func TestToolsGolden(t *testing.T) {
@@ -156,7 +166,10 @@ func TestToolsGolden(t *testing.T) {
 }
 
 func TestDescriptionTellsTheLimits(t *testing.T) {
-	d := runCodeDescription(testLanguages)
+	d := runCodeDescription(testLanguages, nil)
+	if p := runCodeDescription(testLanguages, testImages); !strings.Contains(p, "datasci (python3-pandas 1.5.3+dfsg-2, lodash 4.17.21)") || !strings.Contains(p, "default (standard libraries only)") {
+		t.Errorf("description does not list the images and their packages:\n%s", p)
+	}
 	for _, want := range []string{"no network", "cannot be installed", "read-only", "16 MB", "64 KB", "python 3.11.2", "Node.js 22.23.5", "bash 5.2.15", "max_timeout_s", "nothing persists"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("run_code description lacks %q", want)

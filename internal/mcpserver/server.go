@@ -37,6 +37,9 @@ type Options struct {
 	// When nil they are asked of the API (GET /v1/languages) and a generic
 	// list is used if that fails.
 	Languages []client.Language
+	// Images are listed, with their main packages, in the run_code
+	// description. When nil they are asked of the API (GET /v1/images).
+	Images []client.Image
 }
 
 func (o Options) logger() *slog.Logger {
@@ -55,6 +58,7 @@ type Backend interface {
 
 // RunRequest is a run_code call.
 type RunRequest struct {
+	Image    string // "" for the default image
 	Language string
 	Code     string
 	TimeoutS *float64 // nil: the plan's default
@@ -69,7 +73,12 @@ type RunRequest struct {
 
 // Input is req as the execution service takes it.
 func (req RunRequest) Input() execution.Input {
+	var img *string
+	if req.Image != "" {
+		img = &req.Image
+	}
 	return execution.Input{
+		Image:       img,
 		Language:    &req.Language,
 		Code:        &req.Code,
 		TimeoutS:    req.TimeoutS,
@@ -93,7 +102,7 @@ func ClientBackend(c *client.Client) Backend { return clientBackend{c} }
 type clientBackend struct{ c *client.Client }
 
 func (b clientBackend) RunCode(ctx context.Context, req RunRequest) (*client.Execution, error) {
-	opts := []client.RunOption{client.WithLanguage(req.Language),
+	opts := []client.RunOption{client.WithImage(req.Image), client.WithLanguage(req.Language),
 		client.WithEnv(req.Env), client.WithArgs(req.Args...), client.WithReturnFiles(req.ReturnFiles...)}
 	for i, f := range req.Files {
 		content := []byte(f.Content)
@@ -130,7 +139,7 @@ type tools struct {
 }
 
 // newServer builds the MCP server with both tools.
-func newServer(t *tools, langs []client.Language, version string) *mcp.Server {
+func newServer(t *tools, langs []client.Language, images []client.Image, version string) *mcp.Server {
 	if version == "" {
 		version = "dev"
 	}
@@ -138,7 +147,7 @@ func newServer(t *tools, langs []client.Language, version string) *mcp.Server {
 		Logger:       sdkLogger(t.log),
 		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
 	})
-	s.AddTool(runCodeTool(langs), t.runCode)
+	s.AddTool(runCodeTool(langs, images), t.runCode)
 	s.AddTool(getUsageTool(), t.getUsage)
 	return s
 }
@@ -174,15 +183,18 @@ func (h demoteInfo) WithGroup(name string) slog.Handler { return demoteInfo{h.Ha
 
 // New returns an MCP server whose tools call the API with c.
 func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
-	langs := opts.Languages
+	langs, images := opts.Languages, opts.Images
 	if langs == nil {
 		langs = fetchLanguages(ctx, c, opts.logger())
+	}
+	if images == nil {
+		images = fetchImages(ctx, c)
 	}
 	t := &tools{
 		backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return clientBackend{c}, nil },
 		log:        opts.logger(),
 	}
-	return newServer(t, langs, opts.Version)
+	return newServer(t, langs, images, opts.Version)
 }
 
 // ServeStdio serves MCP on r and w (newline-delimited JSON-RPC) until r
@@ -215,6 +227,7 @@ func fetchLanguages(ctx context.Context, c *client.Client, log *slog.Logger) []c
 
 // runArgs are run_code's arguments.
 type runArgs struct {
+	Image       string            `json:"image"`
 	Language    string            `json:"language"`
 	Code        string            `json:"code"`
 	TimeoutS    *float64          `json:"timeout_s"`
@@ -233,7 +246,7 @@ type fileArg struct {
 }
 
 func (a runArgs) request() RunRequest {
-	req := RunRequest{Language: a.Language, Code: a.Code, TimeoutS: a.TimeoutS, Stdin: a.Stdin,
+	req := RunRequest{Image: a.Image, Language: a.Language, Code: a.Code, TimeoutS: a.TimeoutS, Stdin: a.Stdin,
 		Env: a.Env, Args: a.Args, ReturnFiles: a.ReturnFiles}
 	for _, f := range a.Files {
 		req.Files = append(req.Files, execution.InputFile(f))
@@ -426,4 +439,16 @@ func clip(s string, n int) string {
 
 func errorResult(msg string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}}, IsError: true}
+}
+
+// fetchImages asks the API which images the key may use; nil (a
+// description without images) when it cannot say, e.g. an older server.
+func fetchImages(ctx context.Context, c *client.Client) []client.Image {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	images, err := c.Images(ctx)
+	if err != nil {
+		return nil
+	}
+	return images
 }

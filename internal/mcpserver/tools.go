@@ -36,9 +36,32 @@ func languageLabel(l client.Language) string {
 	return label
 }
 
+// imagesParagraph lists the images an agent may choose and what each
+// adds, so it knows what it can import; "" when only the default image
+// (standard libraries) is known.
+func imagesParagraph(images []client.Image) string {
+	if len(images) == 0 || len(images) == 1 && len(images[0].Packages) == 0 {
+		return ""
+	}
+	parts := make([]string, len(images))
+	for i, img := range images {
+		if len(img.Packages) == 0 {
+			parts[i] = img.Name + " (standard libraries only)"
+			continue
+		}
+		pkgs := make([]string, len(img.Packages))
+		for j, p := range img.Packages {
+			pkgs[j] = strings.TrimSpace(p.Name + " " + p.Version)
+		}
+		parts[i] = img.Name + " (" + strings.Join(pkgs, ", ") + ")"
+	}
+	return "\n\nImages, chosen with the image argument (default: default): " + strings.Join(parts, "; ") +
+		". Debian (apt) packages are Python modules: python3-pandas is import pandas; npm packages load with require()."
+}
+
 // runCodeDescription tells an agent what the sandbox can and cannot do.
 // Keep it in step with describe_run_code in the Python server.
-func runCodeDescription(langs []client.Language) string {
+func runCodeDescription(langs []client.Language, images []client.Image) string {
 	if len(langs) == 0 {
 		langs = defaultLanguages
 	}
@@ -48,7 +71,7 @@ func runCodeDescription(langs []client.Language) string {
 	}
 	return fmt.Sprintf(`Run a complete program in a fresh, isolated Vertal Run sandbox and get back its stdout, stderr, exit code and duration.
 
-Languages: %s. Only each language's standard library is available.
+Languages: %s. Only each language's standard library is available, unless the image adds packages.%s
 
 What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), packages cannot be installed (pip, npm and apt do not work; the root filesystem is read-only), and nothing persists between calls, so every call must contain the whole program, including imports and data.
 
@@ -58,7 +81,7 @@ Files, environment and arguments: the program runs in the working directory /cod
 
 Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; beyond that it is cut and truncated is true, so print summaries rather than huge data.
 
-A program that fails, times out or runs out of memory comes back as an error result that still carries its status, output and exit code: read stderr, fix the code and call again. Every call counts once toward the daily quota.`, strings.Join(labels, ", "))
+A program that fails, times out or runs out of memory comes back as an error result that still carries its status, output and exit code: read stderr, fix the code and call again. Every call counts once toward the daily quota.`, strings.Join(labels, ", "), imagesParagraph(images))
 }
 
 const getUsageDescription = `Show today's usage of this Vertal Run API key (executions and sandbox seconds in the current UTC day) and the plan's limits: executions per day, requests per minute and the maximum timeout_s for run_code. Use it to choose timeout_s, or after run_code reports quota_exceeded or rate_limited. It does not run code and does not count toward the quota.`
@@ -67,7 +90,7 @@ const getUsageDescription = `Show today's usage of this Vertal Run API key (exec
 // hold the very same documents.
 type obj = map[string]any
 
-func runCodeTool(langs []client.Language) *mcp.Tool {
+func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
 	if len(langs) == 0 {
 		langs = defaultLanguages
 	}
@@ -78,7 +101,7 @@ func runCodeTool(langs []client.Language) *mcp.Tool {
 	return &mcp.Tool{
 		Name:        toolRunCode,
 		Title:       "Run code in a sandbox",
-		Description: runCodeDescription(langs),
+		Description: runCodeDescription(langs, images),
 		Annotations: &mcp.ToolAnnotations{
 			Title: "Run code in a sandbox",
 			// The sandbox cannot reach anything outside itself and
@@ -89,6 +112,7 @@ func runCodeTool(langs []client.Language) *mcp.Tool {
 		InputSchema: obj{
 			"type": "object",
 			"properties": obj{
+				"image":    obj{"type": "string", "description": "Image to run on, by name. Default: default. Other images add packages, listed in this description when the server has any. Optional."},
 				"language": obj{"type": "string", "description": "Programming language: " + strings.Join(names, ", ") + "."},
 				"code":     obj{"type": "string", "description": "The complete program to run. Print what you want to see to stdout."},
 				"timeout_s": obj{"type": "number", "minimum": 1,

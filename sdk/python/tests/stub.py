@@ -32,6 +32,13 @@ LANGUAGES = {"languages": [{"name": "bash", "version": "5.2.15", "aliases": ["sh
                            {"name": "javascript", "version": "22.23.5", "aliases": ["js"]},
                            {"name": "python", "version": "3.11.2", "aliases": ["py"]}]}
 
+# The images the golden tools list is rendered with (testImages in
+# internal/mcpserver/mcpserver_test.go).
+IMAGES = {"images": [{"name": "default", "packages": []},
+                     {"name": "datasci", "packages": [
+                         {"name": "python3-pandas", "version": "1.5.3+dfsg-2", "source": "apt"},
+                         {"name": "lodash", "version": "4.17.21", "source": "npm"}]}]}
+
 
 def queued(execution_id, webhook_url=None):
     """An execution as an async submit (or a batch) answers it."""

@@ -12,7 +12,7 @@ from vertal2kubo.client import KuboClient
 from vertal2kubo._sniff import detect_content_type
 from vertal2kubo.mcp import PROTOCOL_VERSIONS, Server, file_content, files_line, tool_definitions
 
-from .stub import LANGUAGES, MADE_FILES, OK_EXECUTION, StubAPI, tiny_png
+from .stub import IMAGES, LANGUAGES, MADE_FILES, OK_EXECUTION, StubAPI, tiny_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
@@ -27,7 +27,7 @@ class ToolsTest(unittest.TestCase):
             self.skipTest("not in a repository checkout")
         with open(GOLDEN) as f:
             want = json.load(f)
-        self.assertEqual(tool_definitions(LANGUAGES["languages"]), want)
+        self.assertEqual(tool_definitions(LANGUAGES["languages"], IMAGES["images"]), want)
 
 
 class ServerTest(unittest.TestCase):

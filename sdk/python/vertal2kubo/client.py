@@ -69,7 +69,7 @@ _UNFINISHED = ("queued", "running")
 # The longest wait between two GETs when wait() polls.
 _MAX_POLL_WAIT = 5.0
 # The options of one run that a batch item may carry, besides its code.
-_ITEM_KEYS = ("language", "timeout_s", "stdin", "files", "env", "args", "return_files", "webhook_url")
+_ITEM_KEYS = ("image", "language", "timeout_s", "stdin", "files", "env", "args", "return_files", "webhook_url")
 
 #: What ``files=`` takes: a mapping of path to content, or (path, content)
 #: pairs; content is bytes or str.
@@ -156,7 +156,8 @@ class KuboClient:
     def run(self, code: str, language: str = "python", timeout_s: Optional[float] = None,
             idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
             files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
-            args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None) -> dict:
+            args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
+            image: Optional[str] = None) -> dict:
         """Run code in a fresh sandbox and wait for the result.
 
         Returns the execution: id, status (succeeded, failed, timed_out,
@@ -174,7 +175,8 @@ class KuboClient:
         The same idempotency_key with the same request returns the first
         result without running the code again.
         """
-        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files)
+        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
+                                   image)
         wait = self.timeout if self.timeout is not None else float(timeout_s or 10) + 120.0
         result = self._call("POST", "/v1/executions", body, headers={"Idempotency-Key": key},
                             retry="always", timeout=wait)
@@ -183,7 +185,8 @@ class KuboClient:
     def stream(self, code: str, language: str = "python", timeout_s: Optional[float] = None,
                idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
                files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
-               args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None) -> Iterator[dict]:
+               args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
+               image: Optional[str] = None) -> Iterator[dict]:
         """Run code like run(), yielding events while it runs.
 
         Each event is a dict with "type" and "id" (the event id, to resume
@@ -201,7 +204,8 @@ class KuboClient:
         connection; the run goes on and its result is stored. A server that
         does not stream answers JSON, which is turned into the same events.
         """
-        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files)
+        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
+                                   image)
         data = json.dumps(body).encode("utf-8")
 
         def first() -> Any:
@@ -222,7 +226,7 @@ class KuboClient:
                idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
                files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
                args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
-               webhook_url: Optional[str] = None) -> dict:
+               webhook_url: Optional[str] = None, image: Optional[str] = None) -> dict:
         """Queue code for an asynchronous run and return at once.
 
         Takes the arguments of run(), plus webhook_url: an https URL the
@@ -235,7 +239,8 @@ class KuboClient:
         queues the code twice; with the same idempotency_key a repeat
         returns the first request's execution.
         """
-        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files)
+        body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
+                                   image)
         body["async"] = True
         if webhook_url:
             body["webhook_url"] = webhook_url
@@ -300,7 +305,7 @@ class KuboClient:
                 raise TypeError(f"batch item {i}: " + (f"unknown keys {unknown}" if unknown else "no code"))
             body, _ = self._run_body(item["code"], item.get("language") or "python", item.get("timeout_s"), None,
                                      item.get("stdin"), item.get("files"), item.get("env"), item.get("args"),
-                                     item.get("return_files"))
+                                     item.get("return_files"), item.get("image"))
             if item.get("webhook_url"):
                 body["webhook_url"] = item["webhook_url"]
             executions.append(body)
@@ -344,6 +349,13 @@ class KuboClient:
         self._api_key = new_key
         return result
 
+    def images(self) -> list:
+        """List the images this key may run on, with languages and packages.
+
+        Choose one with run(..., image="datasci")."""
+        result = self._call("GET", "/v1/images", retry="always")
+        return result["images"] if isinstance(result, dict) else result
+
     def languages(self) -> list:
         """List the languages the server runs, with versions."""
         result = self._call("GET", "/v1/languages", retry="always")
@@ -351,8 +363,11 @@ class KuboClient:
 
     # -- plumbing --------------------------------------------------------
 
-    def _run_body(self, code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files):
+    def _run_body(self, code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
+                  image=None):
         body: dict[str, Any] = {"language": language, "code": code}
+        if image:
+            body["image"] = image
         if timeout_s is not None:
             body["timeout_s"] = timeout_s
         if stdin is not None and stdin != "":

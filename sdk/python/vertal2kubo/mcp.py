@@ -62,13 +62,30 @@ def _language_label(lang: dict) -> str:
     return f"{name} {version}" if version else name
 
 
-def describe_run_code(languages: list) -> str:
+def _images_paragraph(images: Optional[list]) -> str:
+    """The images an agent may choose and what each adds; "" when only the
+    default image (standard libraries) is known. As imagesParagraph in Go."""
+    if not images or len(images) == 1 and not images[0].get("packages"):
+        return ""
+    parts = []
+    for img in images:
+        pkgs = img.get("packages") or []
+        if not pkgs:
+            parts.append(img["name"] + " (standard libraries only)")
+            continue
+        parts.append(img["name"] + " (" + ", ".join((p["name"] + " " + (p.get("version") or "")).strip() for p in pkgs) + ")")
+    return ("\n\nImages, chosen with the image argument (default: default): " + "; ".join(parts) +
+            ". Debian (apt) packages are Python modules: python3-pandas is import pandas; npm packages load with require().")
+
+
+def describe_run_code(languages: list, images: Optional[list] = None) -> str:
     """The run_code description; keep it in step with the Go server's."""
     labels = ", ".join(_language_label(l) for l in (languages or DEFAULT_LANGUAGES))
     return (
         "Run a complete program in a fresh, isolated Vertal Run sandbox and get back its stdout, "
         "stderr, exit code and duration.\n\n"
-        f"Languages: {labels}. Only each language's standard library is available.\n\n"
+        f"Languages: {labels}. Only each language's standard library is available, unless the image adds packages."
+        f"{_images_paragraph(images)}\n\n"
         "What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), "
         "packages cannot be installed (pip, npm and apt do not work; the root filesystem is "
         "read-only), and nothing persists between calls, so every call must contain the whole "
@@ -91,18 +108,20 @@ def describe_run_code(languages: list) -> str:
         "Every call counts once toward the daily quota.")
 
 
-def tool_definitions(languages: list) -> list:
+def tool_definitions(languages: list, images: Optional[list] = None) -> list:
     """tools/list result, sorted by name like the Go server's."""
     names = ", ".join(l["name"] for l in (languages or DEFAULT_LANGUAGES))
     run_code = {
         "name": "run_code",
         "title": "Run code in a sandbox",
-        "description": describe_run_code(languages),
+        "description": describe_run_code(languages, images),
         "annotations": {"title": "Run code in a sandbox", "readOnlyHint": False, "idempotentHint": False,
                         "destructiveHint": False, "openWorldHint": False},
         "inputSchema": {
             "type": "object",
             "properties": {
+                "image": {"type": "string", "description": "Image to run on, by name. Default: default. Other images add "
+                          "packages, listed in this description when the server has any. Optional."},
                 "language": {"type": "string", "description": f"Programming language: {names}."},
                 "code": {"type": "string", "description": "The complete program to run. Print what you want to see to stdout."},
                 "timeout_s": {"type": "number", "minimum": 1, "description":
@@ -226,7 +245,7 @@ def _error_text(err: KuboError) -> str:
     return text
 
 
-_RUN_FIELDS = ("language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files")
+_RUN_FIELDS = ("image", "language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files")
 _FILE_FIELDS = ("path", "content", "encoding")
 
 
@@ -306,6 +325,11 @@ def _check_run_args(args: Any) -> tuple[Optional[dict], Optional[str]]:
     if stdin is not None and not isinstance(stdin, str):
         return None, "argument stdin must be a string"
     checked = {"language": language, "code": code, "timeout_s": timeout, "stdin": stdin}
+    image = args.get("image")
+    if image is not None:
+        if not isinstance(image, str):
+            return None, "argument image must be a string"
+        checked["image"] = image or None
     env = args.get("env")
     if env is not None:
         if not isinstance(env, dict):
@@ -386,10 +410,11 @@ class Server:
     could not be configured: then every tool call explains why)."""
 
     def __init__(self, client: Optional[KuboClient], languages: Optional[list] = None,
-                 config_error: Optional[str] = None, log: Callable[[str], None] = lambda m: None):
+                 config_error: Optional[str] = None, log: Callable[[str], None] = lambda m: None,
+                 images: Optional[list] = None):
         self.client = client
         self.config_error = config_error
-        self.tools = tool_definitions(languages or [])
+        self.tools = tool_definitions(languages or [], images)
         self.log = log
         self._write_lock = threading.Lock()
         self._out: Optional[TextIO] = None
@@ -405,7 +430,8 @@ class Server:
         try:
             ex = self.client.run(checked["code"], language=checked["language"], timeout_s=checked["timeout_s"],
                                  stdin=checked["stdin"], files=checked.get("files"), env=checked.get("env"),
-                                 args=checked.get("args"), return_files=checked.get("return_files"))
+                                 args=checked.get("args"), return_files=checked.get("return_files"),
+                                 image=checked.get("image"))
         except KuboError as e:
             return _text_result(_error_text(e), is_error=True)
         files = [f for f in ex.get("files") or [] if isinstance(f, dict)]
@@ -543,9 +569,14 @@ def main() -> int:
         languages = quick.languages()
     except KuboError as e:
         log(f"vertal2kubo.mcp: could not list languages ({e}); describing run_code without versions")
+    images = None
+    try:
+        images = quick.images()
+    except KuboError:
+        pass  # an older server: run_code is described without images
     stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
     stdout = open(sys.stdout.fileno(), "w", encoding="utf-8", closefd=False)
-    Server(client, languages, log=log).serve(stdin, stdout)
+    Server(client, languages, log=log, images=images).serve(stdin, stdout)
     return 0
 
 
