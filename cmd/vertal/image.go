@@ -22,7 +22,8 @@ func cmdImage(ctx context.Context, e *env, args []string) error {
 			"  build   build a sandbox image with debootstrap, apt, npm and pip wheels (needs root)\n"+
 			"  ls      list the images with their version and main packages\n"+
 			"  rm      take an image out of service (its files go once nothing runs on them)\n"+
-			"  gc      delete replaced image versions that nothing runs on any more")
+			"  gc      delete replaced image versions that nothing runs on any more\n"+
+			"  import  import images into Docker as vertal/NAME:latest, for the docker driver")
 		if len(args) == 0 {
 			return exitCode(2)
 		}
@@ -31,8 +32,8 @@ func cmdImage(ctx context.Context, e *env, args []string) error {
 	switch args[0] {
 	case "build":
 		return cmdImageBuild(ctx, e, args[1:])
-	case "ls", "rm", "gc":
-		return cmdImageAdmin(e, args[0], args[1:])
+	case "ls", "rm", "gc", "import":
+		return cmdImageAdmin(ctx, e, args[0], args[1:])
 	}
 	return fmt.Errorf("unknown subcommand %q (want build, ls, rm or gc)", args[0])
 }
@@ -124,8 +125,9 @@ func cmdImageBuild(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// cmdImageAdmin runs `vertal image ls`, `rm NAME` and `gc [NAME...]`.
-func cmdImageAdmin(e *env, sub string, args []string) error {
+// cmdImageAdmin runs `vertal image ls`, `rm NAME`, `gc [NAME...]` and
+// `import [NAME...]`.
+func cmdImageAdmin(ctx context.Context, e *env, sub string, args []string) error {
 	fs := flag.NewFlagSet("vertal image "+sub, flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	imagesDir := fs.String("images-dir", image.DefaultImagesDir, "directory holding one directory per image")
@@ -173,6 +175,16 @@ func cmdImageAdmin(e *env, sub string, args []string) error {
 			if err != nil {
 				return err
 			}
+		case "import":
+			v, err := image.ReadVersions(dir)
+			if err != nil {
+				return err
+			}
+			id, err := image.DockerImport(ctx, dir, image.DockerTag(name), v)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.Stdout, "%s: imported as %s (%s)\n", name, image.DockerTag(name), id)
 		case "ls":
 			m, err := image.ReadManifest(dir)
 			if err != nil {
