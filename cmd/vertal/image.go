@@ -131,6 +131,7 @@ func cmdImageAdmin(ctx context.Context, e *env, sub string, args []string) error
 	fs := flag.NewFlagSet("vertal image "+sub, flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	imagesDir := fs.String("images-dir", image.DefaultImagesDir, "directory holding one directory per image")
+	grace := fs.Duration("grace", image.RetireGrace, "rm and gc: keep a replaced version at least this long after the switch (a runtime may be about to mount it)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -162,13 +163,13 @@ func cmdImageAdmin(ctx context.Context, e *env, sub string, args []string) error
 			if err := image.Remove(dir); err != nil {
 				return err
 			}
-			removed, err := image.GC(dir, image.RetireGrace)
+			removed, err := image.GC(dir, *grace)
 			fmt.Fprintf(e.Stdout, "image %s removed; %d unused versions deleted, the rest once nothing runs on them (vertal image gc)\n", name, len(removed))
 			if err != nil {
 				return err
 			}
 		case "gc":
-			removed, err := image.GC(dir, image.RetireGrace)
+			removed, err := image.GC(dir, *grace)
 			for _, r := range removed {
 				fmt.Fprintf(e.Stdout, "%s: deleted version %s\n", name, r)
 			}
