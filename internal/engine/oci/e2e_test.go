@@ -31,8 +31,10 @@ func rootfs() string {
 }
 
 // testLanguages are the languages of the default image.
-func testLanguages() map[string]engine.Language {
-	img := rootfs()
+func testLanguages() map[string]engine.Language { return languagesOn(rootfs()) }
+
+// languagesOn are the built-in languages on the image rooted at img.
+func languagesOn(img string) map[string]engine.Language {
 	return map[string]engine.Language{
 		"python":     {Name: "python", Image: img, File: "main.py", Command: []string{"/usr/bin/python3"}},
 		"javascript": {Name: "javascript", Image: img, File: "main.js", Command: []string{"/usr/local/bin/node"}},
@@ -64,6 +66,23 @@ func TestSecuritySuite(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			d := newTestDriver(t, rt)
 			securitytest.Run(t, d, testLanguages())
+		})
+	}
+}
+
+// TestSecuritySuiteDatasci runs the suite on the datasci image
+// (VERTAL_DATASCI_DIR, default /var/lib/vertal/images/datasci, which
+// scripts/setup.sh builds): its extra packages must open no way out.
+// Its rootfs is the link to the current version, as the server uses it.
+func TestSecuritySuiteDatasci(t *testing.T) {
+	e2e(t)
+	dir := os.Getenv("VERTAL_DATASCI_DIR")
+	if dir == "" {
+		dir = "/var/lib/vertal/images/datasci"
+	}
+	for _, rt := range allRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			securitytest.Run(t, newTestDriver(t, rt), languagesOn(dir+"/rootfs"))
 		})
 	}
 }

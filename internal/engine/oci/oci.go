@@ -345,6 +345,19 @@ func validID(id string) bool {
 	return true
 }
 
+// resolveImage is the real directory of an image root: a versioned image
+// directory's rootfs is a link to its current version (see package
+// image), which runc refuses as a root and which templates must not
+// cache, since a rebuild switches it. The sandbox then keeps the version
+// it started on, whatever happens to the link. A path that does not
+// resolve is returned as it is, for checkImage to report.
+func resolveImage(dir string) string {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real
+	}
+	return dir
+}
+
 // checkImage validates a language's root filesystem once: it must exist and
 // carry the code mount point, so the runtime never writes into the shared
 // image.

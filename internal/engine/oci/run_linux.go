@@ -41,6 +41,7 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	if err := ctx.Err(); err != nil {
 		return engine.Result{}, err
 	}
+	spec.Language.Image = resolveImage(spec.Language.Image)
 	if err := d.checkImage(spec.Language.Image); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}

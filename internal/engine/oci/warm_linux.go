@@ -159,6 +159,7 @@ type startedCmd struct {
 func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ engine.Warm, err error) {
 	d := p.d
 	limits = limits.WithDefaults()
+	lang.Image = resolveImage(lang.Image)
 	if err := d.checkImage(lang.Image); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
