@@ -55,7 +55,7 @@
 
   const els = {
     key: $('key'), keyToggle: $('key-toggle'), keyForget: $('key-forget'), keyStatus: $('key-status'),
-    language: $('language'), timeout: $('timeout'), stdinToggle: $('stdin-toggle'), stdinWrap: $('stdin-wrap'),
+    language: $('language'), image: $('image'), timeout: $('timeout'), stdinToggle: $('stdin-toggle'), stdinWrap: $('stdin-wrap'),
     stdin: $('stdin'), code: $('code'), run: $('run'), runShortcut: $('run-shortcut'),
     status: $('status'), exitCode: $('exit-code'), duration: $('duration'), sandboxSeconds: $('sandbox-seconds'),
     truncated: $('truncated'), error: $('error'), errorStatus: $('error-status'), errorCode: $('error-code'),
@@ -119,6 +119,7 @@
     if (usage.ok && usage.data) {
       showUsage(usage.data);
       loadLanguages(key);
+      loadImages(key);
     } else if (usage.error) {
       setKeyStatus(usage.error.code + ': ' + usage.error.message, 'bad');
     }
@@ -154,6 +155,26 @@
         option.textContent = (LABELS[lang.name] || lang.name) + ' ' + lang.version;
       }
     }
+  }
+
+  // The image picker shows only when the key may use more than the
+  // default image; each option names the image's main packages.
+  async function loadImages(key) {
+    const res = await api('GET', '/v1/images', key);
+    if (!res.ok || !res.data || !Array.isArray(res.data.images)) return;
+    const list = res.data.images.filter((img) => img && typeof img.name === 'string');
+    const saved = store.get('vertal.image') || 'default';
+    els.image.replaceChildren();
+    for (const img of list) {
+      const option = document.createElement('option');
+      option.value = img.name;
+      const pkgs = Array.isArray(img.packages) ? img.packages.map((p) => p && p.name).filter((n) => typeof n === 'string') : [];
+      option.textContent = img.name;
+      option.title = pkgs.length ? pkgs.join(', ') : 'standard libraries only';
+      els.image.appendChild(option);
+    }
+    els.image.value = list.some((img) => img.name === saved) ? saved : 'default';
+    els.image.hidden = list.length < 2;
   }
 
   function validKeyChars(key) {
@@ -193,6 +214,7 @@
 
   // ---- editor ------------------------------------------------------------
 
+  els.image.addEventListener('change', () => store.set('vertal.image', els.image.value));
   els.language.addEventListener('change', () => {
     buffers[language] = els.code.value;
     language = els.language.value;
@@ -367,6 +389,7 @@
 
   function request() {
     const body = { language: language, code: els.code.value };
+    if (!els.image.hidden && els.image.value && els.image.value !== 'default') body.image = els.image.value;
     const t = els.timeout.value.trim();
     if (t !== '') body.timeout_s = Number(t);
     if (!els.stdinWrap.hidden && els.stdin.value !== '') body.stdin = els.stdin.value;
