@@ -438,10 +438,7 @@ func collectImageVersions(ctx context.Context, images []config.Image, logger *sl
 func clientImages(images []config.Image) []client.Image {
 	var out []client.Image
 	for _, img := range images {
-		ci := client.Image{Name: img.Name, Packages: []client.Package{}}
-		for _, l := range clientLanguages(img.Languages) {
-			ci.Languages = append(ci.Languages, l)
-		}
+		ci := client.Image{Name: img.Name, Languages: clientLanguages(img.Languages), Packages: []client.Package{}}
 		if m, err := image.ReadManifest(img.Dir); err == nil {
 			for _, p := range m.Main() {
 				ci.Packages = append(ci.Packages, client.Package{Name: p.Name, Version: p.Version, Source: p.Source})
