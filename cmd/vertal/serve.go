@@ -319,13 +319,16 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, string, err
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("creating data directory: %w", err)
 	}
-	path := filepath.Join(cfg.DataDir, "vertal.db")
+	path := sqlitePath(cfg)
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening SQLite: %w", err)
 	}
 	return st, "sqlite " + path, nil
 }
+
+// sqlitePath is where the SQLite store of cfg lives.
+func sqlitePath(cfg config.Config) string { return filepath.Join(cfg.DataDir, "vertal.db") }
 
 // newDriver builds the configured sandbox driver and the pre-starter the
 // warm pool uses with it. stateDir "" is the driver's default; operator
