@@ -40,26 +40,28 @@ export function maxBodyBytes(env) {
   return Number.isSafeInteger(n) && n > 0 ? n : null;
 }
 
-// BodyTooLarge marks the error a counted body stream fails with.
-class BodyTooLarge extends Error {}
-
 // countedBody passes body through as it comes and fails it once more than
 // max bytes have gone by, so a streamed upload (no Content-Length) is cut at
-// the cap without being held here.
+// the cap without being held here. over() tells afterwards whether it was:
+// the origin may have answered the cut body (400) or the fetch failed, and
+// either way the client gets 413.
 function countedBody(body, max) {
   let seen = 0;
-  return body.pipeThrough(
+  let cut = false;
+  const stream = body.pipeThrough(
     new TransformStream({
       transform(chunk, controller) {
         seen += chunk.byteLength;
         if (seen > max) {
-          controller.error(new BodyTooLarge(`request body over ${max} bytes`));
+          cut = true;
+          controller.error(new Error(`request body over ${max} bytes`));
           return;
         }
         controller.enqueue(chunk);
       },
     }),
   );
+  return { stream, over: () => cut };
 }
 
 function tooLarge(max) {
@@ -101,6 +103,7 @@ export async function relay(request, env) {
   }
   const url = new URL(request.url);
   let body = null;
+  let over = () => false;
   if (request.body !== null && request.method !== "GET" && request.method !== "HEAD") {
     const declared = request.headers.get("Content-Length");
     if (declared !== null) {
@@ -111,7 +114,7 @@ export async function relay(request, env) {
       if (n > max) return tooLarge(max);
       body = request.body; // the runtime holds the client to its declared length
     } else {
-      body = countedBody(request.body, max);
+      ({ stream: body, over } = countedBody(request.body, max));
     }
   }
   const init = {
@@ -124,9 +127,13 @@ export async function relay(request, env) {
   try {
     resp = await fetch(originURL(env, url), init);
   } catch (err) {
-    if (err instanceof BodyTooLarge || String(err).includes("request body over")) return tooLarge(max);
+    if (over()) return tooLarge(max);
     console.error("origin fetch failed", String(err));
     return apiError(503, "unavailable", "the API origin cannot be reached; try again shortly", { "Retry-After": "5" });
+  }
+  if (over()) {
+    await resp.body?.cancel();
+    return tooLarge(max);
   }
   // The origin's answer as it is, its body a stream (an event stream
   // included): headers are copied only to drop hop-by-hop ones.
