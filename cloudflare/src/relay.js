@@ -44,25 +44,52 @@ export function maxBodyBytes(env) {
 // max bytes have gone by, so a streamed upload (no Content-Length) is cut at
 // the cap without being held here. over() tells afterwards whether it was:
 // the origin may have answered the cut body (400) or the fetch failed, and
-// either way the client gets 413.
+// either way the client gets 413. drain() then reads and drops the rest of
+// the upload before that answer, as a lingering close does: a connection
+// closed while the client is still sending is reset, and the reset can
+// destroy the 413 before the client reads it.
 function countedBody(body, max) {
+  const reader = body.getReader();
   let seen = 0;
   let cut = false;
-  const stream = body.pipeThrough(
-    new TransformStream({
-      transform(chunk, controller) {
-        seen += chunk.byteLength;
-        if (seen > max) {
-          cut = true;
-          controller.error(new Error(`request body over ${max} bytes`));
-          return;
-        }
-        controller.enqueue(chunk);
-      },
-    }),
-  );
-  return { stream, over: () => cut };
+  const stream = new ReadableStream({
+    async pull(controller) {
+      const { done, value } = await reader.read();
+      if (done) {
+        controller.close();
+        return;
+      }
+      seen += value.byteLength;
+      if (seen > max) {
+        cut = true;
+        // Erroring this stream leaves the client's reader open for drain.
+        controller.error(new Error(`request body over ${max} bytes`));
+        return;
+      }
+      controller.enqueue(value);
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+  const drain = async () => {
+    try {
+      for (let n = 0; n < DRAIN_LIMIT; ) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        n += value.byteLength;
+      }
+      await reader.cancel("request body too large");
+    } catch {
+      // The client went away: nothing left to drain.
+    }
+  };
+  return { stream, over: () => cut, drain };
 }
+
+// DRAIN_LIMIT bounds what is read and dropped after a cut: Cloudflare's own
+// cap on a request body (Free and Pro plans).
+const DRAIN_LIMIT = 100 << 20;
 
 function tooLarge(max) {
   return apiError(
@@ -72,12 +99,15 @@ function tooLarge(max) {
   );
 }
 
-// originRequestInit copies the client's request for the origin: its
+// originHeaders copies the client's request for the origin: its
 // headers less hop-by-hop ones and any edge secret the client sent, plus
 // the real secret.
 function originHeaders(request, secret) {
   const h = new Headers(request.headers);
   for (const name of HOP_BY_HOP) h.delete(name);
+  // The origin's host comes from ORIGIN_URL: the site's Host would route
+  // the subrequest back to this Worker's own zone.
+  h.delete("Host");
   h.delete(EDGE_SECRET_HEADER);
   h.set(EDGE_SECRET_HEADER, secret);
   const ip = request.headers.get("CF-Connecting-IP");
@@ -104,6 +134,7 @@ export async function relay(request, env) {
   const url = new URL(request.url);
   let body = null;
   let over = () => false;
+  let drain = async () => {};
   if (request.body !== null && request.method !== "GET" && request.method !== "HEAD") {
     const declared = request.headers.get("Content-Length");
     if (declared !== null) {
@@ -114,7 +145,7 @@ export async function relay(request, env) {
       if (n > max) return tooLarge(max);
       body = request.body; // the runtime holds the client to its declared length
     } else {
-      ({ stream: body, over } = countedBody(request.body, max));
+      ({ stream: body, over, drain } = countedBody(request.body, max));
     }
   }
   const init = {
@@ -127,12 +158,15 @@ export async function relay(request, env) {
   try {
     resp = await fetch(originURL(env, url), init);
   } catch (err) {
-    if (over()) return tooLarge(max);
+    if (over()) {
+      await drain();
+      return tooLarge(max);
+    }
     console.error("origin fetch failed", String(err));
     return apiError(503, "unavailable", "the API origin cannot be reached; try again shortly", { "Retry-After": "5" });
   }
   if (over()) {
-    await resp.body?.cancel();
+    await Promise.all([resp.body?.cancel(), drain()]);
     return tooLarge(max);
   }
   // The origin's answer as it is, its body a stream (an event stream

@@ -443,3 +443,39 @@ func TestEdgeWorker(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerDeployDryRun bundles the Worker as `wrangler deploy` would,
+// without uploading it (Cloudflare is out of reach here): the deploy
+// workflow's bundle builds, and the config binds ORIGIN_URL and
+// MAX_BODY_BYTES but never the secret.
+func TestWorkerDeployDryRun(t *testing.T) {
+	if os.Getenv("VERTAL_E2E") != "1" {
+		t.Skip("set VERTAL_E2E=1 to bundle the Worker with wrangler (needs npm ci in cloudflare/)")
+	}
+	root := repoRoot(t)
+	tmp := t.TempDir()
+	cmd := exec.Command(filepath.Join(root, "cloudflare", "node_modules", ".bin", "wrangler"),
+		"deploy", "--dry-run", "--outdir", filepath.Join(tmp, "out"))
+	cmd.Dir = filepath.Join(root, "cloudflare")
+	cmd.Env = wranglerEnv(filepath.Join(tmp, "xdg-config"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("wrangler deploy --dry-run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"env.ORIGIN_URL", "env.MAX_BODY_BYTES", "--dry-run: exiting now"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+	if bytes.Contains(out, []byte("EDGE_SECRET")) {
+		t.Errorf("EDGE_SECRET is bound from the config; it must only be a Worker secret:\n%s", out)
+	}
+	bundle, err := os.ReadFile(filepath.Join(tmp, "out", "worker.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The generated facts are in the bundle, not fetched at run time.
+	if !bytes.Contains(bundle, []byte("executions_per_day")) {
+		t.Errorf("the bundle does not contain platform.json")
+	}
+}
