@@ -110,6 +110,9 @@ function originHeaders(request, secret) {
   h.delete("Host");
   h.delete(EDGE_SECRET_HEADER);
   h.set(EDGE_SECRET_HEADER, secret);
+  // The client's own X-Forwarded-For could say anything: only the
+  // address Cloudflare saw is passed on.
+  h.delete("X-Forwarded-For");
   const ip = request.headers.get("CF-Connecting-IP");
   if (ip) h.set("X-Forwarded-For", ip);
   h.set("X-Forwarded-Proto", new URL(request.url).protocol.replace(":", ""));
