@@ -8,7 +8,8 @@
 #                            suites drive (scripts/vm-test.sh uses it in its guest)
 #   scripts/setup.sh test    all of the above, plus what the whole test suite
 #                            drives: PostgreSQL, Chromium, the MCP client's npm
-#                            packages
+#                            packages, wrangler/workerd for the edge Worker,
+#                            shellcheck (for actionlint)
 #
 # Go: the one named by go.mod's go line (or newer) is used from PATH or
 # /usr/local/go. If there is none, it is installed into /usr/local/go from the
@@ -34,7 +35,7 @@ pkgs=(crun runc runsc tini debootstrap ca-certificates iproute2 nodejs npm)
 case "$mode" in
   serve) ;;
   engine) pkgs+=(docker.io curl) ;;
-  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl) ;;
+  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl shellcheck) ;;
   *) echo "setup: unknown mode $mode (serve, engine or test)" >&2; exit 2 ;;
 esac
 missing=()
@@ -170,6 +171,12 @@ if [ "$mode" = test ]; then
   if [ -f tests/mcpclient/package.json ]; then
     log "MCP client (npm)"
     (cd tests/mcpclient && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ -f cloudflare/package.json ]; then
+    # wrangler and workerd (its Linux binary is in @cloudflare/workerd-linux-64)
+    # for tests/edge, which runs the Worker with `wrangler dev`.
+    log "edge Worker toolchain (npm)"
+    (cd cloudflare && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi
 log "done"
