@@ -169,8 +169,9 @@ fi
 # have; Debian 12 packages only v1, docker-compose 1.29) from its source on
 # the Go module proxy and installs it as a Docker CLI plugin. The module has
 # exclude directives, which `go install pkg@version` refuses, so it is built
-# as the main module in a copy of its source. About 4 minutes on 2 cores,
-# once: a plugin that already reports the version is kept.
+# as the main module in a copy of its source. About 7 minutes on 2 busy cores
+# (seconds with a warm Go build cache), once: a plugin that already reports
+# the version is kept.
 compose_version=v2.40.3
 compose_plugin=/usr/local/lib/docker/cli-plugins/docker-compose
 install_compose() {
