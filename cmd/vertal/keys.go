@@ -41,7 +41,7 @@ func operatorFlags(e *env, fs *flag.FlagSet, args []string) (config.Config, []st
 
 func cmdCreateKey(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("vertal create-key", flag.ContinueOnError)
-	plan := fs.String("plan", "free", "the tenant's plan (free, pro, enterprise or one from the config file); moves every key of the tenant to it")
+	plan := fs.String("plan", "free", "the tenant's plan (free, pro, enterprise or one from the config file); given for an existing tenant, changes its plan")
 	fs.Usage = func() {
 		fmt.Fprintln(e.Stderr, "usage: vertal create-key TENANT [--plan P]\n\nPrints the new key on stdout, once; details go to stderr.\n\nflags:")
 		fs.PrintDefaults()
@@ -62,7 +62,17 @@ func cmdCreateKey(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
+	planSet := false
+	fs.Visit(func(f *flag.Flag) { planSet = planSet || f.Name == "plan" })
+	// The key creates the tenant on the plan; an explicit --plan is an
+	// operator's plan change and goes through SetPlan, the only writer of
+	// an existing tenant's plan.
 	secret, k, err := api.CreateKey(ctx, st, pos[0], *plan, time.Now())
+	if err == nil && planSet && k.Plan != *plan {
+		if err = st.SetPlan(ctx, k.Tenant, *plan); err == nil {
+			k.Plan = *plan
+		}
+	}
 	if errors.Is(err, store.ErrTooManyKeys) {
 		return fmt.Errorf("tenant %s already has %d active keys; revoke one first (vertal list-keys %s)", pos[0], store.MaxActiveKeys, pos[0])
 	}
