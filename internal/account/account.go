@@ -156,10 +156,12 @@ func (s *Service) check(hash, password string) bool {
 func NormalizeEmail(email string) (string, error) {
 	email = strings.ToLower(strings.TrimSpace(email))
 	a, err := mail.ParseAddress(email)
-	if err != nil || a.Address != email || len(email) > 254 || a.Name != "" {
+	// A bare address only ("Name <addr>" is refused); quoted local parts
+	// come back unquoted.
+	if err != nil || a.Name != "" || strings.HasSuffix(email, ">") || len(a.Address) > 254 {
 		return "", ErrBadEmail
 	}
-	return email, nil
+	return a.Address, nil
 }
 
 func checkName(name string) (string, error) {
@@ -340,6 +342,9 @@ func (s *Service) PeekInvite(ctx context.Context, token string) (store.Token, er
 // ResetLink returns a password reset link for the account with email
 // (store.ErrNotFound if there is none): `vertal reset-link` prints it.
 func (s *Service) ResetLink(ctx context.Context, email, baseURL string) (string, error) {
+	if norm, err := NormalizeEmail(email); err == nil {
+		email = norm
+	}
 	a, err := s.st.AccountByEmail(ctx, email)
 	if err != nil {
 		return "", err
@@ -397,7 +402,10 @@ func (s *Service) ResetPassword(ctx context.Context, token, password string) err
 func (s *Service) SignIn(ctx context.Context, email, password, ip string) (store.Account, error) {
 	now := s.now().UTC()
 	window := now.Truncate(ThrottleWindow)
-	norm := strings.ToLower(strings.TrimSpace(email))
+	norm, err := NormalizeEmail(email)
+	if err != nil {
+		norm = strings.ToLower(strings.TrimSpace(email)) // unknown, but throttled all the same
+	}
 	for _, c := range []struct {
 		key string
 		max int64
