@@ -27,9 +27,8 @@ const CSRFHeader = "X-CSRF-Token"
 //     could be anyone's and is ignored.
 //   - The client IP for throttling is RemoteAddr, or with an edge secret
 //     the first address of CF-Connecting-IP / X-Forwarded-For.
-//   - CSRF: every POST from a page must come from this origin: Origin,
-//     when present, must be the PublicURL's or the request Host's origin;
-//     Sec-Fetch-Site, when present, must not be cross-site. A signed-in
+//   - CSRF: every POST from a page must come from this origin (see
+//     sameOrigin: Sec-Fetch-Site, else Origin). A signed-in
 //     POST must also carry the session's token (form field csrf, or the
 //     X-CSRF-Token header for fetch), compared in constant time.
 func (s *Server) viaTLS(r *http.Request) bool {
@@ -66,14 +65,19 @@ func (s *Server) publicBase(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-// sameOrigin is the origin half of the CSRF check.
+// sameOrigin is the origin half of the CSRF check. Browsers send
+// Sec-Fetch-Site on every request, so it decides when present: only
+// same-origin (or none: the user's own navigation) passes. Otherwise an
+// Origin header must name this server; "null" (what a page under
+// Referrer-Policy no-referrer may send) does not. A request with neither
+// header is not from a modern browser, so not a cross-site forgery.
 func (s *Server) sameOrigin(r *http.Request) bool {
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-		return false
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
-		return true // not sent by every browser on same-origin posts; the token still has to match
+		return true
 	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {

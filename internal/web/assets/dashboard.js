@@ -37,6 +37,9 @@
     ev.preventDefault();
     const err = $('key-error');
     err.hidden = true;
+    // The previous new key leaves the page: it was to be copied already.
+    $('newkey').hidden = true;
+    $('newkey-secret').textContent = '';
     let resp, body;
     try {
       resp = await fetch('/dashboard/keys', {
