@@ -6,6 +6,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
 	"github.com/kuboprotocol/vertal2kubo/internal/web"
 )
@@ -21,12 +23,16 @@ import (
 // accountEnv is a real HTTP server with accounts on storefake.
 type accountEnv struct {
 	t   *testing.T
-	st  *storefake.Store
+	st  store.Store
 	srv *httptest.Server
 }
 
 func newAccountEnv(t *testing.T, edgeSecret string) *accountEnv {
-	st := storefake.New()
+	return newAccountNode(t, storefake.New(), edgeSecret)
+}
+
+// newAccountNode is one API node with accounts on st.
+func newAccountNode(t *testing.T, st store.Store, edgeSecret string) *accountEnv {
 	acc, err := account.New(account.Options{Store: st, Signup: account.SignupOpen})
 	if err != nil {
 		t.Fatal(err)
@@ -304,5 +310,73 @@ func TestSessionRunsAndDisabledTenant(t *testing.T) {
 	}
 	if resp, _ := e.get(http.DefaultClient, "/v1/usage", map[string]string{"Authorization": "Bearer " + secret}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("disabled tenant's key: %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestDisabledTenantOnBothNodes: two API nodes on one PostgreSQL
+// database. A session made on one works on the other; an operator signed
+// in on node B disables the tenant, and its key and its session are
+// refused on both nodes from the next request on.
+func TestDisabledTenantOnBothNodes(t *testing.T) {
+	if os.Getenv("VERTAL_TEST_DATABASE_URL") == "" {
+		t.Skip("VERTAL_TEST_DATABASE_URL is not set (CI sets it)")
+	}
+	dbURL := NewTestDatabase(t)
+	open := func() store.Store {
+		st, err := postgres.Open(t.Context(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a, b := newAccountNode(t, open(), ""), newAccountNode(t, open(), "")
+	user, userCSRF := a.signUpAndIn("ann@example.com", "Ann")
+	_, body := a.post(user, "/dashboard/keys", nil, map[string]string{"Accept": "application/json", CSRFHeader: userCSRF})
+	secret := regexp.MustCompile(`kubo_sk_[0-9A-Za-z]+`).FindString(body)
+	op, _ := b.signUpAndIn("op@example.com", "Op")
+	opAcc, _ := b.st.AccountByEmail(t.Context(), "op@example.com")
+	if err := b.st.SetRole(t.Context(), opAcc.ID, store.RoleOperator); err != nil {
+		t.Fatal(err)
+	}
+	opCSRF := b.csrf(op)
+	ann, _ := a.st.AccountByEmail(t.Context(), "ann@example.com")
+
+	// The session cookie of node A, sent to node B.
+	ua, _ := url.Parse(a.srv.URL)
+	ub, _ := url.Parse(b.srv.URL)
+	user.Jar.SetCookies(ub, user.Jar.Cookies(ua))
+	check := func(when string, want int) {
+		t.Helper()
+		for _, n := range []*accountEnv{a, b} {
+			if resp, _ := n.get(http.DefaultClient, "/v1/usage", map[string]string{"Authorization": "Bearer " + secret}); resp.StatusCode != want {
+				t.Errorf("%s: key on %s: %d, want %d", when, n.srv.URL, resp.StatusCode, want)
+			}
+			if resp, _ := n.get(user, "/v1/usage", map[string]string{CSRFHeader: userCSRF}); resp.StatusCode != want {
+				t.Errorf("%s: session on %s: %d, want %d", when, n.srv.URL, resp.StatusCode, want)
+			}
+		}
+	}
+	check("before", http.StatusOK)
+	if resp, body := b.post(op, "/operator/tenants/"+ann.Tenant+"/disable", url.Values{"csrf": {opCSRF}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("operator disables: %d %s", resp.StatusCode, body)
+	}
+	check("disabled", http.StatusForbidden)
+	if _, page := b.get(op, "/operator", nil); !strings.Contains(page, ann.Tenant) || !strings.Contains(page, "disabled") {
+		t.Errorf("the operator page does not show %s disabled", ann.Tenant)
+	}
+	if resp, _ := b.post(op, "/operator/tenants/"+ann.Tenant+"/plan", url.Values{"csrf": {opCSRF}, "plan": {"enterprise"}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("operator sets plan: %d", resp.StatusCode)
+	}
+	if resp, _ := b.post(op, "/operator/tenants/"+ann.Tenant+"/enable", url.Values{"csrf": {opCSRF}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("operator enables: %d", resp.StatusCode)
+	}
+	check("enabled again", http.StatusOK)
+	if tn, _ := a.st.Tenant(t.Context(), ann.Tenant); tn.Plan != "enterprise" {
+		t.Errorf("plan after the operator's change = %q, want enterprise", tn.Plan)
+	}
+	// A user who is not an operator does not see the operator pages.
+	if resp, _ := a.get(user, "/operator", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/operator for a user: %d, want 404", resp.StatusCode)
 	}
 }
