@@ -245,6 +245,22 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("revoked key: %d, want 401", resp.StatusCode)
 	}
+	// The playground, signed in, runs without a key and counts to the
+	// account's tenant.
+	b.open(base + "/")
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.getElementById('key-status').textContent.startsWith('Signed in as')`,
+		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the playground does not see the session: %v", err)
+	}
+	b.setLanguage("python")
+	b.setCode("print(6 * 7)")
+	if v := b.clickRun(); v.Stdout != "42\n" || v.Status != "succeeded" {
+		t.Errorf("signed-in playground run: %+v", v)
+	}
+	b.do(chromedp.Navigate(base+"/dashboard"), chromedp.WaitVisible(chromedp.ID("create-key")))
+	if got := eval[string](b, `document.getElementById('today-executions').textContent`); got != "2" {
+		t.Errorf("today's executions on the dashboard = %s, want 2 (the curl snippet and the playground)", got)
+	}
 	if got := eval[bool](b, `window.__xss === undefined`); !got {
 		t.Errorf("the XSS payload ran")
 	}

@@ -156,7 +156,8 @@
     usageState = u;
     const today = u.today || {};
     const limits = u.limits || {};
-    let text = 'Key OK · ' + (u.tenant || 'tenant') + ' · ' + (u.plan || '?') + ' plan';
+    const who = (!currentKey() && session) ? 'Signed in as ' + session.email + ', no key needed' : 'Key OK';
+    let text = who + ' · ' + (u.tenant || 'tenant') + ' · ' + (u.plan || '?') + ' plan';
     if (typeof today.executions === 'number') {
       text += ' · ' + today.executions;
       if (typeof limits.executions_per_day === 'number') text += ' of ' + limits.executions_per_day;
