@@ -37,7 +37,7 @@ pkgs=(crun runc runsc tini debootstrap ca-certificates iproute2 nodejs npm)
 case "$mode" in
   serve) ;;
   engine) pkgs+=(docker.io curl) ;;
-  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl shellcheck) ;;
+  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest python3-aiosmtpd curl shellcheck) ;;
   *) echo "setup: unknown mode $mode (serve, engine or test)" >&2; exit 2 ;;
 esac
 missing=()

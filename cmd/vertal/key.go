@@ -27,5 +27,5 @@ func cmdKey(ctx context.Context, e *env, args []string) error {
 	if len(pos) == 2 {
 		plan = pos[1]
 	}
-	return createKey(ctx, e, cfg, pos[0], plan)
+	return createKey(ctx, e, cfg, pos[0], plan, len(pos) == 2)
 }

@@ -46,7 +46,7 @@ const defaultKeyPlan = "free"
 
 func cmdCreateKey(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("vertal create-key", flag.ContinueOnError)
-	plan := fs.String("plan", defaultKeyPlan, "the tenant's plan (free, pro, enterprise or one from the config file); moves every key of the tenant to it")
+	plan := fs.String("plan", defaultKeyPlan, "the tenant's plan (free, pro, enterprise or one from the config file); given for an existing tenant, changes its plan")
 	fs.Usage = func() {
 		fmt.Fprintln(e.Stderr, "usage: vertal create-key TENANT [--plan P]\n\nPrints the new key on stdout, once; details go to stderr.\n\nflags:")
 		fs.PrintDefaults()
@@ -59,12 +59,15 @@ func cmdCreateKey(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return exitCode(2)
 	}
-	return createKey(ctx, e, cfg, pos[0], *plan)
+	planSet := false
+	fs.Visit(func(f *flag.Flag) { planSet = planSet || f.Name == "plan" })
+	return createKey(ctx, e, cfg, pos[0], *plan, planSet)
 }
 
 // createKey makes a key for tenant on plan and prints it, once, alone on
 // stdout (so KEY=$(vertal create-key ...) works); details go to stderr.
-func createKey(ctx context.Context, e *env, cfg config.Config, tenant, plan string) error {
+// planSet: the operator named the plan, so an existing tenant moves to it.
+func createKey(ctx context.Context, e *env, cfg config.Config, tenant, plan string, planSet bool) error {
 	if _, ok := cfg.Plans[plan]; !ok {
 		return fmt.Errorf("unknown plan %q (configured: %v)", plan, config.PlanNames(cfg.Plans))
 	}
@@ -73,7 +76,15 @@ func createKey(ctx context.Context, e *env, cfg config.Config, tenant, plan stri
 		return err
 	}
 	defer st.Close()
+	// The key creates the tenant on the plan; a plan the operator named
+	// for an existing tenant is a plan change and goes through SetPlan,
+	// the only writer of an existing tenant's plan.
 	secret, k, err := api.CreateKey(ctx, st, tenant, plan, time.Now())
+	if err == nil && planSet && k.Plan != plan {
+		if err = st.SetPlan(ctx, k.Tenant, plan); err == nil {
+			k.Plan = plan
+		}
+	}
 	if errors.Is(err, store.ErrTooManyKeys) {
 		return fmt.Errorf("tenant %s already has %d active keys; revoke one first (vertal list-keys %s)", tenant, store.MaxActiveKeys, tenant)
 	}

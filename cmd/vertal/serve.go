@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -165,7 +166,24 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		return err
 	}
 
+	var mailer account.Mailer
+	if cfg.SMTPURL != "" {
+		m, err := account.ParseSMTPURL(cfg.SMTPURL)
+		if err != nil {
+			return err
+		}
+		mailer = m
+	}
+	accounts, err := account.New(account.Options{Store: st, Signup: cfg.Signup, Mailer: mailer, Logger: logger})
+	if err != nil {
+		return err
+	}
+	pages := web.NewPages(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
+
 	srv, err = api.New(api.Options{
+		Accounts:      accounts,
+		Pages:         pages,
+		PublicURL:     cfg.PublicURL,
 		NodeID:        nodeID,
 		Queue:         q,
 		Webhooks:      hooks,
