@@ -8,7 +8,10 @@
 #                            suites drive (scripts/vm-test.sh uses it in its guest)
 #   scripts/setup.sh test    all of the above, plus what the whole test suite
 #                            drives: PostgreSQL, Chromium, the MCP client's npm
-#                            packages
+#                            packages, wrangler/workerd for the edge Worker,
+#                            shellcheck (for actionlint), Docker Compose v2
+#                            and the local base image deploy/Dockerfile
+#                            builds from
 #
 # Go: the one named by go.mod's go line (or newer) is used from PATH or
 # /usr/local/go. If there is none, it is installed into /usr/local/go from the
@@ -34,7 +37,7 @@ pkgs=(crun runc runsc tini debootstrap ca-certificates iproute2 nodejs npm)
 case "$mode" in
   serve) ;;
   engine) pkgs+=(docker.io curl) ;;
-  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest curl) ;;
+  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest python3-aiosmtpd curl shellcheck) ;;
   *) echo "setup: unknown mode $mode (serve, engine or test)" >&2; exit 2 ;;
 esac
 missing=()
@@ -164,6 +167,33 @@ if [ "$mode" = engine ] || [ "$mode" = test ]; then
   log "Docker engine (with runsc) and the imported sandbox image"
   ROOTFS="$image_dir/rootfs" scripts/dockerd.sh
 fi
+# install_compose builds Docker Compose v2 (the `docker compose` plugin users
+# have; Debian 12 packages only v1, docker-compose 1.29) from its source on
+# the Go module proxy and installs it as a Docker CLI plugin. The module has
+# exclude directives, which `go install pkg@version` refuses, so it is built
+# as the main module in a copy of its source. About 7 minutes on 2 busy cores
+# (seconds with a warm Go build cache), once: a plugin that already reports
+# the version is kept.
+compose_version=v2.40.3
+compose_plugin=/usr/local/lib/docker/cli-plugins/docker-compose
+install_compose() {
+  if [ -x "$compose_plugin" ] && [ "$("$compose_plugin" version --short 2>/dev/null)" = "${compose_version#v}" ]; then
+    log "Docker Compose $compose_version present"
+    return
+  fi
+  log "building Docker Compose $compose_version from the Go module proxy (a few minutes, once)"
+  local src tmp
+  src=$(go mod download -json "github.com/docker/compose/v2@$compose_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$src" ] || { echo "setup: downloading github.com/docker/compose/v2@$compose_version failed" >&2; exit 1; }
+  tmp=$(mktemp -d)
+  cp -r "$src/." "$tmp/"
+  chmod -R u+w "$tmp"
+  (cd "$tmp" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath \
+    -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$compose_version" -o "$tmp/docker-compose" ./cmd)
+  install -D -m 0755 "$tmp/docker-compose" "$compose_plugin"
+  rm -rf "$tmp"
+}
+
 if [ "$mode" = test ]; then
   # The datasci image that the image e2e tests and the security suite use.
   # Rebuilt only when its recipe (deploy/images/datasci.conf) changes: a
@@ -190,11 +220,20 @@ if [ "$mode" = test ]; then
       bin/vertal image import --images-dir "$(dirname "$ds_dir")" "$NAME"
     fi
   )
+  install_compose
+  log "base image for deploy/Dockerfile"
+  scripts/base-image.sh
   log "PostgreSQL"
   scripts/postgres.sh
   if [ -f tests/mcpclient/package.json ]; then
     log "MCP client (npm)"
     (cd tests/mcpclient && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ -f cloudflare/package.json ]; then
+    # wrangler and workerd (its Linux binary is in @cloudflare/workerd-linux-64)
+    # for tests/edge, which runs the Worker with `wrangler dev`.
+    log "edge Worker toolchain (npm)"
+    (cd cloudflare && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi
 log "done"

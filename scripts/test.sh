@@ -22,12 +22,16 @@ rm -rf "$out" && mkdir -p "$out"
 echo "== go vet"
 go vet ./...
 
-# The engineering gates: go.mod and go.sum tidy, staticcheck clean (a
-# pinned release, run from the module proxy without touching go.mod).
+# The engineering gates: go.mod and go.sum tidy, staticcheck and actionlint
+# clean (pinned releases, run from the module proxy without touching go.mod).
 echo "== go mod tidy -diff"
 go mod tidy -diff
 echo "== staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+# The GitHub Actions workflows, with shellcheck on their run: scripts
+# (settings in .github/actionlint.yaml).
+echo "== actionlint"
+go run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
 # Unit tests once more under the race detector (the end-to-end suites,
 # gated by VERTAL_E2E and a database URL, run in the pass below: under the

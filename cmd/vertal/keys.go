@@ -20,10 +20,11 @@ var storeSettings = []string{"data-dir", "database-url"}
 
 // operatorFlags parses args, which may mix flags and positional arguments
 // (`create-key acme --plan pro`), and returns the configuration and the
-// positional arguments.
-func operatorFlags(e *env, fs *flag.FlagSet, args []string) (config.Config, []string, error) {
+// positional arguments. extra names settings beyond the store's that the
+// command reads too.
+func operatorFlags(e *env, fs *flag.FlagSet, args []string, extra ...string) (config.Config, []string, error) {
 	fs.SetOutput(e.Stderr)
-	b := config.Bind(fs, storeSettings...)
+	b := config.Bind(fs, append(extra, storeSettings...)...)
 	var pos []string
 	for {
 		if err := parseFlags(fs, args); err != nil {
@@ -39,9 +40,13 @@ func operatorFlags(e *env, fs *flag.FlagSet, args []string) (config.Config, []st
 	return cfg, pos, err
 }
 
+// defaultKeyPlan is the plan a key gets when none is named: the least
+// privileged, so a forgotten argument never hands out a paid plan.
+const defaultKeyPlan = "free"
+
 func cmdCreateKey(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("vertal create-key", flag.ContinueOnError)
-	plan := fs.String("plan", "free", "the tenant's plan (free, pro, enterprise or one from the config file); moves every key of the tenant to it")
+	plan := fs.String("plan", defaultKeyPlan, "the tenant's plan (free, pro, enterprise or one from the config file); given for an existing tenant, changes its plan")
 	fs.Usage = func() {
 		fmt.Fprintln(e.Stderr, "usage: vertal create-key TENANT [--plan P]\n\nPrints the new key on stdout, once; details go to stderr.\n\nflags:")
 		fs.PrintDefaults()
@@ -54,22 +59,38 @@ func cmdCreateKey(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return exitCode(2)
 	}
-	if _, ok := cfg.Plans[*plan]; !ok {
-		return fmt.Errorf("unknown plan %q (configured: %v)", *plan, config.PlanNames(cfg.Plans))
+	planSet := false
+	fs.Visit(func(f *flag.Flag) { planSet = planSet || f.Name == "plan" })
+	return createKey(ctx, e, cfg, pos[0], *plan, planSet)
+}
+
+// createKey makes a key for tenant on plan and prints it, once, alone on
+// stdout (so KEY=$(vertal create-key ...) works); details go to stderr.
+// planSet: the operator named the plan, so an existing tenant moves to it.
+func createKey(ctx context.Context, e *env, cfg config.Config, tenant, plan string, planSet bool) error {
+	if _, ok := cfg.Plans[plan]; !ok {
+		return fmt.Errorf("unknown plan %q (configured: %v)", plan, config.PlanNames(cfg.Plans))
 	}
 	st, _, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	secret, k, err := api.CreateKey(ctx, st, pos[0], *plan, time.Now())
+	// The key creates the tenant on the plan; a plan the operator named
+	// for an existing tenant is a plan change and goes through SetPlan,
+	// the only writer of an existing tenant's plan.
+	secret, k, err := api.CreateKey(ctx, st, tenant, plan, time.Now())
+	if err == nil && planSet && k.Plan != plan {
+		if err = st.SetPlan(ctx, k.Tenant, plan); err == nil {
+			k.Plan = plan
+		}
+	}
 	if errors.Is(err, store.ErrTooManyKeys) {
-		return fmt.Errorf("tenant %s already has %d active keys; revoke one first (vertal list-keys %s)", pos[0], store.MaxActiveKeys, pos[0])
+		return fmt.Errorf("tenant %s already has %d active keys; revoke one first (vertal list-keys %s)", tenant, store.MaxActiveKeys, tenant)
 	}
 	if err != nil {
 		return err
 	}
-	// The key alone on stdout, so KEY=$(vertal create-key ...) works.
 	fmt.Fprintln(e.Stdout, secret)
 	fmt.Fprintf(e.Stderr, "created key %s for tenant %s (plan %s); it is shown only once, store it now\n", k.ID, k.Tenant, k.Plan)
 	return nil

@@ -147,3 +147,36 @@ func openTestStore(t *testing.T, dir string) store.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestKeyShortForm: `vertal key NAME [PLAN]` is create-key with the plan
+// positional, defaulting to free.
+func TestKeyShortForm(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args     []string
+		wantPlan string // "" when refused
+		wantErr  string
+	}{
+		{args: []string{"acme", "pro"}, wantPlan: "pro"},
+		{args: []string{"globex"}, wantPlan: "free"},
+		{args: []string{"initech", "gold"}, wantErr: `unknown plan "gold"`},
+		{args: []string{}, wantErr: "exit status 2"},
+		{args: []string{"a", "pro", "extra"}, wantErr: "exit status 2"},
+	} {
+		r := runOperator(t, cmdKey, dir, tc.args...)
+		if tc.wantErr != "" {
+			if r.err == nil || !strings.Contains(r.err.Error(), tc.wantErr) || r.stdout != "" {
+				t.Errorf("key %v: %v %q, want error %q and nothing on stdout", tc.args, r.err, r.stdout, tc.wantErr)
+			}
+			continue
+		}
+		if r.err != nil || !keyLine.MatchString(r.stdout) || !strings.Contains(r.stderr, "(plan "+tc.wantPlan+")") {
+			t.Errorf("key %v: %v %q %q", tc.args, r.err, r.stdout, r.stderr)
+			continue
+		}
+		k, err := openTestStore(t, dir).KeyByHash(context.Background(), api.HashAPIKey(strings.TrimSpace(r.stdout)))
+		if err != nil || k.Tenant != tc.args[0] || k.Plan != tc.wantPlan {
+			t.Errorf("key %v in the store: %+v %v", tc.args, k, err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -173,7 +174,24 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		return err
 	}
 
+	var mailer account.Mailer
+	if cfg.SMTPURL != "" {
+		m, err := account.ParseSMTPURL(cfg.SMTPURL)
+		if err != nil {
+			return err
+		}
+		mailer = m
+	}
+	accounts, err := account.New(account.Options{Store: st, Signup: cfg.Signup, Mailer: mailer, Logger: logger})
+	if err != nil {
+		return err
+	}
+	pages := web.NewPages(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
+
 	srv, err = api.New(api.Options{
+		Accounts:      accounts,
+		Pages:         pages,
+		PublicURL:     cfg.PublicURL,
 		NodeID:        nodeID,
 		Queue:         q,
 		Webhooks:      hooks,
@@ -328,13 +346,16 @@ func openStore(ctx context.Context, cfg config.Config) (store.Store, string, err
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("creating data directory: %w", err)
 	}
-	path := filepath.Join(cfg.DataDir, "vertal.db")
+	path := sqlitePath(cfg)
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening SQLite: %w", err)
 	}
 	return st, "sqlite " + path, nil
 }
+
+// sqlitePath is where the SQLite store of cfg lives.
+func sqlitePath(cfg config.Config) string { return filepath.Join(cfg.DataDir, "vertal.db") }
 
 // newDriver builds the configured sandbox driver and the pre-starter the
 // warm pool uses with it. stateDir "" is the driver's default; operator

@@ -294,7 +294,7 @@ func TestServeE2E(t *testing.T) {
 		if status != 200 || body["status"] != "succeeded" || body["stdout"] != "42\n" || body["stderr"] != "" || body["exit_code"] != 0.0 || body["truncated"] != false {
 			t.Fatalf("%d %s", status, raw)
 		}
-		want := []string{"created_at", "duration_ms", "exit_code", "files", "files_truncated", "finished_at", "id", "language", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage"}
+		want := []string{"created_at", "duration_ms", "exit_code", "files", "files_truncated", "finished_at", "id", "language", "reason", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage", "webhook"}
 		if diff := cmp.Diff(want, keys(body)); diff != "" {
 			t.Errorf("fields (-want +got):\n%s", diff)
 		}

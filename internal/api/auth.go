@@ -31,6 +31,13 @@ type authedFunc func(w http.ResponseWriter, r *http.Request, c *Caller) error
 func (s *Server) authed(h authedFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		c, err := s.authenticate(r)
+		if err != nil && s.opts.Accounts != nil && len(r.Header.Values("Authorization")) == 0 {
+			// The dashboard's playground: a signed-in browser runs code
+			// without a key, with the session's CSRF token in a header.
+			if sc, serr := s.sessionCaller(r); sc != nil || serr != nil {
+				c, err = sc, serr
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -69,12 +76,27 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 	}
 	info := infoFrom(r.Context())
 	info.tenant, info.keyID = k.Tenant, k.ID
+	if k.TenantDisabled {
+		return nil, errTenantDisabled
+	}
 	plan, ok := s.plans[k.Plan]
 	if !ok {
 		return nil, internal(errors.New("key " + k.ID + " has plan " + k.Plan + ", which is not configured"))
 	}
+	// Last use is kept to the minute, so a busy key costs one write a
+	// minute, not one per request.
+	if now := s.now(); now.Sub(k.LastUsedAt) >= time.Minute {
+		if err := s.store.TouchKey(r.Context(), k.ID, now.Truncate(time.Minute)); err != nil {
+			s.log.Warn("recording a key's last use", "key_id", k.ID, "error", err)
+		}
+	}
 	return &Caller{Key: k, Plan: plan}, nil
 }
+
+// errTenantDisabled is what every request of a disabled tenant gets: the
+// flag is read with the key on every request, so it holds on every node
+// from the next request on.
+var errTenantDisabled = errorf(KindForbidden, "this account is disabled; ask the server's operator")
 
 // rateLimit counts the request in the tenant's fixed one-minute window
 // (shared by all nodes through the store) and sets the X-RateLimit-*

@@ -34,6 +34,7 @@ const (
 	KindSandboxError          = execution.KindSandboxError
 	KindOverloaded            = execution.KindOverloaded
 	KindUnavailable           = execution.KindUnavailable
+	KindTooManyKeys           = execution.KindTooManyKeys
 )
 
 type kindInfo struct {
@@ -63,10 +64,11 @@ var kinds = map[Kind]kindInfo{
 	KindSandboxError:          {http.StatusInternalServerError, "sandbox_error"},
 	KindOverloaded:            {http.StatusServiceUnavailable, "overloaded"},
 	KindUnavailable:           {http.StatusServiceUnavailable, "unavailable"},
+	KindTooManyKeys:           {http.StatusConflict, "too_many_keys"},
 }
 
 // lastKind is the highest kind, for the test that keeps kinds complete.
-const lastKind = KindUnavailable
+const lastKind = KindTooManyKeys
 
 // kindStatus is the HTTP status of k.
 func kindStatus(k Kind) int { return kinds[k].status }

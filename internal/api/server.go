@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
@@ -85,6 +86,14 @@ type Options struct {
 	Queue       execution.Queue
 	Webhooks    *execution.Webhooks
 	NodeTimeout time.Duration
+	// Accounts and Pages serve the account pages (/signup, /login and its
+	// alias /entrar, /dashboard, /operator) and let a signed-in browser
+	// use the API without a key (the playground). Nil: not mounted.
+	Accounts *account.Service
+	Pages    PageRenderer
+	// PublicURL is the server's URL as browsers see it; it builds links,
+	// snippets and the CSRF origin check. Empty: from each request.
+	PublicURL string
 	// Metrics collects what /metrics shows; nil makes a new one.
 	Metrics *Metrics
 	// Logger receives the JSON access log; nil discards it.
@@ -205,6 +214,30 @@ func (s *Server) routes() {
 			s.handle("POST "+p+"/mcp", s.authed(s.serveMCP))
 		}
 	}
+	// The account pages. Their POSTs all pass the origin check, and the
+	// signed-in ones the session's CSRF token too (see accounts.go).
+	for _, p := range []string{"/login", "/entrar"} {
+		s.handle("GET "+p, s.page(s.loginPage))
+		s.handle("POST "+p, s.page(s.login))
+	}
+	s.handle("GET /signup", s.page(s.signupPage))
+	s.handle("POST /signup", s.page(s.signup))
+	s.handle("GET /verify", s.page(s.verify))
+	s.handle("POST /verify/resend", s.signedIn(s.resendVerification))
+	s.handle("GET /reset", s.page(s.resetPage))
+	s.handle("POST /reset", s.page(s.requestReset))
+	s.handle("POST /reset/confirm", s.page(s.confirmReset))
+	s.handle("GET /session", s.page(s.sessionInfo))
+	s.handle("POST /logout", s.signedIn(s.logout))
+	s.handle("POST /logout-everywhere", s.signedIn(s.logoutEverywhere))
+	s.handle("GET /dashboard", s.signedIn(s.dashboard))
+	s.handle("POST /dashboard/keys", s.signedIn(s.createDashboardKey))
+	s.handle("GET /dashboard/keys/{id}/revoke", s.signedIn(s.revokePage))
+	s.handle("POST /dashboard/keys/{id}/revoke", s.signedIn(s.revokeDashboardKey))
+	s.handle("GET /operator", s.operator(s.operatorPage))
+	s.handle("POST /operator/tenants/{id}/plan", s.operator(s.operatorSetPlan))
+	s.handle("POST /operator/tenants/{id}/disable", s.operator(s.operatorDisable(true)))
+	s.handle("POST /operator/tenants/{id}/enable", s.operator(s.operatorDisable(false)))
 	s.handle("/", s.fallback)
 }
 

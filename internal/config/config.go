@@ -93,6 +93,16 @@ type Config struct {
 	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
 	// request but /health.
 	EdgeSecret string `json:"edge_secret"`
+	// Signup is who may create a dashboard account: open, invite (the
+	// default) or closed.
+	Signup string `json:"signup"`
+	// SMTPURL (smtp://[user:pass@]host:port?from=ADDR) sends verification
+	// and password-reset emails; empty: no email.
+	SMTPURL string `json:"smtp_url"`
+	// PublicURL is the server's address as browsers see it
+	// (https://vertalrun.com); it builds links and snippets. Empty: taken
+	// from each request.
+	PublicURL string `json:"public_url"`
 	// Dev creates tenant "local" on plan "pro" and prints its key on the
 	// first start.
 	Dev bool `json:"dev"`
@@ -155,6 +165,7 @@ func (c Config) WebhookAllow() ([]netip.Prefix, error) {
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
+		Signup:        "invite",
 		Host:          DefaultHost,
 		Port:          DefaultPort,
 		MaxConcurrent: max(2, runtime.NumCPU()),
@@ -255,6 +266,15 @@ func (c Config) Validate() error {
 		} else if c.Port != 0 && c.MetricsAddr == c.Addr() {
 			bad("metrics-addr must differ from the API address")
 		}
+	}
+	if c.Signup != "open" && c.Signup != "invite" && c.Signup != "closed" {
+		bad("signup %q is not open, invite or closed", c.Signup)
+	}
+	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+		bad("public-url %q must start with http:// or https://", c.PublicURL)
+	}
+	if c.SMTPURL != "" && !strings.HasPrefix(c.SMTPURL, "smtp://") {
+		bad("smtp-url must start with smtp://")
 	}
 	if c.EdgeSecret != "" && len(c.EdgeSecret) < 16 {
 		bad("edge-secret must be at least 16 characters")

@@ -28,6 +28,7 @@ const (
 	KindSandboxError
 	KindOverloaded
 	KindUnavailable // the store could not record the execution; nothing was acknowledged
+	KindTooManyKeys // the tenant already has store.MaxActiveKeys active keys
 )
 
 // Error is a failure on its way to a client. Msg is safe to show; Err is

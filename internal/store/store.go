@@ -53,13 +53,22 @@ type Key struct {
 	Plan      string // the tenant's plan
 	CreatedAt time.Time
 	RevokedAt time.Time // zero while active
+	// LastUsedAt is when the key last authenticated a request (TouchKey),
+	// to the minute; zero if never.
+	LastUsedAt time.Time
+	// TenantDisabled is set while an operator has disabled the tenant.
+	TenantDisabled bool
 }
 
 // NewKey is what CreateKey and RotateKey insert.
 type NewKey struct {
-	ID        string
-	Tenant    string
-	Plan      string // sets (or updates) the tenant's plan; "" keeps it (an error for a new tenant)
+	ID     string
+	Tenant string
+	// Plan is the plan of a tenant this key creates. A key never changes
+	// an existing tenant's plan (only SetPlan does), so a rotation cannot
+	// carry back a plan read before an operator changed it. "" for a new
+	// tenant is an error.
+	Plan      string
 	Hash      [32]byte
 	CreatedAt time.Time
 }
@@ -155,6 +164,8 @@ type Idempotency struct {
 // (another form is an error). Times are kept to the microsecond and come
 // back in UTC.
 type Store interface {
+	Accounts
+
 	// CreateKey inserts a key, creating the tenant if needed and setting its
 	// plan. ErrTooManyKeys if the tenant already has MaxActiveKeys active.
 	CreateKey(ctx context.Context, k NewKey) (Key, error)

@@ -104,6 +104,13 @@ var (
 // development key from what it prints, as a newcomer would.
 func startServer(t *testing.T, bin string, args []string) *server {
 	t.Helper()
+	return launchServer(t, bin, args, true)
+}
+
+// launchServer starts `vertal serve` and waits for its address, and for
+// the development key too if withKey.
+func launchServer(t *testing.T, bin string, args []string, withKey bool) *server {
+	t.Helper()
 	s := &server{}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = lockedWriter{s}
@@ -135,6 +142,9 @@ func startServer(t *testing.T, bin string, args []string) *server {
 			line := sc.Text()
 			if m := reListening.FindStringSubmatch(line); m != nil && s.url == "" {
 				s.url = m[1]
+				if !withKey {
+					close(found)
+				}
 			}
 			if m := reKey.FindStringSubmatch(line); m != nil && s.key == "" {
 				s.key = m[1]

@@ -715,9 +715,10 @@ func TestEngineAppliesPolicy(t *testing.T) {
 				t.Errorf("capabilities left: %+v", c)
 			}
 			wantRlimits := []specs.POSIXRlimit{{Type: "RLIMIT_FSIZE", Hard: 1 << 20, Soft: 1 << 20}, {Type: "RLIMIT_CORE"}, {Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024}}
-			wantPids := int64(engine.DefaultPids)
+			// The program's 64, plus the deadline's timeout process.
+			wantPids := int64(engine.DefaultPids + 1)
 			if rt == "runsc" {
-				wantRlimits = append(wantRlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: engine.DefaultPids, Soft: engine.DefaultPids})
+				wantRlimits = append(wantRlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(wantPids), Soft: uint64(wantPids)})
 				wantPids *= gvisorThreadsPerTask
 			}
 			if diff := cmp.Diff(wantRlimits, s.Process.Rlimits); diff != "" {
@@ -747,9 +748,18 @@ func TestEngineAppliesPolicy(t *testing.T) {
 				t.Errorf("read-only paths (-want +got):\n%s", diff)
 			}
 			r := s.Linux.Resources
-			if r == nil || r.Memory == nil || r.Memory.Limit == nil || *r.Memory.Limit != engine.DefaultMemoryBytes ||
-				r.Memory.Swap == nil || *r.Memory.Swap != engine.DefaultMemoryBytes {
-				t.Errorf("memory limits %+v, want limit = swap = %d", r.Memory, engine.DefaultMemoryBytes)
+			wantMem := int64(engine.DefaultMemoryBytes)
+			if d.acct != nil && !d.acct.v2 {
+				// cgroup v1: the parent cgroup holds the limit itself, the
+				// container a margin more (accounting.limitParent).
+				wantMem += oomMargin
+				if got, err := readInt(filepath.Join(d.acct.root, "memory", d.acct.parent(d.instance, spec.ID), "memory.limit_in_bytes")); err != nil || got != engine.DefaultMemoryBytes {
+					t.Errorf("parent memory limit %d, %v; want %d", got, err, engine.DefaultMemoryBytes)
+				}
+			}
+			if r == nil || r.Memory == nil || r.Memory.Limit == nil || *r.Memory.Limit != wantMem ||
+				r.Memory.Swap == nil || *r.Memory.Swap != wantMem {
+				t.Errorf("memory limits %+v, want limit = swap = %d", r.Memory, wantMem)
 			}
 			if r.Pids == nil || r.Pids.Limit == nil || *r.Pids.Limit != wantPids {
 				t.Errorf("pids limit %+v, want %d", r.Pids, wantPids)

@@ -187,8 +187,11 @@ func lockTenant(ctx context.Context, tx pgx.Tx, k store.NewKey) (string, error) 
 		}
 		return plan, err
 	}
+	// A key creates its tenant on k.Plan but never changes the plan of an
+	// existing one: only SetPlan does (issue 13). The no-op update takes
+	// the row lock all the same.
 	err := tx.QueryRow(ctx, `INSERT INTO tenants (id, plan, created_at) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO UPDATE SET plan = excluded.plan
+		ON CONFLICT (id) DO UPDATE SET id = excluded.id
 		RETURNING plan`, k.Tenant, k.Plan, ts(k.CreatedAt)).Scan(&plan)
 	return plan, err
 }
@@ -219,21 +222,28 @@ func insertLockedKey(ctx context.Context, tx pgx.Tx, k store.NewKey, plan string
 	return store.Key{ID: k.ID, Tenant: k.Tenant, Plan: plan, CreatedAt: ts(k.CreatedAt)}, nil
 }
 
-const keyColumns = `k.id, k.tenant, t.plan, k.created_at, k.revoked_at`
+const keyColumns = `k.id, k.tenant, t.plan, k.created_at, k.revoked_at, k.last_used_at, t.disabled`
 
 func scanKey(row pgx.Row) (store.Key, error) {
 	var (
-		k       store.Key
-		revoked *time.Time
+		k             store.Key
+		revoked, used *time.Time
 	)
-	if err := row.Scan(&k.ID, &k.Tenant, &k.Plan, &k.CreatedAt, &revoked); err != nil {
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Plan, &k.CreatedAt, &revoked, &used, &k.TenantDisabled); err != nil {
 		return store.Key{}, err
 	}
 	k.CreatedAt = k.CreatedAt.UTC()
-	if revoked != nil {
-		k.RevokedAt = revoked.UTC()
-	}
+	k.RevokedAt = optTime(revoked)
+	k.LastUsedAt = optTime(used)
 	return k, nil
+}
+
+// optTime reads a nullable time column; NULL is the zero time.
+func optTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
 }
 
 // KeyByHash implements store.Store.

@@ -116,8 +116,8 @@ func TestNodes(t *testing.T) {
 	if err := nodes[0].(*Store).pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
-	if versions != 4 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async
-		t.Errorf("schema_migrations has %d rows, want 4", versions)
+	if versions != 5 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts
+		t.Errorf("schema_migrations has %d rows, want 5", versions)
 	}
 	node := func(i int) store.Store { return nodes[i%len(nodes)] }
 

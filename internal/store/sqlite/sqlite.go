@@ -214,10 +214,12 @@ func insertKey(ctx context.Context, tx *sql.Tx, k store.NewKey) (store.Key, erro
 			return store.Key{}, err
 		}
 	} else {
-		plan = k.Plan
-		if _, err := tx.ExecContext(ctx, `INSERT INTO tenants (id, plan, created_at) VALUES ($1, $2, $3)
-			ON CONFLICT (id) DO UPDATE SET plan = excluded.plan`,
-			k.Tenant, k.Plan, micros(k.CreatedAt)); err != nil {
+		// A key creates its tenant on k.Plan but never changes the plan
+		// of an existing one: only SetPlan does (issue 13).
+		if err := tx.QueryRowContext(ctx, `INSERT INTO tenants (id, plan, created_at) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET id = excluded.id
+			RETURNING plan`,
+			k.Tenant, k.Plan, micros(k.CreatedAt)).Scan(&plan); err != nil {
 			return store.Key{}, err
 		}
 	}
@@ -236,22 +238,29 @@ func insertKey(ctx context.Context, tx *sql.Tx, k store.NewKey) (store.Key, erro
 	return store.Key{ID: k.ID, Tenant: k.Tenant, Plan: plan, CreatedAt: fromMicros(micros(k.CreatedAt))}, nil
 }
 
-const keyColumns = `k.id, k.tenant, t.plan, k.created_at, k.revoked_at`
+const keyColumns = `k.id, k.tenant, t.plan, k.created_at, k.revoked_at, k.last_used_at, t.disabled`
 
 func scanKey(row interface{ Scan(...any) error }) (store.Key, error) {
 	var (
-		k       store.Key
-		created int64
-		revoked sql.NullInt64
+		k             store.Key
+		created       int64
+		revoked, used sql.NullInt64
 	)
-	if err := row.Scan(&k.ID, &k.Tenant, &k.Plan, &created, &revoked); err != nil {
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Plan, &created, &revoked, &used, &k.TenantDisabled); err != nil {
 		return store.Key{}, err
 	}
 	k.CreatedAt = fromMicros(created)
-	if revoked.Valid {
-		k.RevokedAt = fromMicros(revoked.Int64)
-	}
+	k.RevokedAt = optMicros(revoked)
+	k.LastUsedAt = optMicros(used)
 	return k, nil
+}
+
+// optMicros reads a nullable time column; NULL is the zero time.
+func optMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
 }
 
 // KeyByHash implements store.Store.

@@ -56,8 +56,8 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async
-		t.Errorf("schema_migrations has %d rows, want 4", n)
+	if n != 5 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts
+		t.Errorf("schema_migrations has %d rows, want 5", n)
 	}
 }
 

@@ -33,7 +33,10 @@ type idemKey struct{ tenant, key string }
 type Store struct {
 	mu         sync.Mutex
 	keys       []*keyRec
-	plans      map[string]string // tenant -> plan
+	tenants    map[string]store.Tenant
+	accounts   map[string]store.Account // by id
+	sessions   map[[32]byte]store.Session
+	tokens     map[[32]byte]*tokenRec
 	reserved   map[dayKey]int64
 	usage      map[dayKey]store.DayUsage
 	windows    map[windowKey]int64
@@ -49,7 +52,10 @@ var _ store.Store = (*Store)(nil)
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		plans:      map[string]string{},
+		tenants:    map[string]store.Tenant{},
+		accounts:   map[string]store.Account{},
+		sessions:   map[[32]byte]store.Session{},
+		tokens:     map[[32]byte]*tokenRec{},
 		reserved:   map[dayKey]int64{},
 		usage:      map[dayKey]store.DayUsage{},
 		windows:    map[windowKey]int64{},
@@ -110,7 +116,7 @@ func (s *Store) check(k store.NewKey) error {
 			return fmt.Errorf("storefake: duplicate key %s", k.ID)
 		}
 	}
-	if k.Plan == "" && s.plans[k.Tenant] == "" {
+	if _, ok := s.tenants[k.Tenant]; !ok && k.Plan == "" {
 		return fmt.Errorf("storefake: tenant %s has no plan", k.Tenant)
 	}
 	return nil
@@ -119,14 +125,15 @@ func (s *Store) check(k store.NewKey) error {
 func (s *Store) insert(k store.NewKey) store.Key {
 	rec := &keyRec{Key: store.Key{ID: k.ID, Tenant: k.Tenant, CreatedAt: ts(k.CreatedAt)}, hash: k.Hash}
 	s.keys = append(s.keys, rec)
-	if k.Plan != "" {
-		s.plans[k.Tenant] = k.Plan
+	if _, ok := s.tenants[k.Tenant]; !ok {
+		s.tenants[k.Tenant] = store.Tenant{ID: k.Tenant, Plan: k.Plan, CreatedAt: ts(k.CreatedAt)}
 	}
 	return s.withPlan(rec.Key)
 }
 
 func (s *Store) withPlan(k store.Key) store.Key {
-	k.Plan = s.plans[k.Tenant]
+	t := s.tenants[k.Tenant]
+	k.Plan, k.TenantDisabled = t.Plan, t.Disabled
 	return k
 }
 

@@ -85,6 +85,14 @@ var cases = []struct {
 	{"WebhookSecret", testWebhookSecret},
 	{"WebhookSecretConcurrent", testWebhookSecretConcurrent},
 	{"PurgeRequest", testPurgeRequest},
+	{"TenantSettings", testTenantSettings},
+	{"RotateNeverWritesPlan", testRotateNeverWritesPlan},
+	{"TouchKey", testTouchKey},
+	{"Accounts", testAccounts},
+	{"AccountsConcurrent", testAccountsConcurrent},
+	{"Sessions", testSessions},
+	{"Tokens", testTokens},
+	{"TokenUsedOnce", testTokenUsedOnce},
 }
 
 // t0 has sub-microsecond digits on purpose: stores keep microseconds.
@@ -215,12 +223,16 @@ func testCreateKeyPlan(t *testing.T, s store.Store) {
 	first := NewKey("key_000000000001", "acme", "free", "s1", t0)
 	createKey(t, s, first)
 
-	// A later key with another plan moves the whole tenant to it.
-	createKey(t, s, NewKey("key_000000000002", "acme", "pro", "s2", t0.Add(time.Second)))
+	// A later key never changes the plan: only SetPlan does (issue 13).
+	k2 := createKey(t, s, NewKey("key_000000000002", "acme", "enterprise", "s2", t0.Add(time.Second)))
+	if k2.Plan != "free" {
+		t.Errorf("key created with another plan: Plan = %q, want the tenant's free", k2.Plan)
+	}
+	must(t, "SetPlan", s.SetPlan(ctx, "acme", "pro"))
 	got, err := s.KeyByHash(ctx, first.Hash)
 	must(t, "KeyByHash", err)
 	if got.Plan != "pro" {
-		t.Errorf("first key's plan after upgrade = %q, want pro", got.Plan)
+		t.Errorf("first key's plan after SetPlan = %q, want pro", got.Plan)
 	}
 
 	// An empty plan keeps the tenant's plan.

@@ -90,6 +90,33 @@
     return els.key.value.trim();
   }
 
+  // A signed-in browser (GET /session) runs without a key: the session
+  // cookie goes along and the session's CSRF token in X-CSRF-Token, which
+  // another origin can neither read nor send. A pasted key still wins.
+  let session = null;
+  async function loadSession() {
+    try {
+      const resp = await fetch('/session', { headers: { Accept: 'application/json' }, credentials: 'same-origin', cache: 'no-store' });
+      if (!resp.ok) return;
+      const body = await resp.json();
+      if (body && body.signed_in && body.csrf) {
+        session = body;
+        if (!currentKey()) {
+          setKeyStatus('Signed in as ' + body.email + ': runs count to your account, no key needed.', 'ok');
+          checkKey();
+        }
+      }
+    } catch (e) { /* no accounts on this server */ }
+  }
+
+  // authFor returns the headers and credentials mode of a call with key,
+  // or with the session when there is no key.
+  function authFor(key) {
+    if (key) return { headers: { Authorization: 'Bearer ' + key }, credentials: 'omit' };
+    if (session) return { headers: { 'X-CSRF-Token': session.csrf }, credentials: 'same-origin' };
+    return { headers: {}, credentials: 'omit' };
+  }
+
   function setKeyStatus(text, kind) {
     els.keyStatus.textContent = text;
     els.keyStatus.classList.toggle('ok', kind === 'ok');
@@ -105,15 +132,15 @@
   async function checkKey() {
     const key = currentKey();
     const mine = ++keyCheck;
-    if (!key) {
+    if (!key && !session) {
       setKeyStatus(KEY_HINT, '');
       return;
     }
-    if (!validKeyChars(key)) {
+    if (key && !validKeyChars(key)) {
       setKeyStatus('This key contains spaces or characters a key never has.', 'bad');
       return;
     }
-    setKeyStatus('Checking the key…', '');
+    if (key) setKeyStatus('Checking the key…', '');
     const usage = await api('GET', '/v1/usage', key);
     if (mine !== keyCheck) return;
     if (usage.ok && usage.data) {
@@ -130,7 +157,8 @@
     usageState = u;
     const today = u.today || {};
     const limits = u.limits || {};
-    let text = 'Key OK · ' + (u.tenant || 'tenant') + ' · ' + (u.plan || '?') + ' plan';
+    const who = (!currentKey() && session) ? 'Signed in as ' + session.email + ', no key needed' : 'Key OK';
+    let text = who + ' · ' + (u.tenant || 'tenant') + ' · ' + (u.plan || '?') + ' plan';
     if (typeof today.executions === 'number') {
       text += ' · ' + today.executions;
       if (typeof limits.executions_per_day === 'number') text += ' of ' + limits.executions_per_day;
@@ -401,13 +429,13 @@
   async function run() {
     if (running) return;
     const key = currentKey();
-    if (!key) {
+    if (!key && !session) {
       showError({ status: 0, code: 'missing_key', message: 'Paste an API key first. It starts with kubo_sk_.' },
         'vertal serve --dev prints one on first start; operators create keys with vertal create-key.');
       els.key.focus();
       return;
     }
-    if (!validKeyChars(key)) {
+    if (key && !validKeyChars(key)) {
       showError({ status: 0, code: 'invalid_key', message: 'The key contains spaces or characters a key never has.' });
       els.key.focus();
       return;
@@ -609,12 +637,13 @@
   async function execute(key, body) {
     let resp;
     try {
+      const auth = authFor(key);
       resp = await fetch(apiBase + '/v1/executions', {
         method: 'POST',
-        headers: { Authorization: 'Bearer ' + key, Accept: 'text/event-stream', 'Content-Type': 'application/json' },
+        headers: Object.assign({ Accept: 'text/event-stream', 'Content-Type': 'application/json' }, auth.headers),
         body: JSON.stringify(body),
         cache: 'no-store',
-        credentials: 'omit',
+        credentials: auth.credentials,
       });
     } catch (e) {
       return networkError(e);
@@ -723,11 +752,12 @@
   // api calls the API and normalises the outcome:
   // {ok, status, data, requestId, error: {status, code, message, requestId, retryAfter}}.
   async function api(method, path, key, body) {
+    const auth = authFor(key);
     const init = {
       method: method,
-      headers: { Authorization: 'Bearer ' + key, Accept: 'application/json' },
+      headers: Object.assign({ Accept: 'application/json' }, auth.headers),
       cache: 'no-store',
-      credentials: 'omit',
+      credentials: auth.credentials,
     };
     if (body !== undefined) {
       init.headers['Content-Type'] = 'application/json';
@@ -996,5 +1026,6 @@
 
   updateSnippets();
   if (currentKey()) checkKey();
+  loadSession();
   document.body.dataset.ready = 'true';
 })();

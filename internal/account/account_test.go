@@ -1,0 +1,140 @@
+package account
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
+)
+
+func TestPassword(t *testing.T) {
+	h := HashPassword("correct horse battery")
+	for _, tc := range []struct {
+		pw   string
+		want bool
+	}{{"correct horse battery", true}, {"correct horse batterY", false}, {"", false}} {
+		got, err := CheckPassword(h, tc.pw)
+		if err != nil || got != tc.want {
+			t.Errorf("CheckPassword(%q) = %v, %v; want %v", tc.pw, got, err, tc.want)
+		}
+	}
+	if _, err := CheckPassword("$2y$10$bcrypt", "x"); err == nil {
+		t.Errorf("CheckPassword of a non-argon2id hash: no error")
+	}
+}
+
+func newService(t *testing.T, mode string) (*Service, *storefake.Store) {
+	st := storefake.New()
+	s, err := New(Options{Store: st, Signup: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
+}
+
+func TestSignupModes(t *testing.T) {
+	ctx := t.Context()
+	in := SignUp{Email: "Ann@Example.com", Name: "Ann", Password: "0123456789"}
+	for _, tc := range []struct {
+		mode string
+		want error
+	}{{SignupOpen, nil}, {SignupInvite, ErrInviteRequired}, {SignupClosed, ErrSignupClosed}} {
+		s, _ := newService(t, tc.mode)
+		a, err := s.SignUp(ctx, in, "http://x")
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: SignUp error = %v, want %v", tc.mode, err, tc.want)
+		}
+		if err == nil && (a.Email != "ann@example.com" || a.VerifiedAt.IsZero()) {
+			t.Errorf("%s: account = %+v, want lower-cased email, verified (no mailer)", tc.mode, a)
+		}
+	}
+}
+
+func TestInviteAttachesTenant(t *testing.T) {
+	ctx := t.Context()
+	s, st := newService(t, SignupInvite)
+	if _, err := st.CreateKey(ctx, store.NewKey{ID: "key_000000000001", Tenant: "legacy", Plan: "pro", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	link, err := s.Invite(ctx, "lee@example.com", "", "legacy", "http://h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := link[len("http://h/signup?invite="):]
+	if _, err := s.SignUp(ctx, SignUp{Email: "other@example.com", Password: "0123456789", Invite: tok}, ""); !errors.Is(err, ErrInviteEmail) {
+		t.Errorf("invite used by another email: %v, want ErrInviteEmail", err)
+	}
+	a, err := s.SignUp(ctx, SignUp{Email: "lee@example.com", Password: "0123456789", Invite: tok}, "")
+	if err != nil || a.Tenant != "legacy" {
+		t.Fatalf("SignUp with invite = %+v, %v; want tenant legacy", a, err)
+	}
+	if tn, _ := st.Tenant(ctx, "legacy"); tn.Plan != "pro" {
+		t.Errorf("attached tenant plan = %q, want pro", tn.Plan)
+	}
+	if _, err := s.SignUp(ctx, SignUp{Email: "lee@example.com", Password: "0123456789", Invite: tok}, ""); !errors.Is(err, ErrBadLink) {
+		t.Errorf("invite used twice: %v, want ErrBadLink", err)
+	}
+}
+
+func TestSignInSameAnswerAndThrottle(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newService(t, SignupOpen)
+	if _, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SignIn(ctx, "ann@example.com", "0123456789", "10.0.0.1"); err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+	_, wrong := s.SignIn(ctx, "ann@example.com", "nope", "10.0.0.1")
+	_, unknown := s.SignIn(ctx, "bob@example.com", "nope", "10.0.0.1")
+	if wrong != ErrSignInFailed || unknown != ErrSignInFailed {
+		t.Errorf("wrong password: %v; unknown email: %v; want both ErrSignInFailed", wrong, unknown)
+	}
+	var last error
+	for i := range MaxTriesPerEmail {
+		_, last = s.SignIn(ctx, "ann@example.com", fmt.Sprint("guess", i), "10.0.0.2")
+	}
+	if last != ErrThrottled {
+		t.Errorf("after %d tries: %v, want ErrThrottled", MaxTriesPerEmail+2, last)
+	}
+	// The right password is refused too while throttled, and so is an
+	// unknown email after as many tries: the answers do not differ.
+	if _, err := s.SignIn(ctx, "ann@example.com", "0123456789", "10.0.0.3"); err != ErrThrottled {
+		t.Errorf("right password while throttled: %v, want ErrThrottled", err)
+	}
+	for i := range MaxTriesPerIP + 1 {
+		_, last = s.SignIn(ctx, fmt.Sprintf("u%d@example.com", i), "x", "10.0.0.9")
+	}
+	if last != ErrThrottled {
+		t.Errorf("after %d tries from one IP: %v, want ErrThrottled", MaxTriesPerIP+1, last)
+	}
+}
+
+func TestResetEndsSessions(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newService(t, SignupOpen)
+	a, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := s.StartSession(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := s.ResetLink(ctx, "ann@example.com", "http://h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResetPassword(ctx, link[len("http://h/reset?token="):], "a new password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Session(ctx, id); !errors.Is(err, ErrNoSession) {
+		t.Errorf("session after a reset: %v, want ErrNoSession", err)
+	}
+	if _, err := s.SignIn(ctx, "ann@example.com", "a new password", "1.1.1.1"); err != nil {
+		t.Errorf("sign-in with the new password: %v", err)
+	}
+}
