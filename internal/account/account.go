@@ -59,7 +59,11 @@ var (
 const (
 	ThrottleWindow   = 15 * time.Minute
 	MaxTriesPerEmail = 10
-	MaxTriesPerIP    = 50
+	// MaxResetsPerEmail bounds the reset emails one address gets per
+	// ThrottleWindow, however often the form is sent: the form is open to
+	// anyone, and must not become a way to flood someone's inbox.
+	MaxResetsPerEmail = 3
+	MaxTriesPerIP     = 50
 )
 
 // Link lifetimes.
@@ -360,6 +364,18 @@ func (s *Service) ResetLink(ctx context.Context, email, baseURL string) (string,
 // answers the same either way.
 func (s *Service) RequestReset(ctx context.Context, email, baseURL string) error {
 	if s.mailer == nil {
+		return nil
+	}
+	norm, err := NormalizeEmail(email)
+	if err != nil {
+		return nil // no such account can exist
+	}
+	n, err := s.st.CountRequest(ctx, "reset-email:"+norm, s.now().UTC().Truncate(ThrottleWindow))
+	if err != nil {
+		return err
+	}
+	if n > MaxResetsPerEmail {
+		s.log.Warn("password reset requests over the limit; no email sent", "window", ThrottleWindow.String())
 		return nil
 	}
 	link, err := s.ResetLink(ctx, email, baseURL)

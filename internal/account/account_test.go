@@ -1,6 +1,7 @@
 package account
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -136,5 +137,37 @@ func TestResetEndsSessions(t *testing.T) {
 	}
 	if _, err := s.SignIn(ctx, "ann@example.com", "a new password", "1.1.1.1"); err != nil {
 		t.Errorf("sign-in with the new password: %v", err)
+	}
+}
+
+type countingMailer struct{ sent int }
+
+func (m *countingMailer) Send(_ context.Context, to, subject, body string) error {
+	m.sent++
+	return nil
+}
+
+// TestResetEmailsAreBounded: the reset form is open to anyone, so one
+// address gets at most MaxResetsPerEmail emails per window, however often
+// it is asked for; the answer stays the same.
+func TestResetEmailsAreBounded(t *testing.T) {
+	ctx := t.Context()
+	st := storefake.New()
+	m := &countingMailer{}
+	s, err := New(Options{Store: st, Signup: SignupOpen, Mailer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Name: "Ann", Password: "0123456789"}, "http://x"); err != nil {
+		t.Fatal(err)
+	}
+	m.sent = 0 // the verification email
+	for range 10 {
+		if err := s.RequestReset(ctx, "Ann@example.com", "http://x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.sent != MaxResetsPerEmail {
+		t.Errorf("%d reset emails sent; want %d", m.sent, MaxResetsPerEmail)
 	}
 }
