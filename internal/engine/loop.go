@@ -24,8 +24,8 @@ type Process interface {
 	// warm sandbox reads the go line. An error means no user code ran.
 	Start(ctx context.Context) error
 	// Stdin is where the program's stdin goes. Supervise writes
-	// Spec.Stdin and closes it; errors there mean the program exited
-	// without reading it all.
+	// Spec.Stdin and closes it, after Start; errors there mean the program
+	// exited without reading it all.
 	Stdin() io.WriteCloser
 	// CopyOutput copies the program's stdout and stderr into the writers
 	// until both end. Supervise calls it once, in a goroutine of its own,
@@ -105,8 +105,15 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 		defer close(copied)
 		_ = p.CopyOutput(stdout, stderr)
 	}()
-	// The stdin writer ends by itself: the write fails once the program
-	// exits, and the sandbox's teardown closes the pipe.
+	if err := p.Start(ctx); err != nil {
+		p.CloseOutput()
+		<-copied
+		return Result{}, err
+	}
+	// Stdin only after Start: a warm sandbox reads its go line from the
+	// same pipe, so the user's stdin (or its end) must not come first.
+	// The writer ends by itself: the write fails once the program exits,
+	// and the sandbox's teardown closes the pipe.
 	go func() {
 		in := p.Stdin()
 		if in == nil {
@@ -115,12 +122,6 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 		_, _ = io.WriteString(in, spec.Stdin)
 		_ = in.Close()
 	}()
-
-	if err := p.Start(ctx); err != nil {
-		p.CloseOutput()
-		<-copied
-		return Result{}, err
-	}
 	// Duration and the timeout count from the same moment: once the
 	// program was started (the runtime launched, the container started,
 	// the go line written).

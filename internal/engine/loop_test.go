@@ -27,6 +27,8 @@ type fakeProcess struct {
 
 	mu        sync.Mutex
 	kills     int
+	started   bool
+	early     bool // stdin was written or closed before Start
 	stdinGot  strings.Builder
 	exited    chan struct{}
 	closed    chan struct{}
@@ -43,6 +45,11 @@ func (p *fakeProcess) Start(ctx context.Context) error {
 	if p.startErr != nil {
 		return p.startErr
 	}
+	// Give a stdin writer that runs too early the time to show it.
+	time.Sleep(5 * time.Millisecond)
+	p.mu.Lock()
+	p.started = true
+	p.mu.Unlock()
 	if !p.hang {
 		go func() { time.Sleep(10 * time.Millisecond); p.exit() }()
 	}
@@ -64,9 +71,16 @@ type stdinRecorder struct{ p *fakeProcess }
 func (w stdinRecorder) Write(b []byte) (int, error) {
 	w.p.mu.Lock()
 	defer w.p.mu.Unlock()
+	w.p.early = w.p.early || !w.p.started
 	return w.p.stdinGot.Write(b)
 }
-func (w stdinRecorder) Close() error { return nil }
+
+func (w stdinRecorder) Close() error {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	w.p.early = w.p.early || !w.p.started
+	return nil
+}
 
 func (p *fakeProcess) Stdin() io.WriteCloser { return stdinRecorder{p} }
 
@@ -186,6 +200,11 @@ func TestSupervise(t *testing.T) {
 			}
 			p.mu.Lock()
 			defer p.mu.Unlock()
+			// A warm sandbox reads its go line from the stdin pipe:
+			// nothing of the user's stdin may come before Start.
+			if p.early {
+				t.Errorf("stdin was written or closed before Start")
+			}
 			if s := p.stdinGot.String(); s != "input" {
 				t.Errorf("stdin got %q; want the spec's", s)
 			}

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -82,6 +83,14 @@ func removeBaseCgroups(d *oci.Driver) {
 	}
 }
 
+// testLog writes a logger's lines to the test's log.
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 // newWarmOnly returns a pool over d that runs every execution warm: it
 // waits for a sandbox rather than going cold, and the test fails if any
 // execution missed.
@@ -91,7 +100,10 @@ func newWarmOnly(t testing.TB, d *oci.Driver) *pool.Pool {
 	for _, l := range languages() {
 		langs = append(langs, l)
 	}
-	p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: langs, Max: 2, WaitReady: 2 * time.Minute})
+	// The pool's warnings (a warm sandbox that could not take an
+	// execution, and why) go to the test's log.
+	logger := slog.New(slog.NewTextHandler(testLog{t}, nil))
+	p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: langs, Max: 2, WaitReady: 2 * time.Minute, Logger: logger})
 	t.Cleanup(func() {
 		var misses uint64
 		for _, s := range p.Stats() {
