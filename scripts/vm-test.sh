@@ -246,6 +246,21 @@ new_disk() {
   echo "$key" >"$1/key"
 }
 
+# throwaway_disk KIND PORT: sets the caller's dir to a new instance directory
+# $cache/KIND.XXXXXX with a copy-on-write disk, stopped and removed on exit;
+# removes those of earlier runs that were killed before their trap ran. On
+# disk under the cache, not in a tmpfs: the disk grows by several GB.
+throwaway_disk() {
+  local kind=$1 port=$2 d
+  for d in "$cache/$kind".*; do
+    if [ -d "$d" ] && ! running "$d"; then rm -rf "$d"; fi
+  done
+  dir=$(mktemp -d "$cache/$kind.XXXXXX")
+  # shellcheck disable=SC2064 # expand now: the trap must know this run's dir
+  trap "qemu_stop '$dir' '$port'; rm -rf '$dir'" EXIT
+  new_disk "$dir"
+}
+
 # --- copying the checkout in --------------------------------------------------
 # tree_tar [--head]: this checkout as a tar stream on stdout.
 tree_tar() {

@@ -53,13 +53,7 @@ cloud_init_test() {
     die "no $api_image on this host's Docker: build it (docker build -f deploy/Dockerfile -t $api_image .)"
   build_guest
 
-  for dir in "$cache"/cloudinit.*; do
-    if [ -d "$dir" ] && ! running "$dir"; then rm -rf "$dir"; fi
-  done
-  dir=$(mktemp -d "$cache/cloudinit.XXXXXX")
-  # shellcheck disable=SC2064 # expand now: the trap must know this run's dir
-  trap "qemu_stop '$dir' '$port'; rm -rf '$dir'" EXIT
-  new_disk "$dir"
+  throwaway_disk cloudinit "$port"
 
   # --- the seed ---------------------------------------------------------------
   secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
