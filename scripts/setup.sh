@@ -9,9 +9,10 @@
 #   scripts/setup.sh test    all of the above, plus what the whole test suite
 #                            drives: PostgreSQL, Chromium, the MCP client's npm
 #                            packages, wrangler/workerd for the edge Worker,
-#                            shellcheck (for actionlint), Docker Compose v2
-#                            and the local base image deploy/Dockerfile
-#                            builds from
+#                            shellcheck (for actionlint), Docker Compose v2,
+#                            the local base image deploy/Dockerfile builds
+#                            from, and cloud-init (only its `schema` command
+#                            is used: it is kept from running at boot)
 #
 # Go: the one named by go.mod's go line (or newer) is used from PATH or
 # /usr/local/go. If there is none, it is installed into /usr/local/go from the
@@ -56,6 +57,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
     esac
   done
   missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+# cloud-init validates deploy/hetzner/cloud-init.yaml (tests/deploy). Installed
+# on a machine that did not have it, it would run its datasource search on the
+# next boot: cloud-init.disabled, written first, keeps it to a schema checker.
+if [ "$mode" = test ] && ! dpkg-query -W -f='${Status}' cloud-init 2>/dev/null | grep -q "ok installed"; then
+  mkdir -p /etc/cloud && touch /etc/cloud/cloud-init.disabled
+  missing+=(cloud-init)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing ${missing[*]}"

@@ -18,6 +18,12 @@
 #                                        between runs, so Go and the runtimes are
 #                                        installed once), copies the working
 #                                        tree in and runs CMD as root there
+#   scripts/vm-test.sh cloud-init        by hand (TCG: long): a throw-away copy of
+#                                        the guest with cloud-init added boots
+#                                        deploy/hetzner/cloud-init.yaml from a
+#                                        NoCloud seed disk; checks the API, the
+#                                        tunnel unit, the firewall and the update
+#                                        timer; see scripts/vm/cloud-init.sh
 #   scripts/vm-test.sh ssh [CMD...]      a root shell (or CMD) in the dev guest
 #   scripts/vm-test.sh stop              stops the dev guest
 #   scripts/vm-test.sh reset             stops it and drops its disk: fresh again
@@ -126,6 +132,10 @@ gssh_in() {
 running() { [ -f "$1/qemu.pid" ] && kill -0 "$(cat "$1/qemu.pid")" 2>/dev/null; }
 
 # qemu_start DIR PORT ACCEL: starts QEMU on DIR/disk.qcow2 in the background.
+# A mode may add QEMU arguments (qemu_extra, e.g. a seed disk) and port
+# forwards (qemu_hostfwd, ",hostfwd=tcp:127.0.0.1:H-:G" each).
+qemu_extra=()
+qemu_hostfwd=""
 qemu_start() {
   local dir=$1 port=$2 accel=$3 accel_args
   if [ "$accel" = kvm ]; then
@@ -145,7 +155,8 @@ qemu_start() {
     -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
     -append "root=/dev/vda ro console=ttyS0" \
     -drive "file=$dir/disk.qcow2,if=virtio,format=qcow2,cache=unsafe,discard=unmap" \
-    -netdev "user,id=net0,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=net0 \
+    -netdev "user,id=net0,hostfwd=tcp:127.0.0.1:$port-:22$qemu_hostfwd" -device virtio-net-pci,netdev=net0 \
+    "${qemu_extra[@]+"${qemu_extra[@]}"}" \
     -device virtio-rng-pci \
     -serial "file:$dir/console.log" \
     -daemonize -pidfile "$dir/qemu.pid"
@@ -235,6 +246,21 @@ new_disk() {
   echo "$key" >"$1/key"
 }
 
+# throwaway_disk KIND PORT: sets the caller's dir to a new instance directory
+# $cache/KIND.XXXXXX with a copy-on-write disk, stopped and removed on exit;
+# removes those of earlier runs that were killed before their trap ran. On
+# disk under the cache, not in a tmpfs: the disk grows by several GB.
+throwaway_disk() {
+  local kind=$1 port=$2 d
+  for d in "$cache/$kind".*; do
+    if [ -d "$d" ] && ! running "$d"; then rm -rf "$d"; fi
+  done
+  dir=$(mktemp -d "$cache/$kind.XXXXXX")
+  # shellcheck disable=SC2064 # expand now: the trap must know this run's dir
+  trap "qemu_stop '$dir' '$port'; rm -rf '$dir'" EXIT
+  new_disk "$dir"
+}
+
 # --- copying the checkout in --------------------------------------------------
 # tree_tar [--head]: this checkout as a tar stream on stdout.
 tree_tar() {
@@ -319,6 +345,11 @@ cmd_smoke() {
   . scripts/vm/cgroup-v2-smoke.sh
   cgroup_v2_smoke "$@"
 }
+cmd_cloud_init() {
+  # shellcheck source=scripts/vm/cloud-init.sh
+  . scripts/vm/cloud-init.sh
+  cloud_init_test "$@"
+}
 cmd_test() {
   # shellcheck source=scripts/vm/fresh-host.sh
   . scripts/vm/fresh-host.sh
@@ -331,6 +362,7 @@ sub=${1:-test}
 case "$sub" in
   test) cmd_test "$@" ;;
   smoke) cmd_smoke "$@" ;;
+  cloud-init) cmd_cloud_init "$@" ;;
   --head) cmd_test --head "$@" ;;
   run) cmd_run "$@" ;;
   ssh) cmd_ssh "$@" ;;

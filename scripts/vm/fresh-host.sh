@@ -124,16 +124,7 @@ fresh_host_test() {
   need_host_tools
   build_guest
 
-  # Disks of earlier runs that were killed before their trap ran.
-  for dir in "$cache"/test.*; do
-    if [ -d "$dir" ] && ! running "$dir"; then rm -rf "$dir"; fi
-  done
-  # The copy-on-write disk grows by several GB: on disk under the cache, not
-  # in a tmpfs.
-  dir=$(mktemp -d "$cache/test.XXXXXX")
-  # shellcheck disable=SC2064 # expand now: the trap must know this run's dir
-  trap "qemu_stop '$dir' '$port'; rm -rf '$dir'" EXIT
-  new_disk "$dir"
+  throwaway_disk test "$port"
   boot "$dir" "$port"
 
   say "checking the guest is a fresh stock Debian 12"
