@@ -39,6 +39,11 @@ type Target struct {
 	// Bare marks the baseline the other targets are compared with.
 	Bare bool
 	Run  RunFunc
+	// CPUTail keeps the CPU window of each block open this long after its
+	// last execution answered, for targets that go on working after the
+	// answer (a server's warm pool refills itself): that work is theirs,
+	// and would otherwise be charged to the next target's block.
+	CPUTail time.Duration
 }
 
 // Sample is one measurement: N executions with Parallel workers.
@@ -48,13 +53,51 @@ type Sample struct {
 	Wall      time.Duration   // from the first start to the last end
 	Errors    int
 	FirstErr  error
+	// CPU is the CPU time spent during the measured executions (summed
+	// over blocks), when Options.CPU was given; CPUBlocks counts the
+	// blocks it covers, and CPUErr is the first failure to read it.
+	CPU       CPUUse
+	CPUBlocks int
+	CPUErr    error
 }
 
 // Measure runs fn n times with parallel workers after warmup unmeasured
 // runs, and records each latency and the total wall time.
 func Measure(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int) Sample {
+	return measureN(ctx, fn, n, parallel, warmup, nil)
+}
+
+func measureN(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int, start func()) Sample {
 	var next atomic.Int64
-	return measure(ctx, fn, parallel, warmup, nil, func() bool { return next.Add(1) <= int64(n) })
+	return measure(ctx, fn, parallel, warmup, start, func() bool { return next.Add(1) <= int64(n) })
+}
+
+// measureBlock is Measure with the CPU spent between the end of the
+// warm-up and tail after the last execution read from cpu (if not nil).
+func measureBlock(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int, cpu CPUCounters, tail time.Duration) Sample {
+	if cpu == nil {
+		return Measure(ctx, fn, n, parallel, warmup)
+	}
+	var before CPUUse
+	var beforeErr error
+	s := measureN(ctx, fn, n, parallel, warmup, func() { before, beforeErr = readCPU(cpu) })
+	if tail > 0 {
+		select {
+		case <-time.After(tail):
+		case <-ctx.Done():
+		}
+	}
+	after, err := readCPU(cpu)
+	switch {
+	case beforeErr != nil:
+		s.CPUErr = beforeErr
+	case err != nil:
+		s.CPUErr = err
+	default:
+		s.CPU = CPUUse{Machine: after.Machine - before.Machine, Self: after.Self - before.Self}
+		s.CPUBlocks = 1
+	}
+	return s
 }
 
 // MeasureFor runs fn with parallel workers for d (after warmup unmeasured
@@ -117,6 +160,11 @@ type Stats struct {
 	P50, P95, P99       time.Duration
 	PerSecond           float64 // successful executions per second of wall time
 	FirstErr            string
+	// CPU per successful execution, when it was measured (HasCPU): the
+	// whole machine's busy time and the bench process's own share of it.
+	HasCPU       bool
+	CPU, SelfCPU time.Duration
+	CPUErr       string
 }
 
 // Summarize computes percentiles (nearest rank) and throughput.
@@ -125,8 +173,16 @@ func Summarize(s Sample) Stats {
 	if s.FirstErr != nil {
 		st.FirstErr = s.FirstErr.Error()
 	}
+	if s.CPUErr != nil {
+		st.CPUErr = s.CPUErr.Error()
+	}
 	if len(s.Latencies) == 0 {
 		return st
+	}
+	if s.CPUBlocks > 0 && s.CPUErr == nil {
+		st.HasCPU = true
+		st.CPU = s.CPU.Machine / time.Duration(len(s.Latencies))
+		st.SelfCPU = s.CPU.Self / time.Duration(len(s.Latencies))
 	}
 	lat := slices.Clone(s.Latencies)
 	slices.Sort(lat)
@@ -167,6 +223,9 @@ type Options struct {
 	// Rounds interleaves the targets (see Run); 1 measures each target's
 	// N executions in one go.
 	Rounds int
+	// CPU, if set, is read around every block, so each target's CPU per
+	// execution is what the machine spent while that target ran.
+	CPU CPUCounters
 	// Progress, if set, is told what is being measured.
 	Progress func(target, lang string, parallel int)
 }
@@ -212,7 +271,7 @@ func Run(ctx context.Context, targets []Target, skipped []Row, opts Options) []R
 						warm = opts.Warmup
 					}
 					run := t.Run
-					s := Measure(ctx, func(ctx context.Context) error { return run(ctx, lang) }, n, p, warm)
+					s := measureBlock(ctx, func(ctx context.Context) error { return run(ctx, lang) }, n, p, warm, opts.CPU, t.CPUTail)
 					samples[ti] = merge(samples[ti], s)
 				}
 			}
@@ -228,8 +287,9 @@ func Run(ctx context.Context, targets []Target, skipped []Row, opts Options) []R
 	return rows
 }
 
-// merge adds block b to the sample a: latencies pooled, wall times summed
-// (throughput is executions per second while that target ran).
+// merge adds block b to the sample a: latencies pooled, wall times and
+// CPU times summed (throughput and CPU per execution are then those of
+// the time while that target ran).
 func merge(a, b Sample) Sample {
 	a.Parallel = b.Parallel
 	a.Latencies = append(a.Latencies, b.Latencies...)
@@ -238,10 +298,15 @@ func merge(a, b Sample) Sample {
 	if a.FirstErr == nil {
 		a.FirstErr = b.FirstErr
 	}
+	a.CPU = a.CPU.Add(b.CPU)
+	a.CPUBlocks += b.CPUBlocks
+	if a.CPUErr == nil {
+		a.CPUErr = b.CPUErr
+	}
 	return a
 }
 
 // fmtMs renders a latency in milliseconds.
 func fmtMs(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	return fmt.Sprintf("%.1f ms", ms(d))
 }
