@@ -19,6 +19,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/bench"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
@@ -32,7 +33,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	langs := fs.String("langs", "python,javascript,bash", "languages to measure")
 	parallel := fs.String("parallel", "1,2", "parallel levels (executions in flight at once)")
 	rawDocker := fs.Bool("raw-docker", true, "also time a raw docker run with the docker driver's hardening, for each docker runtime measured")
-	httpSelf := fs.Bool("http", false, "also measure end to end through the HTTP API: starts two private vertal serve processes (oci driver, the first oci runtime of --drivers; one with the warm pool off, one with it on) on free local ports, each with its own data directory and a plan without limits")
+	httpSelf := fs.Bool("http", false, "also measure end to end through the HTTP API: starts private vertal serve processes (oci driver, the runtimes of --api-runtimes; one with the warm pool off, one with it on, as --api-pool says) on free local ports, each with its own data directory and a plan without limits")
+	apiRuntimes := fs.String("api-runtimes", "", "with --http: the OCI runtimes the API servers use, e.g. crun,bwrap; one pair of servers per runtime (default: the first oci runtime of --drivers, else crun); a runtime the server cannot start with is reported and skipped")
+	apiPool := fs.String("api-pool", "off,warm", "with --http: which API servers to start per runtime: off (warm pool off), warm (warm pool on), or both")
+	cpuTail := fs.Duration("cpu-tail", 250*time.Millisecond, "keep the CPU window of each API block open this long after its last answer, so the server's work after answering (the warm pool refilling) is charged to the API and not to the next target")
 	httpURL := fs.String("http-url", "", "also measure through an already running API, e.g. http://127.0.0.1:8080/api (key in --api-key or KUBO_API_KEY; its plan's rate limit must allow the load)")
 	apiKey := fs.String("api-key", "", "API key for --http-url (default $KUBO_API_KEY)")
 	stateDir := fs.String("state-dir", "/run/vertal/bench", "private state directory for the bench's sandboxes")
@@ -60,7 +64,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--parallel: %w", err)
 	}
-	opts := bench.Options{N: *n, Warmup: *warmup, Rounds: *rounds, Parallel: levels, Langs: splitList(*langs)}
+	pools, err := parsePools(*apiPool)
+	if err != nil {
+		return fmt.Errorf("--api-pool: %w", err)
+	}
+	cpu := bench.NewHostCPU()
+	opts := bench.Options{N: *n, Warmup: *warmup, Rounds: *rounds, Parallel: levels, Langs: splitList(*langs), CPU: cpu}
 	for _, l := range opts.Langs {
 		if _, ok := bench.Programs[l]; !ok {
 			return fmt.Errorf("--langs: unknown language %q (python, javascript, bash)", l)
@@ -87,10 +96,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		kind, rt, _ := strings.Cut(pair, "/")
 		c := cfg
 		c.Driver, c.Runtime = kind, rt
-		if err := c.Validate(); err != nil {
-			return fmt.Errorf("--drivers %s: %w", pair, err)
-		}
-		d, _, closeDriver, err := newDriver(ctx, c, *stateDir, log)
+		d, closeDriver, err := benchDriver(ctx, c, *stateDir, log)
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "bench: skipping %s: %v\n", pair, err)
 			skipped = append(skipped, bench.Row{Target: pair, Skipped: firstClause(err.Error())})
@@ -127,36 +133,35 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if key == "" {
 			return errors.New("--http-url needs an API key: --api-key or KUBO_API_KEY")
 		}
-		targets = append(targets, bench.HTTPTarget(*httpURL, key, nil))
+		t := bench.HTTPTarget(*httpURL, key, nil)
+		t.CPUTail = *cpuTail
+		targets = append(targets, t)
 	}
 	if *httpSelf {
-		rt := "crun"
-		for _, pair := range splitList(*drivers) {
-			if k, r, _ := strings.Cut(pair, "/"); k == "oci" && r != "" {
-				rt = r
-				break
-			}
+		rts := splitList(*apiRuntimes)
+		if len(rts) == 0 {
+			rts = []string{firstOCIRuntime(splitList(*drivers))}
 		}
-		// Pool off: the API's own cost on top of a cold sandbox. Pool on:
-		// what a client of a default server sees.
-		for _, mode := range []struct {
-			name string
-			env  []string
-		}{
-			{bench.APIPoolOff, []string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}},
-			{bench.APIWarmPool, []string{"VERTAL_POOL_PLAN=bench"}},
-		} {
-			srv, err := startBenchServer(ctx, cfg, rt, slices.Max(levels), filepath.Join(work, mode.name), mode.env)
-			if err != nil {
-				return fmt.Errorf("--http: %w", err)
+		for _, rt := range rts {
+			for _, mode := range pools {
+				name := mode.name + " (oci/" + rt + ")"
+				srv, err := startBenchServer(ctx, cfg, rt, slices.Max(levels), filepath.Join(work, mode.name+" "+rt), mode.env)
+				if err != nil {
+					// A runtime this build does not know, or one not
+					// installed: the server exits, the row says why.
+					fmt.Fprintf(e.Stderr, "bench: skipping %s: %v\n", name, err)
+					skipped = append(skipped, bench.Row{Target: name, Skipped: firstClause(err.Error())})
+					continue
+				}
+				defer srv.stop()
+				if mode.name == bench.APIWarmPool && warmServer == nil {
+					warmServer = srv
+				}
+				t := bench.HTTPTarget(srv.base, srv.key, nil)
+				t.Name = name
+				t.CPUTail = *cpuTail
+				targets = append(targets, t)
 			}
-			defer srv.stop()
-			if mode.name == bench.APIWarmPool {
-				warmServer = srv
-			}
-			t := bench.HTTPTarget(srv.base, srv.key, nil)
-			t.Name = mode.name + " (oci/" + rt + ")"
-			targets = append(targets, t)
 		}
 	}
 
@@ -178,6 +183,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	for _, l := range machine {
 		fmt.Fprintln(e.Stdout, l)
 	}
+	fmt.Fprintf(e.Stdout, "CPU: whole-machine busy time (/proc/stat, %d ticks/s) per successful execution over each target's blocks, API blocks held open %s after their last answer; \"bench's own\" is this process's part (getrusage)\n", cpu.Hz, *cpuTail)
 	fmt.Fprintln(e.Stdout)
 	if err := bench.WriteMarkdown(e.Stdout, rows, levels); err != nil {
 		return err
@@ -232,25 +238,77 @@ func sustainedLoad(ctx context.Context, e *env, bare bench.Target, srv *benchSer
 	return out, nil
 }
 
+// benchDriver validates one --drivers pair and opens its driver; either
+// failing makes the pair a skipped row, as a runtime that is not installed
+// does, so one unusable pair does not cost the whole run.
+func benchDriver(ctx context.Context, c config.Config, stateDir string, log *slog.Logger) (engine.Driver, func(), error) {
+	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
+	d, _, closeDriver, err := newDriver(ctx, c, stateDir, log)
+	return d, closeDriver, err
+}
+
+// firstOCIRuntime is the runtime of the first oci pair, the API servers'
+// runtime when --api-runtimes is not given.
+func firstOCIRuntime(pairs []string) string {
+	for _, pair := range pairs {
+		if k, r, _ := strings.Cut(pair, "/"); k == "oci" && r != "" {
+			return r
+		}
+	}
+	return "crun"
+}
+
+// apiPool is one kind of private API server: pool off is the API's own
+// cost on top of a cold sandbox, the warm pool what a client of a default
+// server sees.
+type apiPool struct {
+	name string
+	env  []string
+}
+
+func parsePools(s string) ([]apiPool, error) {
+	var out []apiPool
+	for _, p := range splitList(s) {
+		switch p {
+		case "off":
+			out = append(out, apiPool{bench.APIPoolOff, []string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}})
+		case "warm":
+			out = append(out, apiPool{bench.APIWarmPool, []string{"VERTAL_POOL_PLAN=bench"}})
+		default:
+			return nil, fmt.Errorf("%q is not off or warm", p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty: give off, warm or off,warm")
+	}
+	return out, nil
+}
+
 // benchServer is a private `vertal serve` the bench measures through.
 type benchServer struct {
 	base, key string
 	cmd       *exec.Cmd
 	log       string
+	exited    chan struct{} // closed when the process has been waited for
 }
 
 func (s *benchServer) stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
 	case <-time.After(15 * time.Second):
 		s.cmd.Process.Kill()
-		<-done
+		<-s.exited
 	}
 }
 
@@ -306,8 +364,18 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting vertal serve: %w", err)
 	}
+	s.exited = make(chan struct{})
+	go func() { s.cmd.Wait(); close(s.exited) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		select {
+		case <-s.exited:
+			// It refused its configuration (an unknown runtime, say) or
+			// could not open its driver: its last log line says why.
+			tail, _ := os.ReadFile(s.log)
+			return nil, fmt.Errorf("vertal serve exited: %s", strings.TrimPrefix(lastLines(string(tail), 1), "vertal serve: "))
+		default:
+		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/health", port))
 		if err == nil {
 			resp.Body.Close()
