@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/bench"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
@@ -159,7 +163,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 				}
 				t := bench.HTTPTarget(srv.base, srv.key, nil)
 				t.Name = name
-				t.CPUTail = *cpuTail
+				t.CPUTail, t.Idle = *cpuTail, srv.idle
 				targets = append(targets, t)
 			}
 		}
@@ -183,7 +187,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	for _, l := range machine {
 		fmt.Fprintln(e.Stdout, l)
 	}
-	fmt.Fprintf(e.Stdout, "CPU: whole-machine busy time (/proc/stat, %d ticks/s) per successful execution over each target's blocks, API blocks held open %s after their last answer; \"bench's own\" is this process's part (getrusage)\n", cpu.Hz, *cpuTail)
+	fmt.Fprintf(e.Stdout, "CPU: whole-machine busy time (/proc/stat, %d ticks/s) per successful execution over each target's blocks; API blocks stay open until the server is idle, at most %s; \"bench's own\" is this process's part (getrusage)\n", cpu.Hz, *cpuTail)
 	fmt.Fprintln(e.Stdout)
 	if err := bench.WriteMarkdown(e.Stdout, rows, levels); err != nil {
 		return err
@@ -289,9 +293,72 @@ func parsePools(s string) ([]apiPool, error) {
 // benchServer is a private `vertal serve` the bench measures through.
 type benchServer struct {
 	base, key string
+	metrics   string // URL of its /metrics
 	cmd       *exec.Cmd
 	log       string
 	exited    chan struct{} // closed when the process has been waited for
+}
+
+// idle says whether the server has finished the work it does after
+// answering: no sandbox in use, none being pre-started, and every warm
+// pool back at its target.
+func (s *benchServer) idle(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.metrics, nil)
+	if err != nil {
+		return false, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("GET /metrics: %s", res.Status)
+	}
+	return serverIdle(res.Body)
+}
+
+// serverIdle reads the gauges of idle from a /metrics text.
+func serverIdle(r io.Reader) (bool, error) {
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(io.LimitReader(r, 8<<20))
+	if err != nil {
+		return false, fmt.Errorf("reading /metrics: %w", err)
+	}
+	if _, ok := fams["vertal_sandboxes_in_use"]; !ok {
+		return false, errors.New("/metrics has no vertal_sandboxes_in_use")
+	}
+	// gauge maps each series of name, by its labels, to its value.
+	gauge := func(name string) map[string]float64 {
+		v := map[string]float64{}
+		for _, m := range fams[name].GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			v[strings.Join(labels, ",")] = m.GetGauge().GetValue()
+		}
+		return v
+	}
+	sum := func(name string) float64 {
+		var t float64
+		for _, v := range gauge(name) {
+			t += v
+		}
+		return t
+	}
+	if sum("vertal_sandboxes_in_use") > 0 || sum("vertal_pool_starting") > 0 || sum("vertal_pool_in_use") > 0 {
+		return false, nil
+	}
+	ready := gauge("vertal_pool_ready")
+	for bucket, want := range gauge("vertal_pool_target") {
+		if ready[bucket] < want {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func (s *benchServer) stop() {
@@ -328,12 +395,14 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(plan), 0o600); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	metricsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	env := append(os.Environ(),
 		"VERTAL_CONFIG="+filepath.Join(dir, "config.json"),
 		"VERTAL_DATA_DIR="+filepath.Join(dir, "data"),
@@ -341,7 +410,7 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 		"VERTAL_DRIVER=oci", "VERTAL_RUNTIME="+runtime,
 		"VERTAL_IMAGE_DIR="+cfg.ImageDir,
 		"VERTAL_MAX_CONCURRENT="+strconv.Itoa(max(2, concurrent)),
-		"VERTAL_DATABASE_URL=", "VERTAL_DEV=", "VERTAL_EDGE_SECRET=", "VERTAL_METRICS_ADDR=")
+		"VERTAL_DATABASE_URL=", "VERTAL_DEV=", "VERTAL_EDGE_SECRET=", "VERTAL_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(metricsPort))
 	env = append(env, extraEnv...)
 	key := exec.CommandContext(ctx, exe, "create-key", "bench", "--plan", "bench")
 	key.Env = env
@@ -352,7 +421,7 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 		return nil, fmt.Errorf("vertal create-key: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	s := &benchServer{base: fmt.Sprintf("http://127.0.0.1:%d/api", port), key: strings.TrimSpace(string(out)),
-		log: filepath.Join(dir, "serve.log")}
+		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(s.log)
 	if err != nil {
 		return nil, err
@@ -390,6 +459,17 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// freePort asks the kernel for a free local port. Another process could
+// take it before the server binds it; on a test host that is rare enough.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func lastLines(s string, n int) string {

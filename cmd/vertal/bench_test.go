@@ -1,11 +1,29 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
+
+// checkErr fails t unless err is what want asks for (none when want is
+// empty, one containing want otherwise), and says whether an error ended
+// the case.
+func checkErr(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v; want one containing %q", err, want)
+	}
+	return true
+}
 
 func TestParsePools(t *testing.T) {
 	for _, tc := range []struct {
@@ -21,14 +39,8 @@ func TestParsePools(t *testing.T) {
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := parsePools(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v; want %q", err, tc.wantErr)
-				}
+			if checkErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			var names []string
 			for _, p := range got {
@@ -57,5 +69,40 @@ func TestFirstOCIRuntime(t *testing.T) {
 		if got := firstOCIRuntime(tc.pairs); got != tc.want {
 			t.Errorf("firstOCIRuntime(%v) = %q; want %q", tc.pairs, got, tc.want)
 		}
+	}
+}
+
+func TestServerIdle(t *testing.T) {
+	const head = "# TYPE vertal_sandboxes_in_use gauge\n"
+	pool := func(lang string, ready, starting, inUse, target int) string {
+		return fmt.Sprintf("vertal_pool_ready{language=%q} %d\nvertal_pool_starting{language=%q} %d\nvertal_pool_in_use{language=%q} %d\nvertal_pool_target{language=%q} %d\n",
+			lang, ready, lang, starting, lang, inUse, lang, target)
+	}
+	types := "# TYPE vertal_pool_ready gauge\n# TYPE vertal_pool_starting gauge\n# TYPE vertal_pool_in_use gauge\n# TYPE vertal_pool_target gauge\n"
+	for _, tc := range []struct {
+		name    string
+		text    string
+		want    bool
+		wantErr string
+	}{
+		{name: "pool off, nothing running", text: head + "vertal_sandboxes_in_use 0\n", want: true},
+		{name: "pool off, a sandbox in use", text: head + "vertal_sandboxes_in_use 1\n"},
+		{name: "pools full", text: head + "vertal_sandboxes_in_use 0\n" + types + pool("bash", 2, 0, 0, 2) + pool("python", 3, 0, 0, 2), want: true},
+		{name: "one pool refilling", text: head + "vertal_sandboxes_in_use 0\n" + types + pool("bash", 2, 0, 0, 2) + pool("python", 1, 1, 0, 2)},
+		// The refill was asked for but has not begun.
+		{name: "one pool short", text: head + "vertal_sandboxes_in_use 0\n" + types + pool("bash", 1, 0, 0, 2) + pool("python", 2, 0, 0, 2)},
+		{name: "warm sandbox in use", text: head + "vertal_sandboxes_in_use 0\n" + types + pool("bash", 2, 0, 1, 2)},
+		{name: "not our server", text: "# TYPE go_goroutines gauge\ngo_goroutines 7\n", wantErr: "no vertal_sandboxes_in_use"},
+		{name: "garbage", text: "vertal_sandboxes_in_use{ 1\n", wantErr: "reading /metrics"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := serverIdle(strings.NewReader(tc.text))
+			if checkErr(t, err, tc.wantErr) {
+				return
+			}
+			if got != tc.want {
+				t.Errorf("idle = %v; want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -39,11 +39,14 @@ type Target struct {
 	// Bare marks the baseline the other targets are compared with.
 	Bare bool
 	Run  RunFunc
-	// CPUTail keeps the CPU window of each block open this long after its
-	// last execution answered, for targets that go on working after the
-	// answer (a server's warm pool refills itself): that work is theirs,
-	// and would otherwise be charged to the next target's block.
+	// CPUTail keeps the CPU window of each block open up to this long
+	// after its last execution answered, for targets that go on working
+	// after the answer (a server's warm pool refills itself): that work
+	// is theirs, and would otherwise be charged to the next target's
+	// block. Idle, if set, ends the wait early once it reports true (the
+	// server has nothing left to do); without it the whole tail is waited.
 	CPUTail time.Duration
+	Idle    func(context.Context) (bool, error)
 }
 
 // Sample is one measurement: N executions with Parallel workers.
@@ -74,19 +77,14 @@ func measureN(ctx context.Context, fn func(context.Context) error, n, parallel, 
 
 // measureBlock is Measure with the CPU spent between the end of the
 // warm-up and tail after the last execution read from cpu (if not nil).
-func measureBlock(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int, cpu CPUCounters, tail time.Duration) Sample {
+func measureBlock(ctx context.Context, fn func(context.Context) error, n, parallel, warmup int, cpu CPUCounters, tail time.Duration, idle func(context.Context) (bool, error)) Sample {
 	if cpu == nil {
 		return Measure(ctx, fn, n, parallel, warmup)
 	}
 	var before CPUUse
 	var beforeErr error
 	s := measureN(ctx, fn, n, parallel, warmup, func() { before, beforeErr = readCPU(cpu) })
-	if tail > 0 {
-		select {
-		case <-time.After(tail):
-		case <-ctx.Done():
-		}
-	}
+	settle(ctx, tail, idle)
 	after, err := readCPU(cpu)
 	switch {
 	case beforeErr != nil:
@@ -152,6 +150,28 @@ func measure(ctx context.Context, fn func(context.Context) error, parallel, warm
 	wg.Wait()
 	s.Wall = time.Since(began)
 	return s
+}
+
+// settle waits up to tail, polling idle (if any) and returning as soon as
+// it says so. A failing idle check is no answer: the wait goes on.
+func settle(ctx context.Context, tail time.Duration, idle func(context.Context) (bool, error)) {
+	const poll = 20 * time.Millisecond
+	deadline := time.Now().Add(tail)
+	for ctx.Err() == nil {
+		if idle != nil {
+			if ok, err := idle(ctx); err == nil && ok {
+				return
+			}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		select {
+		case <-time.After(min(poll, left)):
+		case <-ctx.Done():
+		}
+	}
 }
 
 // Stats summarise a Sample.
@@ -271,7 +291,7 @@ func Run(ctx context.Context, targets []Target, skipped []Row, opts Options) []R
 						warm = opts.Warmup
 					}
 					run := t.Run
-					s := measureBlock(ctx, func(ctx context.Context) error { return run(ctx, lang) }, n, p, warm, opts.CPU, t.CPUTail)
+					s := measureBlock(ctx, func(ctx context.Context) error { return run(ctx, lang) }, n, p, warm, opts.CPU, t.CPUTail, t.Idle)
 					samples[ti] = merge(samples[ti], s)
 				}
 			}

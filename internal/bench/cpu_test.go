@@ -222,6 +222,34 @@ func TestRunCPUTail(t *testing.T) {
 	}
 }
 
+// An idle check ends the tail as soon as the target's leftover work is
+// done, so an idle machine's background is not charged for the rest.
+func TestRunCPUTailEndsWhenIdle(t *testing.T) {
+	cpu := &fakeCPU{}
+	var pending atomic.Int64
+	var checks atomic.Int64
+	api := Target{Name: "api", CPUTail: 10 * time.Second,
+		Idle: func(context.Context) (bool, error) {
+			if checks.Add(1) == 1 {
+				return false, errors.New("metrics not up yet") // not an answer: keep waiting
+			}
+			return pending.Load() == 0, nil
+		},
+		Run: func(context.Context, string) error {
+			pending.Add(1)
+			time.AfterFunc(20*time.Millisecond, func() { cpu.charge(10*time.Millisecond, 0); pending.Add(-1) })
+			return nil
+		}}
+	began := time.Now()
+	rows := Run(context.Background(), []Target{api}, nil, Options{N: 3, Rounds: 1, Parallel: []int{1}, Langs: []string{"bash"}, CPU: cpu})
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("took %v: the idle check did not end the 10 s tail", d)
+	}
+	if got := rows[0].Stats[0].CPU; got != 10*time.Millisecond {
+		t.Errorf("CPU/exec = %v; want 10ms, the leftover work included", got)
+	}
+}
+
 // Without counters nothing is claimed; a counter that fails says so
 // instead of showing a number.
 func TestRunCPUUnavailable(t *testing.T) {
