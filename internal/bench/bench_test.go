@@ -188,6 +188,7 @@ func TestRatios(t *testing.T) {
 		{"warm pool API (oci/crun) bash p50 − bare bash p50 (ms)", 4.5, "≤ 3", false},
 		{"warm pool API (oci/crun) bash exec/s ×2 / bare", 300.0 / 1100, "≥ 0.7", false},
 		{"warm pool API (oci/crun) bash CPU/exec ×2 − bare (ms, issue 15)", 2.8, "≤ 3", true},
+		{"warm pool API (oci/crun) bash p50 / bare p50 (issue 15)", 4, "≤ 1.0", false},
 		{"docker/runc driver p50 / raw docker run p50 (python)", 230.0 / 220, "≤ 1.1", true},
 	}
 	if diff := cmp.Diff(want, got, cmpFloat); diff != "" {
@@ -263,6 +264,7 @@ func TestAPIOverhead(t *testing.T) {
 		{"warm pool API (oci/crun) python exec/s ×2 / bare (issue 15)", 150.0 / 180, "≥ 0.8", true},
 		{"warm pool API (oci/crun) bash p50 − bare bash p50 (ms)", 4.5, "≤ 3", false},
 		{"warm pool API (oci/crun) bash exec/s ×2 / bare", 300.0 / 1100, "≥ 0.7", false},
+		{"warm pool API (oci/crun) bash p50 / bare p50 (issue 15)", 4, "≤ 1.0", false},
 	}
 	if diff := cmp.Diff(wantRatios, Ratios(rows), cmpFloat); diff != "" {
 		t.Errorf("ratios (-want +got):\n%s", diff)

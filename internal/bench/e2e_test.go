@@ -48,7 +48,7 @@ func TestBenchE2E(t *testing.T) {
 	d, langs := ociTargets(t, "crun")
 	node := filepath.Join(imageDir(), "rootfs/usr/local/bin/node")
 	targets := []Target{BareTarget(BareCommands(node)), DriverTarget(d, langs)}
-	rows := Run(context.Background(), targets, nil, Options{N: 4, Warmup: 1, Parallel: []int{1, 2}, Langs: []string{"python", "javascript", "bash"}})
+	rows := Run(context.Background(), targets, nil, Options{N: 4, Warmup: 1, Parallel: []int{1, 2}, Langs: []string{"python", "javascript", "bash"}, CPU: NewHostCPU()})
 	if len(rows) != 6 {
 		t.Fatalf("rows: %+v", rows)
 	}
@@ -56,6 +56,12 @@ func TestBenchE2E(t *testing.T) {
 		for _, s := range r.Stats {
 			if s.Errors != 0 || s.P50 <= 0 || s.PerSecond <= 0 {
 				t.Errorf("%s %s ×%d: %+v", r.Target, r.Lang, s.Parallel, s)
+			}
+			// A bare bash start can be under one clock tick of machine
+			// time; a sandbox never is. The bench's own CPU is read in
+			// microseconds, and it forks every execution.
+			if !s.HasCPU || s.SelfCPU <= 0 || !r.Bare && s.CPU <= 0 {
+				t.Errorf("%s %s ×%d: CPU not measured: %+v", r.Target, r.Lang, s.Parallel, s)
 			}
 		}
 	}

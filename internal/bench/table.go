@@ -217,6 +217,11 @@ func costRatios(r, bare Row) []Ratio {
 			out = append(out, Ratio{fmt.Sprintf("%s bash CPU/exec ×%d − bare (ms, issue 15)", api, s.Parallel), d, fmt.Sprintf("≤ %.0f", ms(CPUMaxExtraBash)), d <= ms(CPUMaxExtraBash)})
 		}
 	}
+	// Issue 6 bounds Bash's p50 by bare + 3 ms; issue 15 asks for bare.
+	if r.Lang == "bash" && r.Stats[0].P50 > 0 && len(bare.Stats) > 0 && bare.Stats[0].P50 > 0 {
+		v := float64(r.Stats[0].P50) / float64(bare.Stats[0].P50)
+		out = append(out, Ratio{api + " bash p50 / bare p50 (issue 15)", v, "≤ 1.0", v <= 1.0})
+	}
 	if bound, ok := throughputMinRatio[r.Lang]; ok && b.PerSecond > 0 {
 		v := s.PerSecond / b.PerSecond
 		out = append(out, Ratio{fmt.Sprintf("%s %s exec/s ×%d / bare (issue 15)", api, r.Lang, s.Parallel), v, fmt.Sprintf("≥ %.1f", bound), v >= bound})
