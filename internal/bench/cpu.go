@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -176,4 +177,26 @@ func AuxvValue(auxv []byte, key uint64) (uint64, bool) {
 		auxv = auxv[2*word:]
 	}
 	return 0, false
+}
+
+// Background is how many CPUs the machine keeps busy on its own: busy time
+// over d, divided by d, read while the bench does nothing. It is printed
+// with the results, so a reader can tell a quiet machine's CPU numbers
+// from a shared one's.
+func Background(ctx context.Context, cpu CPUCounters, d time.Duration) (float64, error) {
+	before, err := cpu.Machine()
+	if err != nil {
+		return 0, err
+	}
+	began := time.Now()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	after, err := cpu.Machine()
+	if err != nil {
+		return 0, err
+	}
+	return float64(after-before) / float64(time.Since(began)), nil
 }

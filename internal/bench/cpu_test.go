@@ -250,6 +250,37 @@ func TestRunCPUTailEndsWhenIdle(t *testing.T) {
 	}
 }
 
+func TestBackground(t *testing.T) {
+	cpu := &fakeCPU{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // one CPU's worth of busy time, charged every millisecond
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				cpu.charge(time.Millisecond, 0)
+			}
+		}
+	}()
+	got, err := Background(context.Background(), cpu, 200*time.Millisecond)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	// time.After sleeps at least a millisecond, so at most one CPU.
+	if got <= 0.2 || got > 1.05 {
+		t.Errorf("background = %.2f CPUs; want up to 1", got)
+	}
+	cpu.fail.Store(true)
+	if _, err := Background(context.Background(), cpu, time.Millisecond); err == nil {
+		t.Error("failing counters: want an error")
+	}
+}
+
 // Without counters nothing is claimed; a counter that fails says so
 // instead of showing a number.
 func TestRunCPUUnavailable(t *testing.T) {
