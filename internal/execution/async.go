@@ -63,36 +63,17 @@ func (s *Service) Submit(ctx context.Context, c Caller, req Request) (Outcome, e
 	if err != nil {
 		return Outcome{}, err
 	}
-	if req.IdempotencyKey != "" {
-		replay, err := s.claimIdempotency(ctx, c, req.IdempotencyKey, p.hash)
+	out, err := s.idempotent(ctx, c, req, p.hash, func() (store.Execution, error) {
+		exes, err := s.accept(ctx, c, req, []Input{req.Input}, []prepared{p}, []string{hook})
 		if err != nil {
-			return Outcome{}, err
+			return store.Execution{}, err
 		}
-		if replay != nil {
-			s.metrics.ObserveReplay()
-			if req.Accepted != nil {
-				req.Accepted(replay.ID)
-			}
-			return Outcome{Execution: *replay, Replay: true}, nil
-		}
-	}
-	exes, err := s.accept(ctx, c, req, []Input{req.Input}, []prepared{p}, []string{hook})
-	if req.IdempotencyKey != "" {
-		bg := context.WithoutCancel(ctx)
-		if err == nil {
-			err = s.store.CompleteIdempotency(bg, c.Key.Tenant, req.IdempotencyKey, exes[0].ID)
-			if err != nil {
-				s.log.Error("completing idempotency key", "request_id", req.RequestID, "error", err)
-				err = nil // the execution is stored and queued
-			}
-		} else if rerr := s.store.ReleaseIdempotency(bg, c.Key.Tenant, req.IdempotencyKey); rerr != nil {
-			s.log.Error("releasing idempotency key", "request_id", req.RequestID, "error", rerr)
-		}
-	}
+		return exes[0], nil
+	})
 	if err != nil {
 		return Outcome{}, err
 	}
-	return Outcome{Execution: exes[0]}, nil
+	return out, nil
 }
 
 // SubmitBatch accepts up to MaxBatch async executions, all or none: every

@@ -83,3 +83,37 @@ func (s *Service) claimIdempotency(ctx context.Context, c Caller, key, hash stri
 		pause = min(2*pause, s.opts.IdempotencyPoll)
 	}
 }
+
+// idempotent runs do under req's Idempotency-Key, if it has one: the key is
+// claimed first (an earlier execution with the same key and body is
+// returned as a replay, without calling do), completed with the execution
+// do stored, or released when do failed so a retry may run. A failure to
+// complete is logged, not returned: the execution is stored, and a retry
+// waits for the claim to be abandoned rather than running the code twice.
+func (s *Service) idempotent(ctx context.Context, c Caller, req Request, hash string, do func() (store.Execution, error)) (Outcome, error) {
+	if req.IdempotencyKey == "" {
+		exe, err := do()
+		return Outcome{Execution: exe}, err
+	}
+	replay, err := s.claimIdempotency(ctx, c, req.IdempotencyKey, hash)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if replay != nil {
+		s.metrics.ObserveReplay()
+		if req.Accepted != nil {
+			req.Accepted(replay.ID)
+		}
+		return Outcome{Execution: *replay, Replay: true}, nil
+	}
+	exe, err := do()
+	bg := context.WithoutCancel(ctx)
+	if err == nil {
+		if cerr := s.store.CompleteIdempotency(bg, c.Key.Tenant, req.IdempotencyKey, exe.ID); cerr != nil {
+			s.log.Error("completing idempotency key", "request_id", req.RequestID, "error", cerr)
+		}
+	} else if rerr := s.store.ReleaseIdempotency(bg, c.Key.Tenant, req.IdempotencyKey); rerr != nil {
+		s.log.Error("releasing idempotency key", "request_id", req.RequestID, "error", rerr)
+	}
+	return Outcome{Execution: exe}, err
+}

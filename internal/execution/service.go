@@ -241,33 +241,9 @@ func (s *Service) Run(ctx context.Context, c Caller, req Request) (Outcome, erro
 	if err != nil {
 		return Outcome{}, err
 	}
-	if req.IdempotencyKey != "" {
-		replay, err := s.claimIdempotency(ctx, c, req.IdempotencyKey, p.hash)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if replay != nil {
-			s.metrics.ObserveReplay()
-			if req.Accepted != nil {
-				req.Accepted(replay.ID)
-			}
-			return Outcome{Execution: *replay, Replay: true}, nil
-		}
-	}
-	exe, err := s.run(ctx, c, req, p)
-	if req.IdempotencyKey != "" {
-		bg := context.WithoutCancel(ctx)
-		if err == nil {
-			if err := s.store.CompleteIdempotency(bg, c.Key.Tenant, req.IdempotencyKey, exe.ID); err != nil {
-				// The execution is stored; a retry waits for the claim to
-				// be abandoned rather than running the code twice.
-				s.log.Error("completing idempotency key", "request_id", req.RequestID, "error", err)
-			}
-		} else if err := s.store.ReleaseIdempotency(bg, c.Key.Tenant, req.IdempotencyKey); err != nil {
-			s.log.Error("releasing idempotency key", "request_id", req.RequestID, "error", err)
-		}
-	}
-	return Outcome{Execution: exe}, err
+	return s.idempotent(ctx, c, req, p.hash, func() (store.Execution, error) {
+		return s.run(ctx, c, req, p)
+	})
 }
 
 // run is the sequence after the idempotency claim. On error nothing is

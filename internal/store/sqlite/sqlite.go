@@ -44,8 +44,9 @@ var errPlanRequired = errors.New("a new tenant needs a plan")
 
 // Store is the SQLite store.Store.
 type Store struct {
-	w *sql.DB // one connection: all writes
-	r *sql.DB // read-only connections
+	w  *sql.DB // one connection: all writes
+	r  *sql.DB // read-only connections
+	st prepared
 }
 
 var _ store.Store = (*Store)(nil)
@@ -99,12 +100,16 @@ func open(ctx context.Context, path string) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // Close closes both pools.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.st.close(), s.r.Close(), s.w.Close())
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -265,9 +270,7 @@ func optMicros(v sql.NullInt64) time.Time {
 
 // KeyByHash implements store.Store.
 func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (store.Key, error) {
-	k, err := scanKey(s.r.QueryRowContext(ctx, `SELECT `+keyColumns+`
-		FROM api_keys k JOIN tenants t ON t.id = k.tenant
-		WHERE k.hash = $1 AND k.revoked_at IS NULL`, hash[:]))
+	k, err := scanKey(s.st.keyByHash.QueryRowContext(ctx, hash[:]))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -325,13 +328,8 @@ func (s *Store) ReserveExecution(ctx context.Context, tenant, day string, limit 
 	if limit < 1 {
 		return 0, fmt.Errorf("sqlite: reserve execution: %w", store.ErrQuotaExceeded)
 	}
-	// One statement: the row is created at 1 or incremented only while
-	// below the limit, so no interleaving can overshoot.
 	var used int64
-	err := s.w.QueryRowContext(ctx, `INSERT INTO usage_days (tenant, day, executions) VALUES ($1, $2, 1)
-		ON CONFLICT (tenant, day) DO UPDATE SET executions = executions + 1
-		WHERE usage_days.executions < $3
-		RETURNING executions`, tenant, day, limit).Scan(&used)
+	err := s.st.reserve.QueryRowContext(ctx, tenant, day, limit).Scan(&used)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrQuotaExceeded
 	}
@@ -398,9 +396,7 @@ func (s *Store) RefundExecutions(ctx context.Context, tenant, day string, n int6
 // CountRequest implements store.Store.
 func (s *Store) CountRequest(ctx context.Context, tenant string, window time.Time) (int64, error) {
 	var n int64
-	err := s.w.QueryRowContext(ctx, `INSERT INTO rate_windows (tenant, window_start, requests) VALUES ($1, $2, 1)
-		ON CONFLICT (tenant, window_start) DO UPDATE SET requests = requests + 1
-		RETURNING requests`, tenant, micros(window)).Scan(&n)
+	err := s.st.countRequest.QueryRowContext(ctx, tenant, micros(window)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count request: %w", err)
 	}
@@ -471,8 +467,8 @@ func (s *Store) queryExecutions(ctx context.Context, query string, args ...any) 
 
 // executionState returns the tenant and status of execution id;
 // ErrNotFound if there is none.
-func executionState(ctx context.Context, tx *sql.Tx, id string) (tenant, status string, err error) {
-	err = tx.QueryRowContext(ctx, `SELECT tenant, status FROM executions WHERE id = $1`, id).Scan(&tenant, &status)
+func (s *Store) executionState(ctx context.Context, tx *sql.Tx, id string) (tenant, status string, err error) {
+	err = tx.StmtContext(ctx, s.st.executionState).QueryRowContext(ctx, id).Scan(&tenant, &status)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -481,8 +477,8 @@ func executionState(ctx context.Context, tx *sql.Tx, id string) (tenant, status 
 
 // unfinished checks that execution id of tenant exists and has not
 // finished, and returns its status.
-func unfinished(ctx context.Context, tx *sql.Tx, tenant, id string) (string, error) {
-	owner, status, err := executionState(ctx, tx, id)
+func (s *Store) unfinished(ctx context.Context, tx *sql.Tx, tenant, id string) (string, error) {
+	owner, status, err := s.executionState(ctx, tx, id)
 	switch {
 	case err != nil:
 		return "", err
@@ -495,7 +491,7 @@ func unfinished(ctx context.Context, tx *sql.Tx, tenant, id string) (string, err
 }
 
 // createExecution inserts an accepted execution in tx.
-func createExecution(ctx context.Context, tx *sql.Tx, e store.Execution) error {
+func (s *Store) createExecution(ctx context.Context, tx *sql.Tx, e store.Execution) error {
 	if store.Final(e.Status) {
 		return fmt.Errorf("execution %s: status %q is final", e.ID, e.Status)
 	}
@@ -504,13 +500,13 @@ func createExecution(ctx context.Context, tx *sql.Tx, e store.Execution) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, sqlstore.InsertExecution, args...)
+	_, err = tx.StmtContext(ctx, s.st.insertExecution).ExecContext(ctx, args...)
 	return err
 }
 
 // CreateExecution implements store.Store.
 func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
-	if err := s.tx(ctx, func(tx *sql.Tx) error { return createExecution(ctx, tx, e) }); err != nil {
+	if err := s.tx(ctx, func(tx *sql.Tx) error { return s.createExecution(ctx, tx, e) }); err != nil {
 		return fmt.Errorf("sqlite: create execution: %w", err)
 	}
 	return nil
@@ -520,7 +516,7 @@ func (s *Store) CreateExecution(ctx context.Context, e store.Execution) error {
 func (s *Store) CreateExecutions(ctx context.Context, es []store.Execution) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		for _, e := range es {
-			if err := createExecution(ctx, tx, e); err != nil {
+			if err := s.createExecution(ctx, tx, e); err != nil {
 				return err
 			}
 		}
@@ -535,11 +531,10 @@ func (s *Store) CreateExecutions(ctx context.Context, es []store.Execution) erro
 // StartExecution implements store.Store.
 func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := unfinished(ctx, tx, tenant, id); err != nil {
+		if _, err := s.unfinished(ctx, tx, tenant, id); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`,
-			store.StatusRunning, micros(at), id)
+		_, err := tx.StmtContext(ctx, s.st.startExecution).ExecContext(ctx, store.StatusRunning, micros(at), id)
 		return err
 	})
 	if err != nil {
@@ -552,7 +547,7 @@ func (s *Store) StartExecution(ctx context.Context, tenant, id string, at time.T
 // SQLite's one write lock from the check to the update.
 func (s *Store) ClaimExecution(ctx context.Context, tenant, id, owner string, at time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		status, err := unfinished(ctx, tx, tenant, id)
+		status, err := s.unfinished(ctx, tx, tenant, id)
 		if err != nil {
 			return err
 		}
@@ -576,7 +571,7 @@ func (s *Store) AbortExecution(ctx context.Context, tenant, id, status, reason s
 	}
 	var e store.Execution
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		current, err := unfinished(ctx, tx, tenant, id)
+		current, err := s.unfinished(ctx, tx, tenant, id)
 		if err == nil && !slices.Contains(from, current) {
 			err = store.ErrNotQueued
 		}
@@ -649,23 +644,20 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 		return fmt.Errorf("sqlite: save execution: %w", err)
 	}
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		owner, status, err := executionState(ctx, tx, e.ID)
+		owner, status, err := s.executionState(ctx, tx, e.ID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			_, err = tx.ExecContext(ctx, sqlstore.InsertExecution, args...)
+			_, err = tx.StmtContext(ctx, s.st.insertExecution).ExecContext(ctx, args...)
 		case err != nil:
 		case owner != e.Tenant || store.Final(status):
 			err = fmt.Errorf("execution %s exists", e.ID)
 		default:
-			_, err = tx.ExecContext(ctx, sqlstore.UpdateExecution, args...)
+			_, err = tx.StmtContext(ctx, s.st.updateExecution).ExecContext(ctx, args...)
 		}
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (tenant, day) DO UPDATE SET
-				sandbox_seconds = sandbox_seconds + excluded.sandbox_seconds,
-				cpu_seconds = cpu_seconds + excluded.cpu_seconds`,
+		_, err = tx.StmtContext(ctx, s.st.addUsage).ExecContext(ctx,
 			e.Tenant, e.CreatedAt.UTC().Format(time.DateOnly), e.SandboxSeconds, e.CPUSeconds)
 		return err
 	})
@@ -678,7 +670,7 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 // DeleteExecution implements store.Store.
 func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := unfinished(ctx, tx, tenant, id); err != nil {
+		if _, err := s.unfinished(ctx, tx, tenant, id); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE id = $1`, id)
@@ -694,7 +686,7 @@ func (s *Store) DeleteExecution(ctx context.Context, tenant, id string) error {
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (store.Execution, error) {
 	var e store.Execution
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := unfinished(ctx, tx, tenant, id)
+		_, err := s.unfinished(ctx, tx, tenant, id)
 		if err == nil {
 			_, err = tx.ExecContext(ctx, `UPDATE executions SET cancel_requested = 1 WHERE id = $1`, id)
 		}
