@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
 
 // Exit statuses of the client commands when the program's own status is not
@@ -24,12 +25,6 @@ const (
 	exitUsage     = 2
 	exitAPIFailed = 125
 )
-
-// languageByExt infers --language from a code file's extension.
-var languageByExt = map[string]string{
-	".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
-	".sh": "bash", ".bash": "bash",
-}
 
 // clientFlags are the connection flags shared by run and usage.
 type clientFlags struct {
@@ -418,7 +413,8 @@ func readCode(arg string, stdin io.Reader) (code, language string, err error) {
 		if err != nil {
 			return "", "", fmt.Errorf("reading code file: %w", err)
 		}
-		return string(b), languageByExt[strings.ToLower(filepath.Ext(arg))], nil
+		name, _ := lang.ByExt(strings.ToLower(filepath.Ext(arg)))
+		return string(b), name, nil
 	}
 	return arg, "", nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/image"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
@@ -388,10 +389,9 @@ func newDriver(ctx context.Context, cfg config.Config, stateDir string, logger *
 }
 
 func clientLanguages(ls []engine.Language) []client.Language {
-	aliases := map[string][]string{"python": {"py", "python3"}, "javascript": {"js", "node", "nodejs"}, "bash": {"sh"}}
 	out := make([]client.Language, 0, len(ls))
 	for _, l := range ls {
-		out = append(out, client.Language{Name: l.Name, Version: l.Version, Aliases: aliases[l.Name]})
+		out = append(out, client.Language{Name: l.Name, Version: l.Version, Aliases: lang.Aliases(l.Name)})
 	}
 	return out
 }

@@ -15,14 +15,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
 
 // Programs are the code each language runs; all print "42\n".
-var Programs = map[string]string{
-	"python":     "print(6*7)",
-	"javascript": "console.log(6*7)",
-	"bash":       "echo 42",
-}
+var Programs = func() map[string]string {
+	out := map[string]string{}
+	for _, d := range lang.All {
+		out[d.Name] = d.Hello
+	}
+	return out
+}()
 
 // Want is what every program prints.
 const Want = "42\n"

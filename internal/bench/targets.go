@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
@@ -30,11 +31,15 @@ func BareCommands(imageNode string) map[string][]string {
 			node = p
 		}
 	}
-	return map[string][]string{
-		"python":     {"/usr/bin/python3", "-c", Programs["python"]},
-		"javascript": {node, "-e", Programs["javascript"]},
-		"bash":       {"/bin/bash", "-c", Programs["bash"]},
+	out := map[string][]string{}
+	for _, d := range lang.All {
+		path := d.Path
+		if d.Interpreter == "node" {
+			path = node
+		}
+		out[d.Name] = d.EvalArgv(path, Programs[d.Name])
 	}
+	return out
 }
 
 // bareEnv is the whole environment of the bare interpreters: as clean as

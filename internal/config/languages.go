@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
 
 // LanguageOverride replaces parts of a built-in language definition, for
@@ -21,13 +22,16 @@ type LanguageOverride struct {
 	Command []string `json:"command"`
 }
 
-// builtins are the languages the default image provides. The code file's
-// path is the command's last argument, as engine.Language requires.
-var builtins = []engine.Language{
-	{Name: "python", File: "main.py", Command: []string{"python3", engine.CodeDir + "/main.py"}},
-	{Name: "javascript", File: "main.js", Command: []string{"node", engine.CodeDir + "/main.js"}},
-	{Name: "bash", File: "main.sh", Command: []string{"bash", engine.CodeDir + "/main.sh"}},
-}
+// builtins are the languages the default image provides (package lang).
+// The code file's path is the command's last argument, as engine.Language
+// requires.
+var builtins = func() []engine.Language {
+	out := make([]engine.Language, len(lang.All))
+	for i, d := range lang.All {
+		out[i] = engine.Language{Name: d.Name, File: d.File, Command: []string{d.Interpreter, engine.CodeDir + "/" + d.File}}
+	}
+	return out
+}()
 
 func builtinLanguage(name string) (engine.Language, bool) {
 	for _, l := range builtins {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
 
 // WarmPool is what the doctor needs of the warm pool: it runs executions
@@ -18,11 +19,13 @@ type WarmPool interface {
 }
 
 // warmPrograms print "42" in each language.
-var warmPrograms = map[string]string{
-	"python":     "print(6*7)",
-	"javascript": "console.log(6*7)",
-	"bash":       "echo 42",
-}
+var warmPrograms = func() map[string]string {
+	out := map[string]string{}
+	for _, d := range lang.All {
+		out[d.Name] = d.Hello
+	}
+	return out
+}()
 
 // poolChecks waits for the pool to pre-start a sandbox per language, runs
 // one execution through it and reports whether it ran warm, with the

@@ -6,16 +6,8 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
-
-// aliases are the other names a request may use for a language. They are
-// the names people and agents actually type; anything else is refused
-// rather than guessed.
-var aliases = map[string][]string{
-	"python":     {"py", "python3"},
-	"javascript": {"js", "node", "nodejs"},
-	"bash":       {"sh"},
-}
 
 // Languages are the runnable languages, by canonical name and alias.
 type Languages struct {
@@ -38,10 +30,12 @@ func NewLanguages(ls []engine.Language) (Languages, error) {
 			return Languages{}, fmt.Errorf("execution: language %q configured twice", l.Name)
 		}
 		out.byName[l.Name] = l
-		for _, a := range aliases[l.Name] {
+		// The other names a request may use (lang.Def.Aliases).
+		names := lang.Aliases(l.Name)
+		for _, a := range names {
 			out.byName[a] = l
 		}
-		info := LanguageInfo{Name: l.Name, Aliases: append([]string{}, aliases[l.Name]...)}
+		info := LanguageInfo{Name: l.Name, Aliases: append([]string{}, names...)}
 		if l.Version != "" {
 			v := l.Version
 			info.Version = &v

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
 
 // chrootEnv is the whole environment of programs run inside the new root:
@@ -35,17 +37,29 @@ func runInRootEnv(ctx context.Context, rootfs string, env []string, argv ...stri
 
 // smokeTests prove each interpreter works beyond printing its version:
 // Python imports modules that python3-minimal lacks (so the full standard
-// library is there), Node evaluates code, Bash runs a builtin.
-var smokeTests = []struct {
+// library is there), Node evaluates code, Bash runs a builtin. The
+// interpreters are package lang's; smokeCode replaces a language's Hello.
+var smokeTests = func() []smokeTest {
+	smokeCode := map[string]string{
+		"python": "import json, sqlite3, ssl, decimal, ctypes, asyncio, email.mime.text, xml.etree.ElementTree, " +
+			"unittest, zoneinfo, csv, hashlib, urllib.request, http.client, multiprocessing, venv; print(6*7)",
+		"bash": "echo $((6*7))",
+	}
+	out := make([]smokeTest, len(lang.All))
+	for i, d := range lang.All {
+		code, ok := smokeCode[d.Name]
+		if !ok {
+			code = d.Hello
+		}
+		out[i] = smokeTest{d.Name, d.EvalArgv("", code), "42\n"}
+	}
+	return out
+}()
+
+type smokeTest struct {
 	lang string
 	argv []string
 	want string
-}{
-	{"python", []string{"/usr/bin/python3", "-c",
-		"import json, sqlite3, ssl, decimal, ctypes, asyncio, email.mime.text, xml.etree.ElementTree, " +
-			"unittest, zoneinfo, csv, hashlib, urllib.request, http.client, multiprocessing, venv; print(6*7)"}, "42\n"},
-	{"javascript", []string{"/usr/local/bin/node", "-e", "console.log(6*7)"}, "42\n"},
-	{"bash", []string{"/bin/bash", "-c", "echo $((6*7))"}, "42\n"},
 }
 
 // detectVersions runs each interpreter inside rootfs and records its real

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -18,13 +19,19 @@ const (
 
 // defaultLanguages is used in descriptions when the server's list is not
 // known (the API could not be reached at start).
-var defaultLanguages = []client.Language{{Name: "python"}, {Name: "javascript"}, {Name: "bash"}}
+var defaultLanguages = func() []client.Language {
+	out := make([]client.Language, len(lang.All))
+	for i, d := range lang.All {
+		out[i] = client.Language{Name: d.Name}
+	}
+	return out
+}()
 
 // languageLabel names a language as an agent would search for it.
 func languageLabel(l client.Language) string {
 	label := l.Name
-	if l.Name == "javascript" {
-		label = "javascript (Node.js"
+	if d, ok := lang.Get(l.Name); ok && d.Runtime != "" {
+		label += " (" + d.Runtime
 		if l.Version != "" {
 			label += " " + l.Version
 		}

@@ -35,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kuboprotocol/vertal2kubo/docs"
+	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 )
 
 //go:embed assets templates
@@ -341,11 +342,20 @@ type starter struct {
 	Name, Label string
 }
 
+// starters are the playground's languages, from package lang.
+var starters = func() []starter {
+	out := make([]starter, len(lang.All))
+	for i, d := range lang.All {
+		out[i] = starter{d.Name, d.Label}
+	}
+	return out
+}()
+
 func (s *site) data(section, title string) pageData {
 	return pageData{
 		Title: title, Section: section, Version: s.opts.Version, APIBase: s.opts.APIBase,
 		RepoURL: s.opts.RepoURL, Nav: s.nav, HasDocs: len(s.nav) > 0,
-		Starters: []starter{{"python", "Python"}, {"javascript", "JavaScript"}, {"bash", "Bash"}},
+		Starters: starters,
 	}
 }
 
