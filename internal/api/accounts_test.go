@@ -309,6 +309,9 @@ func TestSessionRunsAndDisabledTenant(t *testing.T) {
 	if got := run(map[string]string{CSRFHeader: csrf}); got != http.StatusForbidden {
 		t.Errorf("disabled tenant, session run: %d, want 403", got)
 	}
+	if resp, page := e.get(c, "/dashboard", nil); resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "this account is disabled") {
+		t.Errorf("disabled tenant, dashboard: %d, want 403 saying %q", resp.StatusCode, errTenantDisabled.Msg)
+	}
 	if resp, _ := e.get(http.DefaultClient, "/v1/usage", map[string]string{"Authorization": "Bearer " + secret}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("disabled tenant's key: %d, want 403", resp.StatusCode)
 	}
