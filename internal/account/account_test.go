@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,33 +233,58 @@ func TestSignupLimits(t *testing.T) {
 	}
 }
 
+// fakeClock is a clock a test sets.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// signedIn is a service on c with one account and one session (its id).
+func signedIn(t *testing.T, c *fakeClock) (*Service, *storefake.Store, store.Account, string) {
+	t.Helper()
+	st := storefake.New()
+	s, err := New(Options{Store: st, Signup: SignupOpen, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.SignUp(t.Context(), SignUp{Email: "ann@example.com", Password: "0123456789"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := s.StartSession(t.Context(), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st, a, id
+}
+
 // TestPurge: Purge deletes on the service's clock; a session past its
 // expiry is refused before any purge.
 func TestPurge(t *testing.T) {
 	ctx := t.Context()
-	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	st := storefake.New()
-	s, err := New(Options{Store: st, Signup: SignupOpen, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, _, err := s.StartSession(ctx, a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := &fakeClock{t: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)}
+	s, _, a, old := signedIn(t, c)
 	if _, err := s.ResetLink(ctx, "ann@example.com", "http://h"); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(SessionTTL - time.Hour)
+	c.add(SessionTTL - time.Hour)
 	live, _, err := s.StartSession(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(time.Hour)
+	c.add(time.Hour)
 	if _, _, err := s.Session(ctx, old); !errors.Is(err, ErrNoSession) {
 		t.Errorf("a session at its expiry, before the purge: %v, want ErrNoSession", err)
 	}
@@ -269,4 +295,27 @@ func TestPurge(t *testing.T) {
 	if _, _, err := s.Session(ctx, live); err != nil {
 		t.Errorf("the live session after the purge: %v", err)
 	}
+}
+
+// TestPurgeEvery: the server's sweep purges at once and again each
+// interval, on the service's clock, and ends with its context.
+func TestPurgeEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	c := &fakeClock{t: start}
+	s, st, _, id := signedIn(t, c)
+	done := make(chan struct{})
+	go func() { s.PurgeEvery(ctx, 5*time.Millisecond); close(done) }()
+	c.add(SessionTTL)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		// Looked up at the start, the session would be live: gone means deleted.
+		if _, err := st.SessionByHash(ctx, HashSecret(id), start); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep did not purge the expired session")
+		}
+	}
+	cancel()
+	<-done
 }
