@@ -226,6 +226,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err := q.Start(bgCtx); err != nil {
 		return fmt.Errorf("starting the queue: %w", err)
 	}
+	go accounts.PurgeEvery(bgCtx, account.PurgeInterval)
 
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {

@@ -10,15 +10,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +29,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 )
 
 func needE2E(t *testing.T) {
@@ -581,35 +580,10 @@ func TestServeEdgeSecretE2E(t *testing.T) {
 // newDatabase makes an empty PostgreSQL database for one test.
 func newDatabase(t *testing.T) string {
 	t.Helper()
-	admin := os.Getenv("VERTAL_TEST_DATABASE_URL")
-	if admin == "" {
+	if os.Getenv(pgtest.EnvVar) == "" {
 		t.Skip("VERTAL_TEST_DATABASE_URL is not set (CI sets it; scripts/postgres.sh prints one)")
 	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	name := "vertal_e2e_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, admin)
-		if err == nil {
-			_, _ = conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-			conn.Close(ctx)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.NewDatabase(t)
 }
 
 // TestTwoNodesOnPostgres: two servers on one database share keys, the

@@ -40,17 +40,21 @@ func ValidSignup(mode string) bool {
 
 // Errors shown to the person at the form; each message is safe to show.
 var (
-	ErrSignInFailed   = errors.New("the email or password is not right")
-	ErrThrottled      = errors.New("too many sign-in attempts; wait 15 minutes and try again")
-	ErrSignupClosed   = errors.New("sign-up is closed on this server")
-	ErrInviteRequired = errors.New("sign-up on this server needs an invite link from its operator")
-	ErrBadLink        = errors.New("this link is not valid: it was used already, it expired, or it was mistyped")
-	ErrEmailTaken     = errors.New("an account with this email exists already; sign in instead")
-	ErrInviteEmail    = errors.New("this invite is for another email address")
-	ErrBadEmail       = errors.New("enter a valid email address")
-	ErrBadName        = errors.New("a name is at most 100 characters, without control characters")
-	ErrWeakPassword   = errors.New("a password has 10 to 200 characters")
-	ErrNoSession      = errors.New("not signed in")
+	ErrSignInFailed = errors.New("the email or password is not right")
+	ErrThrottled    = errors.New("too many sign-in attempts; wait 15 minutes and try again")
+	// ErrSignupThrottled and ErrSignupBusy are the sign-up limits' answers
+	// (per IP, and for the whole server).
+	ErrSignupThrottled = errors.New("too many sign-ups from your network; wait 15 minutes and try again")
+	ErrSignupBusy      = errors.New("too many sign-ups on this server right now; try again in a minute")
+	ErrSignupClosed    = errors.New("sign-up is closed on this server")
+	ErrInviteRequired  = errors.New("sign-up on this server needs an invite link from its operator")
+	ErrBadLink         = errors.New("this link is not valid: it was used already, it expired, or it was mistyped")
+	ErrEmailTaken      = errors.New("an account with this email exists already; sign in instead")
+	ErrInviteEmail     = errors.New("this invite is for another email address")
+	ErrBadEmail        = errors.New("enter a valid email address")
+	ErrBadName         = errors.New("a name is at most 100 characters, without control characters")
+	ErrWeakPassword    = errors.New("a password has 10 to 200 characters")
+	ErrNoSession       = errors.New("not signed in")
 )
 
 // Throttling of sign-in attempts, counted in the store's rate windows so
@@ -64,6 +68,16 @@ const (
 	// anyone, and must not become a way to flood someone's inbox.
 	MaxResetsPerEmail = 3
 	MaxTriesPerIP     = 50
+)
+
+// Throttling of sign-ups, in the same shared windows: per client IP, and
+// for the whole server per minute as a backstop against many addresses
+// at once. Every sign-up form sent counts (an accepted invite too), so
+// the limit also bounds the argon2id work and the verification emails a
+// client can cause.
+const (
+	MaxSignupsPerIP     = 5
+	MaxSignupsPerMinute = 30
 )
 
 // Link lifetimes.
@@ -205,6 +219,7 @@ type SignUp struct {
 	Name     string
 	Password string
 	Invite   string // the invite link's token, if any
+	IP       string // the client's address, for the sign-up limit
 }
 
 // SignUp creates an account (and its tenant, unless the invite attaches an
@@ -216,6 +231,15 @@ func (s *Service) SignUp(ctx context.Context, in SignUp, baseURL string) (store.
 	}
 	if s.signup == SignupInvite && in.Invite == "" {
 		return store.Account{}, ErrInviteRequired
+	}
+	if over, err := s.overLimit(ctx, limit{"signup-ip:" + in.IP, MaxSignupsPerIP, ThrottleWindow},
+		limit{"signup-all", MaxSignupsPerMinute, time.Minute}); err != nil {
+		return store.Account{}, err
+	} else if over != nil {
+		if over.key == "signup-all" {
+			return store.Account{}, ErrSignupBusy
+		}
+		return store.Account{}, ErrSignupThrottled
 	}
 	email, err := NormalizeEmail(in.Email)
 	if err != nil {
@@ -370,11 +394,11 @@ func (s *Service) RequestReset(ctx context.Context, email, baseURL string) error
 	if err != nil {
 		return nil // no such account can exist
 	}
-	n, err := s.st.CountRequest(ctx, "reset-email:"+norm, s.now().UTC().Truncate(ThrottleWindow))
+	over, err := s.overLimit(ctx, limit{"reset-email:" + norm, MaxResetsPerEmail, ThrottleWindow})
 	if err != nil {
 		return err
 	}
-	if n > MaxResetsPerEmail {
+	if over != nil {
 		s.log.Warn("password reset requests over the limit; no email sent", "window", ThrottleWindow.String())
 		return nil
 	}
@@ -412,27 +436,44 @@ func (s *Service) ResetPassword(ctx context.Context, token, password string) err
 	return s.st.DeleteSessions(ctx, tok.AccountID)
 }
 
+// limit is one throttle: at most max events per window (fixed windows,
+// aligned to the clock, counted in the store) under key.
+type limit struct {
+	key    string
+	max    int64
+	window time.Duration
+}
+
+// overLimit counts one event against each limit in turn and returns the
+// first one it is over (nil if none); the limits after it are not
+// counted.
+func (s *Service) overLimit(ctx context.Context, limits ...limit) (*limit, error) {
+	now := s.now().UTC()
+	for i, l := range limits {
+		n, err := s.st.CountRequest(ctx, l.key, now.Truncate(l.window))
+		if err != nil {
+			return nil, err
+		}
+		if n > l.max {
+			return &limits[i], nil
+		}
+	}
+	return nil, nil
+}
+
 // SignIn checks email and password, after counting the attempt against
 // the email's and the IP's windows. An unknown email and a wrong password
 // get the same error, after the same work.
 func (s *Service) SignIn(ctx context.Context, email, password, ip string) (store.Account, error) {
-	now := s.now().UTC()
-	window := now.Truncate(ThrottleWindow)
 	norm, err := NormalizeEmail(email)
 	if err != nil {
 		norm = strings.ToLower(strings.TrimSpace(email)) // unknown, but throttled all the same
 	}
-	for _, c := range []struct {
-		key string
-		max int64
-	}{{"signin-email:" + norm, MaxTriesPerEmail}, {"signin-ip:" + ip, MaxTriesPerIP}} {
-		n, err := s.st.CountRequest(ctx, c.key, window)
-		if err != nil {
-			return store.Account{}, err
-		}
-		if n > c.max {
-			return store.Account{}, ErrThrottled
-		}
+	if over, err := s.overLimit(ctx, limit{"signin-email:" + norm, MaxTriesPerEmail, ThrottleWindow},
+		limit{"signin-ip:" + ip, MaxTriesPerIP, ThrottleWindow}); err != nil {
+		return store.Account{}, err
+	} else if over != nil {
+		return store.Account{}, ErrThrottled
 	}
 	a, err := s.st.AccountByEmail(ctx, norm)
 	if errors.Is(err, store.ErrNotFound) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +171,151 @@ func TestResetEmailsAreBounded(t *testing.T) {
 	if m.sent != MaxResetsPerEmail {
 		t.Errorf("%d reset emails sent; want %d", m.sent, MaxResetsPerEmail)
 	}
+}
+
+// TestSignupLimits: at most MaxSignupsPerIP sign-up forms per address per
+// window (refused ones count too), then the throttle's answer; another
+// address is not affected, and the next window lets the address in again.
+// MaxSignupsPerMinute bounds the whole server whatever the addresses.
+func TestSignupLimits(t *testing.T) {
+	ctx := t.Context()
+	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	s, err := New(Options{Store: storefake.New(), Signup: SignupOpen, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	signUp := func(ip, password string) error {
+		n++
+		_, err := s.SignUp(ctx, SignUp{Email: fmt.Sprintf("u%d@example.com", n), Password: password, IP: ip}, "")
+		return err
+	}
+	if err := signUp("10.0.0.1", "short"); !errors.Is(err, ErrWeakPassword) {
+		t.Fatalf("a weak password: %v", err)
+	}
+	for i := range MaxSignupsPerIP - 1 {
+		if err := signUp("10.0.0.1", "0123456789"); err != nil {
+			t.Fatalf("sign-up %d from one address: %v", i+2, err)
+		}
+	}
+	for _, tc := range []struct {
+		name, ip string
+		want     error
+	}{
+		{"one more from the address", "10.0.0.1", ErrSignupThrottled},
+		{"again, with a good form", "10.0.0.1", ErrSignupThrottled},
+		{"another address", "10.0.0.2", nil},
+	} {
+		if err := signUp(tc.ip, "0123456789"); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	now = now.Add(ThrottleWindow)
+	if err := signUp("10.0.0.1", "0123456789"); err != nil {
+		t.Errorf("the next window: %v, want the sign-up to work", err)
+	}
+
+	// The whole server: MaxSignupsPerMinute per minute, one per address.
+	now = now.Add(time.Minute)
+	var last error
+	for i := range MaxSignupsPerMinute + 1 {
+		last = signUp(fmt.Sprintf("10.1.%d.%d", i/250, i%250), "0123456789")
+		if i < MaxSignupsPerMinute && last != nil {
+			t.Fatalf("server-wide sign-up %d: %v", i+1, last)
+		}
+	}
+	if !errors.Is(last, ErrSignupBusy) {
+		t.Errorf("sign-up %d in a minute: %v, want ErrSignupBusy", MaxSignupsPerMinute+1, last)
+	}
+	now = now.Add(time.Minute)
+	if err := signUp("10.2.0.1", "0123456789"); err != nil {
+		t.Errorf("the next minute: %v", err)
+	}
+}
+
+// fakeClock is a clock a test sets.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// signedIn is a service on c with one account and one session (its id).
+func signedIn(t *testing.T, c *fakeClock) (*Service, *storefake.Store, store.Account, string) {
+	t.Helper()
+	st := storefake.New()
+	s, err := New(Options{Store: st, Signup: SignupOpen, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.SignUp(t.Context(), SignUp{Email: "ann@example.com", Password: "0123456789"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := s.StartSession(t.Context(), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st, a, id
+}
+
+// TestPurge: Purge deletes on the service's clock; a session past its
+// expiry is refused before any purge.
+func TestPurge(t *testing.T) {
+	ctx := t.Context()
+	c := &fakeClock{t: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)}
+	s, _, a, old := signedIn(t, c)
+	if _, err := s.ResetLink(ctx, "ann@example.com", "http://h"); err != nil {
+		t.Fatal(err)
+	}
+	c.add(SessionTTL - time.Hour)
+	live, _, err := s.StartSession(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Hour)
+	if _, _, err := s.Session(ctx, old); !errors.Is(err, ErrNoSession) {
+		t.Errorf("a session at its expiry, before the purge: %v, want ErrNoSession", err)
+	}
+	sessions, tokens, err := s.Purge(ctx)
+	if err != nil || sessions != 1 || tokens != 1 {
+		t.Errorf("Purge = %d sessions, %d links, %v; want 1, 1 (the old session, the expired reset link)", sessions, tokens, err)
+	}
+	if _, _, err := s.Session(ctx, live); err != nil {
+		t.Errorf("the live session after the purge: %v", err)
+	}
+}
+
+// TestPurgeEvery: the server's sweep purges at once and again each
+// interval, on the service's clock, and ends with its context.
+func TestPurgeEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	c := &fakeClock{t: start}
+	s, st, _, id := signedIn(t, c)
+	done := make(chan struct{})
+	go func() { s.PurgeEvery(ctx, 5*time.Millisecond); close(done) }()
+	c.add(SessionTTL)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		// Looked up at the start, the session would be live: gone means deleted.
+		if _, err := st.SessionByHash(ctx, HashSecret(id), start); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep did not purge the expired session")
+		}
+	}
+	cancel()
+	<-done
 }

@@ -333,11 +333,15 @@ func (s *Server) signupPage(w http.ResponseWriter, r *http.Request, se *session)
 
 func (s *Server) signup(w http.ResponseWriter, r *http.Request, se *session) error {
 	in := account.SignUp{Email: r.PostFormValue("email"), Name: r.PostFormValue("name"),
-		Password: r.PostFormValue("password"), Invite: r.PostFormValue("invite")}
+		Password: r.PostFormValue("password"), Invite: r.PostFormValue("invite"), IP: s.clientIP(r)}
 	a, err := s.opts.Accounts.SignUp(r.Context(), in, s.publicBase(r))
 	if err != nil {
 		if isAccountError(err) {
-			return s.render(w, r, http.StatusBadRequest, "signup.html", se, Page{Title: "Create an account", Section: "signup", Error: err.Error(),
+			status := http.StatusBadRequest
+			if errors.Is(err, account.ErrSignupThrottled) || errors.Is(err, account.ErrSignupBusy) {
+				status = http.StatusTooManyRequests
+			}
+			return s.render(w, r, status, "signup.html", se, Page{Title: "Create an account", Section: "signup", Error: err.Error(),
 				Data: signupData{Allowed: true, Invite: in.Invite, Email: in.Email, Name: in.Name}})
 		}
 		return internal(err)
@@ -351,7 +355,7 @@ func (s *Server) signup(w http.ResponseWriter, r *http.Request, se *session) err
 }
 
 func isAccountError(err error) bool {
-	for _, e := range []error{account.ErrSignupClosed, account.ErrInviteRequired, account.ErrBadLink, account.ErrEmailTaken,
+	for _, e := range []error{account.ErrSignupThrottled, account.ErrSignupBusy, account.ErrSignupClosed, account.ErrInviteRequired, account.ErrBadLink, account.ErrEmailTaken,
 		account.ErrInviteEmail, account.ErrBadEmail, account.ErrBadName, account.ErrWeakPassword} {
 		if errors.Is(err, e) {
 			return true

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -308,6 +309,9 @@ func TestSessionRunsAndDisabledTenant(t *testing.T) {
 	if got := run(map[string]string{CSRFHeader: csrf}); got != http.StatusForbidden {
 		t.Errorf("disabled tenant, session run: %d, want 403", got)
 	}
+	if resp, page := e.get(c, "/dashboard", nil); resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "this account is disabled") {
+		t.Errorf("disabled tenant, dashboard: %d, want 403 saying %q", resp.StatusCode, errTenantDisabled.Msg)
+	}
 	if resp, _ := e.get(http.DefaultClient, "/v1/usage", map[string]string{"Authorization": "Bearer " + secret}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("disabled tenant's key: %d, want 403", resp.StatusCode)
 	}
@@ -378,5 +382,25 @@ func TestDisabledTenantOnBothNodes(t *testing.T) {
 	// A user who is not an operator does not see the operator pages.
 	if resp, _ := a.get(user, "/operator", nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/operator for a user: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestSignupThrottled: the sign-up form answers 429 on its own page, with
+// the limit's message, once an address has sent MaxSignupsPerIP forms.
+func TestSignupThrottled(t *testing.T) {
+	e := newAccountEnv(t, "")
+	for i := range account.MaxSignupsPerIP {
+		form := url.Values{"email": {fmt.Sprintf("u%d@example.com", i)}, "password": {"0123456789ab"}}
+		if resp, body := e.post(e.browser(), "/signup", form, nil); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign-up %d: %d %s", i+1, resp.StatusCode, body)
+		}
+	}
+	resp, body := e.post(e.browser(), "/signup", url.Values{"email": {"late@example.com"}, "password": {"0123456789ab"}}, nil)
+	m := regexp.MustCompile(`id="form-error">([^<]*)<`).FindStringSubmatch(body)
+	if resp.StatusCode != http.StatusTooManyRequests || m == nil || m[1] != account.ErrSignupThrottled.Error() {
+		t.Errorf("sign-up over the limit: %d, error %q; want 429 with %q", resp.StatusCode, m, account.ErrSignupThrottled)
+	}
+	if _, err := e.st.AccountByEmail(t.Context(), "late@example.com"); err == nil {
+		t.Errorf("the throttled sign-up made an account")
 	}
 }

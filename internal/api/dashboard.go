@@ -17,7 +17,7 @@ const KeyPlaceholder = "kubo_sk_YOUR_KEY"
 
 type dashboardData struct {
 	Name, Email, Tenant, Plan string
-	Verified                  bool
+	Verified, Disabled        bool
 	Limits                    usageLimits
 	Today                     usageToday
 	QuotaHigh                 int64
@@ -76,7 +76,7 @@ func (s *Server) dashboardData(r *http.Request, se *session, newKey string, k st
 	plan := s.plans[t.Plan]
 	now := s.now().UTC()
 	d := dashboardData{Name: se.account.Name, Email: se.account.Email, Tenant: t.ID, Plan: t.Plan,
-		Verified: !se.account.VerifiedAt.IsZero(), MaxKeys: store.MaxActiveKeys, NewKey: newKey, NewKeyID: k.ID,
+		Verified: !se.account.VerifiedAt.IsZero(), Disabled: t.Disabled, MaxKeys: store.MaxActiveKeys, NewKey: newKey, NewKeyID: k.ID,
 		Limits: usageLimits{ExecutionsPerDay: plan.ExecutionsPerDay, RequestsPerMinute: plan.RequestsPerMinute,
 			MaxTimeoutS: plan.MaxTimeoutS, MemoryMB: plan.MemoryMB},
 		QuotaHigh: plan.ExecutionsPerDay * 9 / 10}
@@ -149,6 +149,11 @@ func (s *Server) dashboard(w http.ResponseWriter, r *http.Request, se *session) 
 	d, err := s.dashboardData(r, se, "", store.Key{})
 	if err != nil {
 		return err
+	}
+	// A disabled tenant's session is refused like its keys; the page says
+	// why, and the account can still sign out.
+	if d.Disabled {
+		return s.render(w, r, http.StatusForbidden, "message.html", se, Page{Title: "Account disabled", Error: errTenantDisabled.Msg})
 	}
 	return s.render(w, r, http.StatusOK, "dashboard.html", se, Page{Title: "Dashboard", Section: "dashboard", Data: d})
 }

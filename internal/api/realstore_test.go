@@ -2,9 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,11 +9,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
 )
 
@@ -46,44 +43,10 @@ func realStores(t *testing.T) map[string]func(t *testing.T) store.Store {
 	return out
 }
 
-// NewTestDatabase creates an empty PostgreSQL database on the server at
-// VERTAL_TEST_DATABASE_URL for one test, drops it afterwards, and returns
-// its URL.
+// NewTestDatabase is an empty PostgreSQL database for one test.
 func NewTestDatabase(t *testing.T) string {
 	t.Helper()
-	admin := os.Getenv("VERTAL_TEST_DATABASE_URL")
-	if admin == "" {
-		t.Fatal("VERTAL_TEST_DATABASE_URL is not set")
-	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	name := "vertal_api_test_" + hex.EncodeToString(b)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatalf("connecting to VERTAL_TEST_DATABASE_URL: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("creating test database: %v", err)
-	}
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("dropping test database: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("dropping test database: %v", err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("VERTAL_TEST_DATABASE_URL must be a postgres:// URL: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.NewDatabase(t)
 }
 
 // TestOnRealStores repeats the races and the key life cycle on the real

@@ -122,4 +122,10 @@ type Accounts interface {
 	// PeekToken returns the token like UseToken without consuming it (to
 	// show the form an invite or reset link opens).
 	PeekToken(ctx context.Context, hash [32]byte, kind string, at time.Time) (Token, error)
+
+	// PurgeExpired deletes the sessions expired at now and the one-time
+	// tokens used or expired at now, and says how many of each went. Such
+	// rows are refused already (SessionByHash, UseToken); this only keeps
+	// the tables from growing.
+	PurgeExpired(ctx context.Context, now time.Time) (sessions, tokens int64, err error)
 }

@@ -87,6 +87,39 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// buildVertal builds the vertal binary for a test that runs it.
+func buildVertal(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "vertal")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kuboprotocol/vertal2kubo/cmd/vertal").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serveArgs are `vertal serve` on 127.0.0.1:port with the test image
+// (VERTAL_ROOTFS, as scripts/test.sh sets it), then more.
+func serveArgs(port int, more ...string) []string {
+	args := []string{"serve", "--host", "127.0.0.1", "--port", fmt.Sprint(port)}
+	if rootfs := os.Getenv("VERTAL_ROOTFS"); rootfs != "" {
+		args = append(args, "--image-dir", filepath.Dir(rootfs))
+	}
+	return append(args, more...)
+}
+
+// signIn opens the sign-in page at url and sends the form; the caller
+// waits for what should follow.
+func (b *browser) signIn(url, email, password string) {
+	b.t.Helper()
+	b.do(
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.ID("signin")),
+		chromedp.SendKeys(chromedp.ID("email"), email),
+		chromedp.SendKeys(chromedp.ID("password"), password),
+		chromedp.Click(chromedp.ID("signin")),
+	)
+}
+
 const xssName = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>`
 
 // TestAccountFlowWithRealServer is the issue's account flow in Chromium
@@ -101,19 +134,12 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 		t.Fatal("the oci driver needs root")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "vertal")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kuboprotocol/vertal2kubo/cmd/vertal").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildVertal(t)
 	sink := startSMTPSink(t)
 	port := freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	common := []string{"--data-dir", filepath.Join(dir, "data"), "--public-url", base, "--signup", "invite"}
-	args := append([]string{"serve", "--host", "127.0.0.1", "--port", fmt.Sprint(port),
-		"--smtp-url", "smtp://" + sink.addr + "?from=noreply@vertal.test"}, common...)
-	if rootfs := os.Getenv("VERTAL_ROOTFS"); rootfs != "" {
-		args = append(args, "--image-dir", filepath.Dir(rootfs))
-	}
+	args := append(serveArgs(port, "--smtp-url", "smtp://"+sink.addr+"?from=noreply@vertal.test"), common...)
 	srv := launchServer(t, bin, args, false)
 	defer func() {
 		if t.Failed() {
@@ -146,14 +172,8 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 	}
 
 	// /entrar is the docs' name of the sign-in page.
-	b.do(
-		chromedp.Navigate(base+"/entrar"),
-		chromedp.WaitVisible(chromedp.ID("signin")),
-		chromedp.SendKeys(chromedp.ID("email"), "ann@example.com"),
-		chromedp.SendKeys(chromedp.ID("password"), "a long enough password"),
-		chromedp.Click(chromedp.ID("signin")),
-		chromedp.WaitVisible(chromedp.ID("create-key")),
-	)
+	b.signIn(base+"/entrar", "ann@example.com", "a long enough password")
+	b.do(chromedp.WaitVisible(chromedp.ID("create-key")))
 	if got := eval[string](b, `document.getElementById('account-name').textContent`); got != xssName {
 		t.Errorf("account name shown as %q, want the payload as text", got)
 	}
@@ -309,12 +329,8 @@ func shootAccount(t *testing.T, dir, base string) {
 		}
 		b.do(chromedp.Navigate(base+"/login"), chromedp.WaitVisible(chromedp.ID("signin")))
 		save("login")
-		b.do(
-			chromedp.SendKeys(chromedp.ID("email"), "ann@example.com"),
-			chromedp.SendKeys(chromedp.ID("password"), "a long enough password"),
-			chromedp.Click(chromedp.ID("signin")),
-			chromedp.WaitVisible(chromedp.ID("create-key")),
-		)
+		b.signIn(base+"/login", "ann@example.com", "a long enough password")
+		b.do(chromedp.WaitVisible(chromedp.ID("create-key")))
 		save("dashboard")
 	}
 }

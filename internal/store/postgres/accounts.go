@@ -243,6 +243,19 @@ func (s *Store) PeekToken(ctx context.Context, hash [32]byte, kind string, at ti
 	return t, nil
 }
 
+// PurgeExpired implements store.Store.
+func (s *Store) PurgeExpired(ctx context.Context, now time.Time) (sessions, tokens int64, err error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1`, ts(now))
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: purge expired sessions: %w", err)
+	}
+	sessions = tag.RowsAffected()
+	if tag, err = s.pool.Exec(ctx, `DELETE FROM tokens WHERE used_at IS NOT NULL OR expires_at <= $1`, ts(now)); err != nil {
+		return 0, 0, fmt.Errorf("postgres: purge expired tokens: %w", err)
+	}
+	return sessions, tag.RowsAffected(), nil
+}
+
 // updateOne runs an UPDATE that must touch exactly one row (ErrNotFound
 // otherwise).
 func (s *Store) updateOne(ctx context.Context, what, query string, args ...any) error {

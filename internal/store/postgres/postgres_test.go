@@ -1,79 +1,27 @@
 package postgres
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
 )
 
-// newDatabase creates an empty database for one test on the server at
-// VERTAL_TEST_DATABASE_URL (whose role needs CREATEDB), drops it when the
-// test ends, and returns its URL. Without the variable the test is
-// skipped; CI always sets it.
+// newDatabase is a database of the test's own; without
+// VERTAL_TEST_DATABASE_URL the test is skipped (CI always sets it).
 func newDatabase(t *testing.T) string {
 	t.Helper()
-	admin := os.Getenv("VERTAL_TEST_DATABASE_URL")
-	if admin == "" {
+	if os.Getenv(pgtest.EnvVar) == "" {
 		t.Skip("VERTAL_TEST_DATABASE_URL is not set (scripts/postgres.sh prints one)")
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	name := "vertal_test_" + hex.EncodeToString(b)
-
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatalf("connect to VERTAL_TEST_DATABASE_URL: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create test database: %v", err)
-	}
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop test database: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		// FORCE cannot end a backend of another role, such as an
-		// autovacuum worker that happens to be in the new database
-		// (SQLSTATE 42501); those finish quickly, so try again.
-		for i := 0; ; i++ {
-			_, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-			if err == nil {
-				break
-			}
-			if i == 50 {
-				t.Errorf("drop test database: %v", err)
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-
-	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
-		u, err := url.Parse(admin)
-		if err != nil {
-			t.Fatalf("parse VERTAL_TEST_DATABASE_URL: %v", err)
-		}
-		u.Path = "/" + name
-		return u.String()
-	}
-	return admin + " dbname=" + name // keyword=value form
+	return pgtest.NewDatabase(t)
 }
 
 func openStore(t *testing.T, dbURL string) store.Store {

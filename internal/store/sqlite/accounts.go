@@ -250,6 +250,28 @@ func (s *Store) PeekToken(ctx context.Context, hash [32]byte, kind string, at ti
 	return t, nil
 }
 
+// PurgeExpired implements store.Store.
+func (s *Store) PurgeExpired(ctx context.Context, now time.Time) (sessions, tokens int64, err error) {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE expires_at <= $1`, micros(now))
+		if err != nil {
+			return err
+		}
+		if sessions, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if res, err = tx.ExecContext(ctx, `DELETE FROM tokens WHERE used_at IS NOT NULL OR expires_at <= $1`, micros(now)); err != nil {
+			return err
+		}
+		tokens, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlite: purge expired sessions and tokens: %w", err)
+	}
+	return sessions, tokens, nil
+}
+
 // updateOne runs an UPDATE that must touch exactly one row (ErrNotFound
 // otherwise).
 func (s *Store) updateOne(ctx context.Context, what, query string, args ...any) error {

@@ -215,3 +215,21 @@ func (s *Store) UseToken(_ context.Context, hash [32]byte, kind string, at time.
 func (s *Store) PeekToken(_ context.Context, hash [32]byte, kind string, at time.Time) (store.Token, error) {
 	return s.token(hash, kind, at, false)
 }
+
+func (s *Store) PurgeExpired(_ context.Context, now time.Time) (sessions, tokens int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for h, se := range s.sessions {
+		if !se.ExpiresAt.After(now) {
+			delete(s.sessions, h)
+			sessions++
+		}
+	}
+	for h, t := range s.tokens {
+		if t.used || !t.ExpiresAt.After(now) {
+			delete(s.tokens, h)
+			tokens++
+		}
+	}
+	return sessions, tokens, nil
+}

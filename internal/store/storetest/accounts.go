@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -215,5 +216,58 @@ func testTokenUsedOnce(t *testing.T, s store.Store) {
 	ok, refused := CountErrs(t, errs, store.ErrNotFound)
 	if ok != 1 || refused != n-1 {
 		t.Errorf("%d concurrent uses of one token: %d ok, %d refused; want 1, %d", n, ok, refused, n-1)
+	}
+}
+
+// testPurgeExpired: expired sessions and used or expired tokens go; live
+// ones stay and still work.
+func testPurgeExpired(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	must(t, "CreateAccount", s.CreateAccount(ctx, account("acc_1", "ann@example.com", "ann"), "free"))
+	now := t0.Add(time.Hour)
+	h := func(name string) [32]byte { return sha256.Sum256([]byte(name)) }
+	for name, expires := range map[string]time.Time{"expired": now.Add(-time.Second), "at-now": now, "live": now.Add(time.Second)} {
+		must(t, "CreateSession "+name, s.CreateSession(ctx, store.Session{Hash: h("session " + name), AccountID: "acc_1", CSRF: "c",
+			CreatedAt: t0, ExpiresAt: expires}))
+	}
+	for _, tok := range []struct {
+		name    string
+		kind    string
+		expires time.Time
+		used    bool
+	}{
+		{"expired invite", store.TokenInvite, now.Add(-time.Minute), false},
+		{"used verify", store.TokenVerify, now.Add(time.Hour), true},
+		{"expired reset", store.TokenReset, now, false},
+		{"live invite", store.TokenInvite, now.Add(time.Hour), false},
+		{"live reset", store.TokenReset, now.Add(time.Hour), false},
+	} {
+		must(t, "CreateToken "+tok.name, s.CreateToken(ctx, store.Token{Hash: h(tok.name), Kind: tok.kind, Email: "ann@example.com",
+			AccountID: "acc_1", CreatedAt: t0, ExpiresAt: tok.expires}))
+		if tok.used {
+			_, err := s.UseToken(ctx, h(tok.name), tok.kind, t0)
+			must(t, "UseToken "+tok.name, err)
+		}
+	}
+	sessions, tokens, err := s.PurgeExpired(ctx, now)
+	must(t, "PurgeExpired", err)
+	if sessions != 2 || tokens != 3 {
+		t.Errorf("PurgeExpired deleted %d sessions and %d tokens, want 2 and 3", sessions, tokens)
+	}
+	if _, err := s.SessionByHash(ctx, h("session live"), now); err != nil {
+		t.Errorf("the live session after the purge: %v", err)
+	}
+	for _, live := range []struct{ name, kind string }{{"live invite", store.TokenInvite}, {"live reset", store.TokenReset}} {
+		if _, err := s.PeekToken(ctx, h(live.name), live.kind, now); err != nil {
+			t.Errorf("%s after the purge: %v", live.name, err)
+		}
+	}
+	// What is gone is gone: a second purge at the same time finds nothing.
+	if sessions, tokens, err := s.PurgeExpired(ctx, now); err != nil || sessions != 0 || tokens != 0 {
+		t.Errorf("second PurgeExpired = %d, %d, %v; want 0, 0", sessions, tokens, err)
+	}
+	// Nothing outlives its time: the expired rows are not merely hidden.
+	if _, err := s.SessionByHash(ctx, h("session expired"), t0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an expired session after the purge, looked up at an earlier time: %v, want ErrNotFound (deleted)", err)
 	}
 }

@@ -93,6 +93,7 @@ var cases = []struct {
 	{"Sessions", testSessions},
 	{"Tokens", testTokens},
 	{"TokenUsedOnce", testTokenUsedOnce},
+	{"PurgeExpired", testPurgeExpired},
 }
 
 // t0 has sub-microsecond digits on purpose: stores keep microseconds.
