@@ -15,6 +15,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
@@ -38,8 +39,8 @@ func newAccountNode(t *testing.T, st store.Store, edgeSecret string) *accountEnv
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Store: st, Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 8, QueueTimeout: time.Second}),
-		Languages: testLanguages, Accounts: acc, Pages: web.NewPages(web.Options{}), EdgeSecret: edgeSecret})
+	s, err := New(Options{Service: execution.Options{Store: st, Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 8, QueueTimeout: time.Second}),
+		Languages: testLanguages}, Accounts: acc, Pages: web.NewPages(web.Options{}), EdgeSecret: edgeSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -285,7 +285,7 @@ func withWebhooks(allow ...string) envOption {
 			prefixes = append(prefixes, netip.MustParsePrefix(a))
 		}
 		guard := webhook.NewGuard(prefixes, nil)
-		c.opts.Webhooks = &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard})}
+		c.opts.Service.Webhooks = &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard})}
 	}
 }
 
@@ -318,7 +318,7 @@ type envConfig struct {
 type envOption func(*envConfig)
 
 func withPlans(p map[string]config.Plan) envOption {
-	return func(c *envConfig) { c.opts.Plans = p }
+	return func(c *envConfig) { c.opts.Service.Plans = p }
 }
 
 func withEngine(e engine.Options) envOption {
@@ -347,11 +347,10 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	env := &testEnv{t: t, driver: newFakeDriver(), clock: newClock(testStart), logs: &syncBuffer{}}
 	cfg := envConfig{
 		opts: Options{
-			Languages:    testLanguages,
-			Version:      "0.2.0-test",
-			Logger:       slog.New(slog.NewJSONHandler(env.logs, nil)),
-			Now:          env.clock.Now,
-			QueueTimeout: time.Second,
+			Service: execution.Options{Languages: testLanguages, QueueTimeout: time.Second},
+			Version: "0.2.0-test",
+			Logger:  slog.New(slog.NewJSONHandler(env.logs, nil)),
+			Now:     env.clock.Now,
 		},
 		engine: engine.Options{MaxConcurrent: 256, QueueTimeout: time.Second},
 		store:  storefake.New(),
@@ -361,13 +360,13 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	}
 	env.store = &countingStore{Store: cfg.store}
 	o, eo := cfg.opts, cfg.engine
-	o.Store = env.store
+	o.Service.Store = env.store
 	if !cfg.noQueue {
 		env.queue = &jobQueue{}
-		o.Queue = env.queue
+		o.Service.Queue = env.queue
 	}
 	env.engine = engine.New(env.driver, eo)
-	o.Engine = env.engine
+	o.Service.Engine = env.engine
 	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)

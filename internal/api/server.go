@@ -27,42 +27,24 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
-// Options configure a Server. Store and Engine are required.
+// Options configure a Server. Service.Store and Service.Engine are
+// required.
 type Options struct {
-	Store  store.Store
-	Engine *engine.Engine
-	// Languages are the runnable languages (config.ResolveLanguages).
-	Languages []engine.Language
-	// Images are the images requests may name (config.ResolveImages);
-	// nil means one "default" image of Languages.
-	Images []config.Image
-	// Plans by name; nil means config.DefaultPlans().
-	Plans map[string]config.Plan
+	// Service configures the execution service every entry point calls
+	// (store, engine, languages and images, plans, limits, idempotency,
+	// the queue, webhooks, this node's name). Its Store, Engine and Plans
+	// are the API's too (nil Plans means config.DefaultPlans()). New sets
+	// its Render, Metrics, Logger and Now from the API's own.
+	Service execution.Options
 	// Version is reported by /health and the OpenAPI document.
 	Version string
 	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
 	// request but /health; otherwise 403.
 	EdgeSecret string
-	// MaxCodeBytes and MaxStdinBytes cap a request (413 above); zero means
-	// the config defaults.
-	MaxCodeBytes  int
-	MaxStdinBytes int
-	// QueueTimeout is the engine's wait for a slot; it bounds how long a
-	// request waits for a concurrent one with the same Idempotency-Key.
-	QueueTimeout time.Duration
-	// IdempotencyWait overrides that bound (plan max timeout + QueueTimeout
-	// + 15 s); IdempotencyPoll is the longest pause between two looks at
-	// the store while waiting (default 200 ms).
-	IdempotencyWait time.Duration
-	IdempotencyPoll time.Duration
-	// CancelPoll is how often a running execution looks in the store for
-	// a cancel recorded by another node; zero means once a second.
-	CancelPoll time.Duration
 	// Heartbeat is how often an idle event stream gets a comment line;
 	// zero means DefaultHeartbeat (15 s).
 	Heartbeat time.Duration
@@ -79,13 +61,6 @@ type Options struct {
 	// directly, so nothing they do is counted again. The caller is in the
 	// request context (see CallerFromContext). Nil: not mounted.
 	MCP http.Handler
-	// NodeID, Queue, Webhooks and NodeTimeout are the execution service's
-	// (execution.Options): async executions, webhooks and the settling of
-	// stopped nodes. Without a Queue, async requests are refused.
-	NodeID      string
-	Queue       execution.Queue
-	Webhooks    *execution.Webhooks
-	NodeTimeout time.Duration
 	// Accounts and Pages serve the account pages (/signup, /login and its
 	// alias /entrar, /dashboard, /operator) and let a signed-in browser
 	// use the API without a key (the playground). Nil: not mounted.
@@ -119,15 +94,15 @@ type Server struct {
 
 // New returns a Server.
 func New(opts Options) (*Server, error) {
-	if opts.Store == nil || opts.Engine == nil {
-		return nil, errors.New("api: Store and Engine are required")
+	if opts.Service.Store == nil || opts.Service.Engine == nil {
+		return nil, errors.New("api: Service.Store and Service.Engine are required")
 	}
 	s := &Server{
 		opts:    opts,
-		store:   opts.Store,
+		store:   opts.Service.Store,
 		log:     opts.Logger,
 		now:     opts.Now,
-		plans:   opts.Plans,
+		plans:   opts.Service.Plans,
 		metrics: opts.Metrics,
 		mux:     http.NewServeMux(),
 	}
@@ -147,33 +122,19 @@ func New(opts Options) (*Server, error) {
 	if s.heartbeat <= 0 {
 		s.heartbeat = DefaultHeartbeat
 	}
-	s.metrics.setEngine(opts.Engine)
+	s.metrics.setEngine(opts.Service.Engine)
 	if opts.EdgeSecret != "" {
 		h := sha256.Sum256([]byte(opts.EdgeSecret))
 		s.edgeSecret = &h
 	}
 	var err error
-	s.exec, err = execution.New(execution.Options{
-		Store:           opts.Store,
-		Engine:          opts.Engine,
-		Languages:       opts.Languages,
-		Images:          opts.Images,
-		Plans:           s.plans,
-		MaxCodeBytes:    opts.MaxCodeBytes,
-		MaxStdinBytes:   opts.MaxStdinBytes,
-		QueueTimeout:    opts.QueueTimeout,
-		IdempotencyWait: opts.IdempotencyWait,
-		IdempotencyPoll: opts.IdempotencyPoll,
-		CancelPoll:      opts.CancelPoll,
-		NodeID:          opts.NodeID,
-		Queue:           opts.Queue,
-		Webhooks:        opts.Webhooks,
-		Render:          RenderExecution,
-		NodeTimeout:     opts.NodeTimeout,
-		Metrics:         executionMetrics{s.metrics},
-		Logger:          s.log,
-		Now:             s.now,
-	})
+	so := opts.Service
+	so.Plans = s.plans
+	so.Render = RenderExecution
+	so.Metrics = executionMetrics{s.metrics}
+	so.Logger = s.log
+	so.Now = s.now
+	s.exec, err = execution.New(so)
 	if err != nil {
 		return nil, err
 	}

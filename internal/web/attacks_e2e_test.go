@@ -21,6 +21,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
 	"github.com/kuboprotocol/vertal2kubo/internal/web"
@@ -224,7 +225,7 @@ func startAccountServer(t *testing.T, now func() time.Time) (string, *account.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := api.New(api.Options{Store: st, Engine: engine.New(noSandbox{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Second}),
+	s, err := api.New(api.Options{Service: execution.Options{Store: st, Engine: engine.New(noSandbox{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Second})},
 		Accounts: acc, Pages: web.NewPages(web.Options{}), Web: web.Handler(web.Options{OpenAPI: testOpenAPIDoc(t), APIBase: "/api"})})
 	if err != nil {
 		t.Fatal(err)
