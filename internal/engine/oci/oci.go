@@ -71,8 +71,12 @@ type Driver struct {
 	runtimeRoot string // instance/<runtime>: the runtime's --root
 	lock        *os.File
 
+	// seccompBPF is the profile compiled for bwrap, once.
+	seccompBPF []byte
+
 	mu        sync.Mutex
 	templates map[templateKey]*template
+	plans     map[templateKey]*bwrapPlan // bwrap
 	images    map[string]error // image dir -> validation result
 }
 
@@ -102,10 +106,6 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: the oci driver must run as root (it creates cgroups and namespaces)", engine.ErrUnavailable)
 	}
-	initPath, err := findInit(opts.Init)
-	if err != nil {
-		return nil, err
-	}
 	cg, err := discoverCgroups(opts.CgroupParent)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
@@ -115,6 +115,15 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	opts.Runtime = rt.name
+	var initPath string
+	var seccompBPF []byte
+	if rt.bwrap {
+		if seccompBPF, err = sandbox.CompileSeccomp(sandbox.Seccomp(rt.name)); err != nil {
+			return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+		}
+	} else if initPath, err = findInit(opts.Init); err != nil {
+		return nil, err
+	}
 	if err := cg.ensureBase(); err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
 	}
@@ -135,6 +144,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{
 		opts: opts, log: log, rt: rt, rtPath: rtPath, initPath: initPath, cg: cg, uids: opts.UIDs,
 		templates: map[templateKey]*template{}, images: map[string]error{},
+		seccompBPF: seccompBPF, plans: map[templateKey]*bwrapPlan{},
 	}
 	if err := d.claimInstance(); err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
@@ -191,7 +201,11 @@ func prepareHost(rt runtimeKind, cg *cgroups, log *slog.Logger) error {
 // lock file is created and locked before the directory exists, so Reap
 // never mistakes a starting driver for a dead one.
 func (d *Driver) claimInstance() error {
-	if err := os.MkdirAll(d.opts.StateDir, 0o700); err != nil {
+	mode := os.FileMode(0o700)
+	if d.rt.bwrap {
+		mode = 0o711 // see searchable
+	}
+	if err := os.MkdirAll(d.opts.StateDir, mode); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
 	var tok [6]byte
@@ -199,6 +213,11 @@ func (d *Driver) claimInstance() error {
 		return fmt.Errorf("instance token: %w", err)
 	}
 	name := hex.EncodeToString(tok[:])
+	if d.rt.bwrap {
+		if err := searchable(d.opts.StateDir); err != nil {
+			return err
+		}
+	}
 	lock, err := os.OpenFile(filepath.Join(d.opts.StateDir, name+lockSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating instance lock: %w", err)
@@ -217,7 +236,49 @@ func (d *Driver) claimInstance() error {
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
+	if d.rt.bwrap {
+		// bwrap, as the sandbox's uid, resolves the bundle's mount
+		// sources by path: the way there may be searched, not listed;
+		// each bundle is open to its own sandbox's group only.
+		for _, dir := range []string{d.instance, d.bundlesDir} {
+			if err := os.Chmod(dir, 0o711); err != nil {
+				d.Close()
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// searchable makes dir searchable by any uid (o+x) and checks that its
+// ancestors are: bwrap runs as the sandbox's uid and must reach the
+// bundles under it.
+func searchable(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()|0o011); err != nil {
+			return fmt.Errorf("making the state dir searchable for bwrap: %w", err)
+		}
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("the bwrap runtime runs as the sandbox's uid, which cannot reach the state dir %s: %s is not searchable (chmod o+x %s, or choose another state dir)", dir, p, p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
 
 const lockSuffix = ".lock"
@@ -388,6 +449,9 @@ func (d *Driver) checkImage(dir string) error {
 		// a link in the image must not be followed on the host.
 		if fi, err := os.Lstat(filepath.Join(dir, timeoutPath)); err != nil || !fi.Mode().IsRegular() {
 			return fmt.Errorf("image %q: no %s (coreutils), which every sandbox's own deadline runs", dir, timeoutPath)
+		}
+		if fi, err := os.Lstat(filepath.Join(dir, envPath)); d.rt.bwrap && (err != nil || !fi.Mode().IsRegular()) {
+			return fmt.Errorf("image %q: no %s (coreutils), which the bwrap runtime runs", dir, envPath)
 		}
 		return nil
 	}()
