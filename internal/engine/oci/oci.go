@@ -77,7 +77,7 @@ type Driver struct {
 	mu        sync.Mutex
 	templates map[templateKey]*template
 	plans     map[templateKey]*bwrapPlan // bwrap
-	images    map[string]error // image dir -> validation result
+	images    map[string]error           // image dir -> validation result
 }
 
 // Defaults.
