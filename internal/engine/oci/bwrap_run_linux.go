@@ -248,6 +248,12 @@ func (p *bwrapProcess) Start(ctx context.Context) error {
 		p.Kill()
 		return fmt.Errorf("oci: bwrap: releasing the sandbox: %w", err)
 	}
+	// As the OCI runtimes' --pid-file: the sandbox exists, and its pid 1
+	// is this (for tests and operators; nothing reads it back).
+	if err := os.WriteFile(filepath.Join(p.bundle, "init.pid"), []byte(strconv.Itoa(p.initPid)), 0o600); err != nil {
+		p.Kill()
+		return fmt.Errorf("oci: bwrap: %w", err)
+	}
 	return nil
 }
 

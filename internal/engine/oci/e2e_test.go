@@ -47,7 +47,7 @@ func languagesOn(img string) map[string]engine.Language {
 // and checked to be empty, when the test ends.
 func newTestDriver(t *testing.T, runtime string) *Driver {
 	t.Helper()
-	d, err := New(context.Background(), Options{Runtime: runtime, StateDir: stateDir(t), CgroupParent: "vertal-test"})
+	d, err := New(context.Background(), Options{Runtime: runtime, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
 	if err != nil {
 		t.Fatalf("New(%s): %v", runtime, err)
 	}
@@ -61,9 +61,9 @@ func newTestDriver(t *testing.T, runtime string) *Driver {
 
 var allRuntimes = []string{"crun", "runc", "runsc", "bwrap"}
 
-// stateDir is a state dir for a test driver. t.TempDir's parent is
+// testStateDir is a state dir for a test driver. t.TempDir's parent is
 // private to root; bwrap runs as the sandbox's uid and must pass it.
-func stateDir(t testing.TB) string {
+func testStateDir(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
