@@ -33,7 +33,8 @@ import (
 
 // Options configure the driver.
 type Options struct {
-	// Runtime is "crun", "runc", "runsc" or "" to pick the best installed
+	// Runtime is "crun", "runc", "runsc", "bwrap" (bubblewrap, see
+	// bwrap_linux.go) or "" to pick the best installed
 	// (crun, else runc).
 	Runtime string
 	// StateDir holds bundles and runtime state; it is cleaned by Reap.
@@ -364,6 +365,31 @@ func enforced(rt runtimeKind, mode string) []sandbox.Protection {
 		yes(sandbox.ProtInit, "tini-static bind-mounted at /dev/init"),
 		yes(sandbox.ProtCleanup, "bundle, runtime state and cgroups removed; Reap after a crash"),
 		{Name: sandbox.ProtKernelIsol, Enforced: false, How: "host kernel shared (namespaces, seccomp)", Fix: "--runtime runsc"},
+	}
+	if rt.bwrap {
+		// The kernel is shared as under crun and runc; the mechanisms
+		// differ (bwrap_linux.go, docs/SECURITY.md).
+		bw := map[string]string{
+			sandbox.ProtNetwork:    "bwrap --unshare-net: new network namespace without interfaces but lo",
+			sandbox.ProtReadonly:   "the image bind-mounted read-only as / (--ro-bind)",
+			sandbox.ProtTmp:        "host tmpfs bind-mounted (bwrap's own tmpfs has no noexec); its flags are locked in the user namespace",
+			sandbox.ProtUser:       "bwrap runs as a host uid/gid leased per sandbox (uidpool); its user namespace maps only that uid",
+			sandbox.ProtCaps:       "--cap-drop ALL; no capability in the sandbox's user namespace",
+			sandbox.ProtNoNewPrivs: "bwrap sets PR_SET_NO_NEW_PRIVS",
+			sandbox.ProtSeccomp:    "our profile compiled once to BPF (sandbox.CompileSeccomp), loaded by bwrap --seccomp; ENOSYS default",
+			sandbox.ProtNamespaces: "user, pid, ipc, uts, mount, net and cgroup namespaces (bwrap --unshare-*)",
+			sandbox.ProtMasked:     "/dev/null or an empty read-only tmpfs over the masked paths, /sys not mounted; /proc/sys owned by the unmapped host root",
+			sandbox.ProtEnv:        "fixed environment (env -u PWD); descriptors above 2 marked close-on-exec before bwrap starts",
+			sandbox.ProtFileSize:   "RLIMIT_FSIZE set with prlimit(2) while bwrap waits (--userns-block-fd)",
+			sandbox.ProtTimeout:    how.kill + ", which includes bwrap's pid 1; --die-with-parent",
+			sandbox.ProtInit:       "bwrap's own pid 1 (reaps zombies, passes the exit status on)",
+			sandbox.ProtCleanup:    "bundle and cgroups removed; Reap after a crash",
+		}
+		for i := range ps {
+			if h, ok := bw[ps[i].Name]; ok {
+				ps[i].How = h
+			}
+		}
 	}
 	if rt.gvisor {
 		for i := range ps {
