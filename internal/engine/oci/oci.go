@@ -251,6 +251,9 @@ func (d *Driver) claimInstance() error {
 	return nil
 }
 
+// vertalRun is the platform's state root, the default state dirs' parent.
+var vertalRun = filepath.Dir(DefaultStateDir)
+
 // searchable makes dir searchable by any uid (o+x) and checks that its
 // ancestors are: bwrap runs as the sandbox's uid and must reach the
 // bundles under it.
@@ -273,7 +276,14 @@ func searchable(dir string) error {
 		if err != nil {
 			return err
 		}
-		if fi.Mode().Perm()&0o001 == 0 {
+		if fi.Mode().Perm()&0o001 == 0 && (p == vertalRun || strings.HasPrefix(p, vertalRun+"/")) {
+			// The platform's own state root (0700 by default): search
+			// without listing reveals nothing; what is under it keeps
+			// its own modes.
+			if err := os.Chmod(p, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("making %s searchable for bwrap: %w", p, err)
+			}
+		} else if fi.Mode().Perm()&0o001 == 0 {
 			return fmt.Errorf("the bwrap runtime runs as the sandbox's uid, which cannot reach the state dir %s: %s is not searchable (chmod o+x %s, or choose another state dir)", dir, p, p)
 		}
 		if p == "/" {
