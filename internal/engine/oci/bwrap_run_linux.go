@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -39,7 +40,22 @@ func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits) (*bwrapPlan, e
 	if err != nil {
 		return nil, err
 	}
-	p, err = bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, exists: func(path string) (bool, bool) {
+	if p, err = d.bwrapPlanOf(spec, lang); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if len(d.plans) > 256 {
+		clear(d.plans)
+	}
+	d.plans[key] = p
+	d.mu.Unlock()
+	return p, nil
+}
+
+// bwrapPlanOf translates a spec of lang's image, with bundle and uid
+// placeholders.
+func (d *Driver) bwrapPlanOf(spec *specs.Spec, lang engine.Language) (*bwrapPlan, error) {
+	p, err := bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, exists: func(path string) (bool, bool) {
 		host := filepath.Join(lang.Image, path)
 		if path == "/proc" || strings.HasPrefix(path, "/proc/") {
 			host = path
@@ -53,13 +69,16 @@ func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits) (*bwrapPlan, e
 	if err := d.checkSeccomp(p); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	if len(d.plans) > 256 {
-		clear(d.plans)
-	}
-	d.plans[key] = p
-	d.mu.Unlock()
 	return p, nil
+}
+
+// openBundleTo lets only the sandbox's group (its uid = gid) pass into
+// the bundle: bwrap, as that uid, resolves its mount sources there.
+func openBundleTo(bundle string, gid uint32) error {
+	if err := os.Chown(bundle, 0, int(gid)); err != nil {
+		return err
+	}
+	return os.Chmod(bundle, 0o710)
 }
 
 // checkSeccomp makes sure the plan's profile is the one the driver

@@ -120,7 +120,7 @@ func BenchmarkRun(b *testing.B) {
 	})
 	for _, rt := range allRuntimes {
 		b.Run(rt, func(b *testing.B) {
-			d, err := New(context.Background(), Options{Runtime: rt, StateDir: b.TempDir(), CgroupParent: "vertal-test"})
+			d, err := New(context.Background(), Options{Runtime: rt, StateDir: testStateDir(b), CgroupParent: "vertal-test"})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -300,7 +300,10 @@ func (d *Driver) Close() error {
 	if d.lock == nil {
 		return nil
 	}
-	err := os.RemoveAll(d.instance)
+	err := unmountUnder(d.instance) // bwrap's launcher tmpfs
+	if rerr := os.RemoveAll(d.instance); rerr != nil && err == nil {
+		err = rerr
+	}
 	if rerr := os.Remove(d.lock.Name()); rerr != nil && err == nil {
 		err = rerr
 	}

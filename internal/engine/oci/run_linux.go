@@ -98,11 +98,7 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 
 // executeBwrap runs a bwrap sandbox through the engine's execution loop.
 func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle string, cg *execCgroup, plan *bwrapPlan) (engine.Result, error) {
-	// Only the sandbox's group (its uid = gid) may pass into the bundle.
-	if err := os.Chown(bundle, 0, int(plan.gid)); err != nil {
-		return engine.Result{}, fmt.Errorf("oci: %w", err)
-	}
-	if err := os.Chmod(bundle, 0o710); err != nil {
+	if err := openBundleTo(bundle, plan.gid); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
 	p, err := d.newBwrapProcess(spec.ID, bundle, cg, plan)
