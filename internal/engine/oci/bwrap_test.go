@@ -180,7 +180,7 @@ func TestBwrapRefuses(t *testing.T) {
 		{"sysctl", func(s *specs.Spec) { s.Linux.Sysctl = map[string]string{"a": "b"} }},
 		{"uid mappings", func(s *specs.Spec) { s.Linux.UIDMappings = []specs.LinuxIDMapping{{Size: 1}} }},
 		{"readonly outside proc", func(s *specs.Spec) { s.Linux.ReadonlyPaths = []string{"/etc"} }},
-		{"hooks", func(s *specs.Spec) { s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/x"}}} }},
+		{"hooks", func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/x"}}} }},
 		{"annotations", func(s *specs.Spec) { s.Annotations = map[string]string{"a": "b"} }},
 		{"suid bind", func(s *specs.Spec) {
 			s.Mounts = []specs.Mount{{Destination: "/x", Type: "bind", Source: "/x", Options: []string{"rbind", "nodev"}}}
