@@ -52,12 +52,18 @@ type bwrapPlan struct {
 	rlimits []bwrapRlimit
 	// oomScoreAdj is written for bwrap's processes before it goes on.
 	oomScoreAdj *int
-	// noexec are bind sources (host paths) that must be mounted noexec,
-	// nosuid, nodev: bwrap keeps a source's flags, and the kernel locks
-	// them in the sandbox's user namespace.
-	noexec []string
+	// checks are bind sources (host paths) and the mount flags they must
+	// have: bwrap keeps a source's flags, and the kernel locks them in
+	// the sandbox's user namespace.
+	checks []mountCheck
 	// seccomp is the profile to compile and pass on bwrapSeccompFD.
 	seccomp *specs.LinuxSeccomp
+}
+
+// mountCheck is a host path and the statfs flags (ST_*) it must carry.
+type mountCheck struct {
+	path  string
+	flags int64
 }
 
 type bwrapRlimit struct {
@@ -89,17 +95,22 @@ var bwrapNamespaces = map[specs.LinuxNamespaceType]string{
 }
 
 // bwrapDevices are the device nodes the OCI runtimes create in every
-// container's /dev (runtime-spec "Default Devices"); bwrap bind-mounts
-// the host's, which the sandbox's user namespace cannot add to (no
-// mknod). With the spec's device cgroup denying everything else, that is
-// the same set.
+// container's /dev (runtime-spec "Default Devices"), made by the driver
+// in the /dev it shares read-only with every bwrap sandbox (prepareDev);
+// the sandbox's user namespace cannot add to them (no mknod). With the
+// spec's device cgroup denying everything else, that is the same set.
 var bwrapDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+
+// bwrapDevLinks are the links of that /dev, as the OCI runtimes make them.
+var bwrapDevLinks = [][2]string{{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
 
 // bwrapEnv describes the host to the translation, so tests can fix it.
 type bwrapEnv struct {
 	// bundle is the execution's bundle directory: relative bind sources
 	// are in it.
 	bundle string
+	// dev is the host directory that becomes /dev (prepareDev).
+	dev string
 	// exists says whether a masked path exists in the sandbox and is a
 	// directory: under /proc the host's procfs answers (the same kernel),
 	// elsewhere the image.
@@ -317,24 +328,20 @@ func bwrapMount(m specs.Mount, env bwrapEnv, p *bwrapPlan) ([]string, error) {
 		return []string{"--proc", m.Destination}, only("nosuid", "noexec", "nodev")
 
 	case m.Type == "tmpfs" && m.Destination == "/dev":
-		// The device nodes (bwrapDevices) and the usual links, then
-		// read-only: bwrap's tmpfs has no noexec, and the sandbox's user
-		// owns it, so nothing may be written there.
-		if err := only("nosuid", "noexec", "nodev", "strictatime"); err != nil {
+		// The driver's /dev (prepareDev): a host tmpfs with the device
+		// nodes and links, noexec and nosuid like the spec's, read-only
+		// and root's, so its flags are locked and nothing can be written
+		// there. (bwrap's own tmpfs has no noexec and belongs to the
+		// sandbox's user.) The size and mode are the driver's: the
+		// sandbox cannot write there at all.
+		if err := only("nosuid", "noexec", "strictatime"); err != nil {
 			return nil, err
 		}
-		args, err := bwrapTmpfsArgs(m.Options)
-		if err != nil {
-			return nil, err
+		if !opts["noexec"] || !opts["nosuid"] || env.dev == "" {
+			return nil, fmt.Errorf("needs noexec and nosuid, and the driver's /dev")
 		}
-		args = append(args, "--tmpfs", "/dev")
-		for _, dev := range bwrapDevices {
-			args = append(args, "--dev-bind", dev, dev)
-		}
-		for i, l := range []string{"stdin", "stdout", "stderr"} {
-			args = append(args, "--symlink", "/proc/self/fd/"+strconv.Itoa(i), "/dev/"+l)
-		}
-		return append(args, "--symlink", "/proc/self/fd", "/dev/fd", "--remount-ro", "/dev"), nil
+		p.checks = append(p.checks, mountCheck{env.dev, unix.ST_NOEXEC | unix.ST_NOSUID | unix.ST_RDONLY})
+		return []string{"--dev-bind", env.dev, "/dev"}, nil
 
 	case m.Type == "bind":
 		if err := only("bind", "rbind", "ro", "rw", "nosuid", "nodev", "noexec"); err != nil {
@@ -350,7 +357,7 @@ func bwrapMount(m specs.Mount, env bwrapEnv, p *bwrapPlan) ([]string, error) {
 			src = filepath.Join(env.bundle, src)
 		}
 		if opts["noexec"] {
-			p.noexec = append(p.noexec, src)
+			p.checks = append(p.checks, mountCheck{src, unix.ST_NOEXEC | unix.ST_NOSUID | unix.ST_NODEV})
 		}
 		if opts["ro"] {
 			return []string{"--ro-bind", src, m.Destination}, nil
@@ -358,48 +365,6 @@ func bwrapMount(m specs.Mount, env bwrapEnv, p *bwrapPlan) ([]string, error) {
 		return []string{"--bind", src, m.Destination}, nil
 	}
 	return nil, fmt.Errorf("type %q is not supported", m.Type)
-}
-
-// bwrapTmpfsArgs are --perms and --size for a tmpfs's mode= and size=.
-func bwrapTmpfsArgs(options []string) ([]string, error) {
-	var args []string
-	for _, o := range options {
-		switch {
-		case strings.HasPrefix(o, "mode="):
-			mode, err := strconv.ParseUint(strings.TrimPrefix(o, "mode="), 8, 32)
-			if err != nil {
-				return nil, fmt.Errorf("option %q: %w", o, err)
-			}
-			args = append(args, "--perms", fmt.Sprintf("%04o", mode))
-		case strings.HasPrefix(o, "size="):
-			size, err := parseSize(strings.TrimPrefix(o, "size="))
-			if err != nil {
-				return nil, fmt.Errorf("option %q: %w", o, err)
-			}
-			args = append(args, "--size", strconv.FormatInt(size, 10))
-		}
-	}
-	return args, nil
-}
-
-// parseSize reads a tmpfs size: bytes, or with a k, m or g suffix.
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'k', 'K':
-			mult, s = 1<<10, s[:n-1]
-		case 'm', 'M':
-			mult, s = 1<<20, s[:n-1]
-		case 'g', 'G':
-			mult, s = 1<<30, s[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("not a size")
-	}
-	return v * mult, nil
 }
 
 // isZero reports whether v (a pointer to a struct of the spec) has no

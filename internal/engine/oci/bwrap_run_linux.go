@@ -55,7 +55,7 @@ func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits) (*bwrapPlan, e
 // bwrapPlanOf translates a spec of lang's image, with bundle and uid
 // placeholders.
 func (d *Driver) bwrapPlanOf(spec *specs.Spec, lang engine.Language) (*bwrapPlan, error) {
-	p, err := bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, exists: func(path string) (bool, bool) {
+	p, err := bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, dev: d.devDir(), exists: func(path string) (bool, bool) {
 		host := filepath.Join(lang.Image, path)
 		if path == "/proc" || strings.HasPrefix(path, "/proc/") {
 			host = path
@@ -71,6 +71,9 @@ func (d *Driver) bwrapPlanOf(spec *specs.Spec, lang engine.Language) (*bwrapPlan
 	}
 	return p, nil
 }
+
+// devDir is the /dev of the driver's bwrap sandboxes (prepareDev).
+func (d *Driver) devDir() string { return filepath.Join(d.instance, "dev") }
 
 // openBundleTo lets only the sandbox's group (its uid = gid) pass into
 // the bundle: bwrap, as that uid, resolves its mount sources there.
@@ -111,9 +114,9 @@ func (p *bwrapPlan) render(bundle string, uid uint32, args, env []string) *bwrap
 	for i, a := range p.args {
 		r.args[i] = fill(a)
 	}
-	r.noexec = make([]string, len(p.noexec))
-	for i, a := range p.noexec {
-		r.noexec[i] = fill(a)
+	r.checks = make([]mountCheck, len(p.checks))
+	for i, c := range p.checks {
+		r.checks[i] = mountCheck{fill(c.path), c.flags}
 	}
 	if p.uid == uidPlaceholder {
 		r.uid = uid
@@ -276,18 +279,53 @@ func (p *bwrapProcess) Start(ctx context.Context) error {
 	return nil
 }
 
-// verifyMounts checks that the bind sources the spec wants noexec are
-// mounted noexec, nosuid and nodev: bwrap keeps a source's flags.
+// verifyMounts checks that the bind sources carry the mount flags the
+// spec wants (noexec, nosuid, ...): bwrap keeps a source's flags.
 func (p *bwrapProcess) verifyMounts() error {
-	for _, src := range p.plan.noexec {
+	for _, c := range p.plan.checks {
 		var st unix.Statfs_t
-		if err := unix.Statfs(src, &st); err != nil {
+		if err := unix.Statfs(c.path, &st); err != nil {
 			return fmt.Errorf("oci: bwrap: %w", err)
 		}
-		const want = unix.ST_NOEXEC | unix.ST_NOSUID | unix.ST_NODEV
-		if st.Flags&want != want {
-			return fmt.Errorf("oci: bwrap: %s is not mounted noexec,nosuid,nodev", src)
+		if st.Flags&c.flags != c.flags {
+			return fmt.Errorf("oci: bwrap: %s is mounted with flags %#x, want %#x", c.path, st.Flags, c.flags)
 		}
+	}
+	return nil
+}
+
+// prepareDev makes the /dev every bwrap sandbox of the driver shares: a
+// small tmpfs in the instance directory, nosuid and noexec, holding the
+// standard device nodes (the host's numbers) and links, then remounted
+// read-only. Close and Reap unmount it with the instance.
+func prepareDev(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	const flags = unix.MS_NOSUID | unix.MS_NOEXEC
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("mounting %s: %w", dir, err)
+	}
+	for _, dev := range bwrapDevices {
+		var st unix.Stat_t
+		if err := unix.Stat(dev, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			return fmt.Errorf("%s: not a character device on the host (%v)", dev, err)
+		}
+		if err := unix.Mknod(filepath.Join(dir, filepath.Base(dev)), unix.S_IFCHR|0o666, int(st.Rdev)); err != nil {
+			return fmt.Errorf("creating %s: %w", dev, err)
+		}
+		// mknod applies the umask; the nodes are world read-write.
+		if err := os.Chmod(filepath.Join(dir, filepath.Base(dev)), 0o666); err != nil {
+			return err
+		}
+	}
+	for _, l := range bwrapDevLinks {
+		if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
+		return fmt.Errorf("remounting %s read-only: %w", dir, err)
 	}
 	return nil
 }

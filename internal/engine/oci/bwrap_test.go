@@ -36,7 +36,7 @@ func TestBwrapArgvGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, exists: fakeProc})
+	plan, err := bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, dev: "/run/vertal/oci/0123456789ab/dev", exists: fakeProc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +58,8 @@ func TestBwrapArgvGolden(t *testing.T) {
 		fmt.Fprintf(&b, "rlimit %d %d %d\n", l.resource, l.limit.Cur, l.limit.Max)
 	}
 	fmt.Fprintf(&b, "oom_score_adj %d\nuid %d gid %d\n", *r.oomScoreAdj, r.uid, r.gid)
-	for _, n := range r.noexec {
-		fmt.Fprintf(&b, "noexec %s\n", n)
+	for _, c := range r.checks {
+		fmt.Fprintf(&b, "mount flags %#x %s\n", c.flags, c.path)
 	}
 	golden := filepath.Join("testdata", "bwrap-argv.txt")
 	if *update {
@@ -120,11 +120,7 @@ func TestBwrapTranslation(t *testing.T) {
 		}, common("--bind", "/h/y", "/y")},
 		{"dev", func(s *specs.Spec) {
 			s.Mounts = []specs.Mount{{Destination: "/dev", Type: "tmpfs", Options: []string{"nosuid", "noexec", "mode=755", "size=1m"}}}
-		}, common("--perms", "0755", "--size", "1048576", "--tmpfs", "/dev",
-			"--dev-bind", "/dev/null", "/dev/null", "--dev-bind", "/dev/zero", "/dev/zero", "--dev-bind", "/dev/full", "/dev/full",
-			"--dev-bind", "/dev/random", "/dev/random", "--dev-bind", "/dev/urandom", "/dev/urandom", "--dev-bind", "/dev/tty", "/dev/tty",
-			"--symlink", "/proc/self/fd/0", "/dev/stdin", "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr",
-			"--symlink", "/proc/self/fd", "/dev/fd", "--remount-ro", "/dev")},
+		}, common("--dev-bind", "/d", "/dev")},
 		{"masked", func(s *specs.Spec) {
 			s.Linux.MaskedPaths = []string{"/proc/acpi", "/proc/kcore", "/proc/absent"}
 		}, common("--perms", "0555", "--size", "4096", "--tmpfs", "/proc/acpi", "--remount-ro", "/proc/acpi", "--ro-bind", "/dev/null", "/proc/kcore")},
@@ -140,7 +136,7 @@ func TestBwrapTranslation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := bwrapTestSpec()
 			tc.edit(s)
-			p, err := bwrapPlanFor(s, bwrapEnv{bundle: "/b", exists: fakeProc})
+			p, err := bwrapPlanFor(s, bwrapEnv{bundle: "/b", dev: "/d", exists: fakeProc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,6 +185,9 @@ func TestBwrapRefuses(t *testing.T) {
 			s.Mounts = []specs.Mount{{Destination: "/x", Type: "bind", Source: "/x", Options: []string{"rbind", "nosuid", "nodev", "rprivate"}}}
 		}},
 		{"tmpfs elsewhere", func(s *specs.Spec) { s.Mounts = []specs.Mount{{Destination: "/run", Type: "tmpfs"}} }},
+		{"exec dev", func(s *specs.Spec) {
+			s.Mounts = []specs.Mount{{Destination: "/dev", Type: "tmpfs", Options: []string{"nosuid", "mode=755"}}}
+		}},
 		{"mqueue", func(s *specs.Spec) { s.Mounts = []specs.Mount{{Destination: "/dev/mqueue", Type: "mqueue"}} }},
 		{"relative cwd", func(s *specs.Spec) { s.Process.Cwd = "code" }},
 		{"no args", func(s *specs.Spec) { s.Process.Args = nil }},
@@ -196,7 +195,7 @@ func TestBwrapRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := bwrapTestSpec()
 			tc.edit(s)
-			if p, err := bwrapPlanFor(s, bwrapEnv{bundle: "/b", exists: fakeProc}); err == nil {
+			if p, err := bwrapPlanFor(s, bwrapEnv{bundle: "/b", dev: "/d", exists: fakeProc}); err == nil {
 				t.Errorf("accepted; args %q", p.args)
 			}
 		})

@@ -47,7 +47,11 @@ func leftovers(d *Driver, inst string, rt runtimeKind, id string) []string {
 			out = append(out, "cgroup "+dir)
 		}
 	}
-	if ms, _ := mountsUnder(inst); len(ms) > 0 {
+	ms, _ := mountsUnder(inst)
+	// The driver's own /dev for bwrap is shared by its sandboxes and
+	// removed by Close (or Reap), not by an execution.
+	ms = slices.DeleteFunc(ms, func(m string) bool { return d.rt.bwrap && m == filepath.Join(inst, "dev") })
+	if len(ms) > 0 {
 		out = append(out, fmt.Sprintf("mounts %v", ms))
 	}
 	if ps := processesMentioning(id); len(ps) > 0 {

@@ -247,6 +247,10 @@ func (d *Driver) claimInstance() error {
 				return err
 			}
 		}
+		if err := prepareDev(d.devDir()); err != nil {
+			d.Close()
+			return fmt.Errorf("bwrap /dev: %w", err)
+		}
 	}
 	return nil
 }
@@ -300,7 +304,7 @@ func (d *Driver) Close() error {
 	if d.lock == nil {
 		return nil
 	}
-	err := unmountUnder(d.instance) // bwrap's launcher tmpfs
+	err := unmountUnder(d.instance) // bwrap's /dev and launcher tmpfs
 	if rerr := os.RemoveAll(d.instance); rerr != nil && err == nil {
 		err = rerr
 	}
