@@ -67,7 +67,7 @@ type Config struct {
 	PoolMemoryMB int    `json:"pool_memory_mb"`
 	PoolPlan     string `json:"pool_plan"`
 	// Driver is "oci" (default, no daemon) or "docker"; Runtime is crun,
-	// runc or runsc, empty for the best one installed.
+	// runc, runsc or bwrap (oci only), empty for the best one installed.
 	Driver  string `json:"driver"`
 	Runtime string `json:"runtime"`
 	// DataDir holds the SQLite database. It must survive restarts.
@@ -241,8 +241,8 @@ func (c Config) Validate() error {
 	}
 	switch c.Driver {
 	case "oci":
-		if c.Runtime != "" && c.Runtime != "crun" && c.Runtime != "runc" && c.Runtime != "runsc" {
-			bad("runtime %q is not crun, runc or runsc", c.Runtime)
+		if c.Runtime != "" && c.Runtime != "crun" && c.Runtime != "runc" && c.Runtime != "runsc" && c.Runtime != "bwrap" {
+			bad("runtime %q is not crun, runc, runsc or bwrap", c.Runtime)
 		}
 	case "docker":
 		if c.Runtime != "" && c.Runtime != "runc" && c.Runtime != "runsc" {

@@ -53,12 +53,12 @@ cgroup_v2_smoke() {
     die "the guest is not a stock Debian 12 on pure cgroup v2"
 
   t0=$(now)
-  say "installing crun, runc and tini from Debian in the guest, as scripts/setup.sh serve does"
+  say "installing crun, runc, bubblewrap and tini from Debian in the guest, as scripts/setup.sh serve does"
   gssh "$port" 'export DEBIAN_FRONTEND=noninteractive
     apt-get -o DPkg::Lock::Timeout=600 update -qq &&
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends crun runc tini >/dev/null &&
-    crun --version | head -1' || die "apt-get install crun runc tini failed in the guest"
-  times+=("apt-get install crun runc tini in the guest: $(($(now) - t0))s")
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends crun runc bubblewrap tini >/dev/null &&
+    crun --version | head -1' || die "apt-get install crun runc bubblewrap tini failed in the guest"
+  times+=("apt-get install crun runc bubblewrap tini in the guest: $(($(now) - t0))s")
 
   t0=$(now)
   say "copying the checkout, the sandbox image and the oci and pool test binaries in"
@@ -72,15 +72,15 @@ cgroup_v2_smoke() {
   times+=("copying tree, image and test binary: $(($(now) - t0))s")
 
   t0=$(now)
-  say "running the oci suites for crun and runc in the guest (attack suite cold and warm, cleanup, reap after SIGKILL)"
+  say "running the oci suites for crun, runc and bwrap in the guest (attack suite cold and warm, cleanup, reap after SIGKILL)"
   set +e
   guest_job "$port" smoke "$smoke_limit" <<'EOF'
 export VERTAL_E2E=1 VERTAL_IMAGE_DIR=/var/lib/vertal/images/default VERTAL_ROOTFS=/var/lib/vertal/images/default/rootfs
 (cd internal/engine/oci && /root/oci.test -test.v -test.count=1 -test.timeout 45m \
-  -test.run '^(TestSecuritySuite|TestNothingLeftBehind|TestReapAfterCrash)$/^(crun|runc)$') >/root/smoke-go.log 2>&1
+  -test.run '^(TestSecuritySuite|TestNothingLeftBehind|TestReapAfterCrash)$/^(crun|runc|bwrap)$') >/root/smoke-go.log 2>&1
 rc=$?
 (cd internal/engine/pool && /root/pool.test -test.v -test.count=1 -test.timeout 45m \
-  -test.run '^(TestSecuritySuiteThroughPool|TestNoLeftovers)$/^(crun|runc)$') >>/root/smoke-go.log 2>&1 || rc=1
+  -test.run '^(TestSecuritySuiteThroughPool|TestNoLeftovers)$/^(crun|runc|bwrap)$') >>/root/smoke-go.log 2>&1 || rc=1
 pass=$(grep -cE '^\s*--- PASS' /root/smoke-go.log)
 fail=$(grep -cE '^\s*--- FAIL' /root/smoke-go.log)
 skip=$(grep -cE '^\s*--- SKIP' /root/smoke-go.log)
@@ -92,7 +92,7 @@ echo "smoke: $pass passed, $fail failed, $skip skipped"
 EOF
   rc=$?
   set -e
-  times+=("oci suites (crun, runc; cold and warm) in the guest: $(($(now) - t0))s")
+  times+=("oci suites (crun, runc, bwrap; cold and warm) in the guest: $(($(now) - t0))s")
   log=${VERTAL_VM_LOGS:-/tmp/vertal-vm-logs}
   mkdir -p "$log"
   gssh "$port" 'cat /root/smoke-go.log' >"$log/smoke-go.log" 2>/dev/null || true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -120,7 +121,12 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 	if len(lang.Command) == 0 || lang.File == "" || strings.Contains(lang.File, "/") {
 		return nil, fmt.Errorf("language %q: needs a command and a plain file name", lang.Name)
 	}
-	args := append([]string{initPath, "--"}, sandbox.DeadlineArgv(timeoutPath, l.Lifetime, lang.Argv())...)
+	args := sandbox.DeadlineArgv(timeoutPath, l.Lifetime, lang.Argv())
+	if !d.rt.bwrap {
+		// bwrap's own pid 1 reaps zombies and passes the exit status on
+		// (128+signal), which is tini's job under the OCI runtimes.
+		args = append([]string{initPath, "--"}, args...)
+	}
 
 	var rlimits []specs.POSIXRlimit
 	for _, r := range sandbox.Rlimits(l) {
@@ -132,11 +138,12 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(sandbox.Pids(l)), Soft: uint64(sandbox.Pids(l))})
 	}
 	tmp := specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: sandbox.TmpfsOptions(l)}
-	if d.rt.gvisor {
+	if d.rt.gvisor || d.rt.bwrap {
 		// gVisor's in-sandbox tmpfs lets the dynamic loader map files
 		// from a noexec mount; a host tmpfs served by the gofer does not
-		// (the host kernel refuses the executable mapping). The driver
-		// mounts it at <bundle>/tmp with the same options.
+		// (the host kernel refuses the executable mapping). bwrap's
+		// --tmpfs has no noexec at all. The driver mounts it at
+		// <bundle>/tmp with the same options.
 		tmp = specs.Mount{Destination: "/tmp", Type: "bind", Source: "tmp", Options: []string{"rbind", "rw", "noexec", "nosuid", "nodev"}}
 	}
 	var namespaces []specs.LinuxNamespace
@@ -165,7 +172,6 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: initPath, Type: "bind", Source: d.initPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 			tmp,
 			// The working directory: a host tmpfs (engine.MountWorkdir)
 			// with the code file and the request's files.
@@ -184,6 +190,10 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 			Seccomp:       sandbox.Seccomp(d.rt.name),
 		},
 	}
+	if !d.rt.bwrap {
+		init := specs.Mount{Destination: initPath, Type: "bind", Source: d.initPath, Options: []string{"bind", "ro", "nosuid", "nodev"}}
+		s.Mounts = slices.Insert(s.Mounts, 2, init)
+	}
 	return s, nil
 }
 
@@ -196,6 +206,11 @@ func (d *Driver) cgLimitsFor(l engine.Limits) cgLimits {
 	c := cgLimits{memory: sandbox.MemorySwapBytes(l), cpuQuota: quota, cpuPeriod: period, pids: sandbox.Pids(l)}
 	if d.rt.gvisor {
 		c.pids = sandbox.Pids(l)*8 + 128
+	}
+	if d.rt.bwrap {
+		// bwrap's monitor outside the pid namespace is in the cgroup
+		// too, where crun's parent is not; its pid 1 stands for tini.
+		c.pids++
 	}
 	return c
 }

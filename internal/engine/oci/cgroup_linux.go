@@ -591,6 +591,18 @@ func (e *execCgroup) cpuWeightFile() string {
 	return filepath.Join(e.c.mounts["cpu"], e.rel, "cpu.shares")
 }
 
+// adopt moves processes into the execution's cgroups on v1 (the parent
+// in each hierarchy: bwrap has no runtime to create the sandbox's leaf).
+// On v2 a process is born in its cgroup instead (CLONE_INTO_CGROUP).
+func (e *execCgroup) adopt(pids ...int) error {
+	for _, pid := range pids {
+		if err := e.v1.Add(cgroup1.Process{Pid: pid}); err != nil {
+			return fmt.Errorf("moving %d into cgroup %s: %w", pid, e.rel, err)
+		}
+	}
+	return nil
+}
+
 func (e *execCgroup) close() {
 	if e.oomEfd >= 0 {
 		unix.Close(e.oomEfd)

@@ -47,7 +47,11 @@ func leftovers(d *Driver, inst string, rt runtimeKind, id string) []string {
 			out = append(out, "cgroup "+dir)
 		}
 	}
-	if ms, _ := mountsUnder(inst); len(ms) > 0 {
+	ms, _ := mountsUnder(inst)
+	// The driver's own /dev for bwrap is shared by its sandboxes and
+	// removed by Close (or Reap), not by an execution.
+	ms = slices.DeleteFunc(ms, func(m string) bool { return d.rt.bwrap && m == filepath.Join(inst, "dev") })
+	if len(ms) > 0 {
 		out = append(out, fmt.Sprintf("mounts %v", ms))
 	}
 	if ps := processesMentioning(id); len(ps) > 0 {
@@ -240,7 +244,7 @@ func startCrashChild(t *testing.T, rtName, stateDir, sleepArg, timeout string) (
 			d.Close()
 		}
 	})
-	probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+	probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +276,7 @@ func TestDeadlineOutlivesServer(t *testing.T) {
 	e2e(t)
 	for _, rtName := range allRuntimes {
 		t.Run(rtName, func(t *testing.T) {
-			stateDir := t.TempDir()
+			stateDir := testStateDir(t)
 			sleepArg := fmt.Sprintf("%d.%d", 70000+time.Now().UnixNano()%9000, os.Getpid()%1000)
 			child, _, id := startCrashChild(t, rtName, stateDir, sleepArg, "2s")
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
@@ -280,7 +284,7 @@ func TestDeadlineOutlivesServer(t *testing.T) {
 			}
 			_ = child.Wait()
 			killed := time.Now()
-			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,7 +317,7 @@ func TestReapAfterCrash(t *testing.T) {
 	e2e(t)
 	for _, rtName := range allRuntimes {
 		t.Run(rtName, func(t *testing.T) {
-			stateDir := t.TempDir()
+			stateDir := testStateDir(t)
 			// A sleep length unique to this run names the sandbox's daemon.
 			sleepArg := fmt.Sprintf("%d.%d", 80000+time.Now().UnixNano()%9000, os.Getpid()%1000)
 			daemon := "sleep\x00" + sleepArg
@@ -336,7 +340,7 @@ func TestReapAfterCrash(t *testing.T) {
 
 			// Wait until the sandbox runs user code: the daemon is up
 			// (under runsc it is inside gVisor, so count gVisor's processes).
-			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func languagesOn(img string) map[string]engine.Language {
 // and checked to be empty, when the test ends.
 func newTestDriver(t *testing.T, runtime string) *Driver {
 	t.Helper()
-	d, err := New(context.Background(), Options{Runtime: runtime, StateDir: t.TempDir(), CgroupParent: "vertal-test"})
+	d, err := New(context.Background(), Options{Runtime: runtime, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
 	if err != nil {
 		t.Fatalf("New(%s): %v", runtime, err)
 	}
@@ -58,7 +59,18 @@ func newTestDriver(t *testing.T, runtime string) *Driver {
 	return d
 }
 
-var allRuntimes = []string{"crun", "runc", "runsc"}
+var allRuntimes = []string{"crun", "runc", "runsc", "bwrap"}
+
+// testStateDir is a state dir for a test driver. t.TempDir's parent is
+// private to root; bwrap runs as the sandbox's uid and must pass it.
+func testStateDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 func TestSecuritySuite(t *testing.T) {
 	e2e(t)
@@ -108,7 +120,7 @@ func BenchmarkRun(b *testing.B) {
 	})
 	for _, rt := range allRuntimes {
 		b.Run(rt, func(b *testing.B) {
-			d, err := New(context.Background(), Options{Runtime: rt, StateDir: b.TempDir(), CgroupParent: "vertal-test"})
+			d, err := New(context.Background(), Options{Runtime: rt, StateDir: testStateDir(b), CgroupParent: "vertal-test"})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -33,7 +33,8 @@ import (
 
 // Options configure the driver.
 type Options struct {
-	// Runtime is "crun", "runc", "runsc" or "" to pick the best installed
+	// Runtime is "crun", "runc", "runsc", "bwrap" (bubblewrap, see
+	// bwrap_linux.go) or "" to pick the best installed
 	// (crun, else runc).
 	Runtime string
 	// StateDir holds bundles and runtime state; it is cleaned by Reap.
@@ -71,9 +72,13 @@ type Driver struct {
 	runtimeRoot string // instance/<runtime>: the runtime's --root
 	lock        *os.File
 
+	// seccompBPF is the profile compiled for bwrap, once.
+	seccompBPF []byte
+
 	mu        sync.Mutex
 	templates map[templateKey]*template
-	images    map[string]error // image dir -> validation result
+	plans     map[templateKey]*bwrapPlan // bwrap
+	images    map[string]error           // image dir -> validation result
 }
 
 // Defaults.
@@ -102,10 +107,6 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: the oci driver must run as root (it creates cgroups and namespaces)", engine.ErrUnavailable)
 	}
-	initPath, err := findInit(opts.Init)
-	if err != nil {
-		return nil, err
-	}
 	cg, err := discoverCgroups(opts.CgroupParent)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
@@ -115,6 +116,15 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	opts.Runtime = rt.name
+	var initPath string
+	var seccompBPF []byte
+	if rt.bwrap {
+		if seccompBPF, err = sandbox.CompileSeccomp(sandbox.Seccomp(rt.name)); err != nil {
+			return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+		}
+	} else if initPath, err = findInit(opts.Init); err != nil {
+		return nil, err
+	}
 	if err := cg.ensureBase(); err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
 	}
@@ -135,6 +145,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{
 		opts: opts, log: log, rt: rt, rtPath: rtPath, initPath: initPath, cg: cg, uids: opts.UIDs,
 		templates: map[templateKey]*template{}, images: map[string]error{},
+		seccompBPF: seccompBPF, plans: map[templateKey]*bwrapPlan{},
 	}
 	if err := d.claimInstance(); err != nil {
 		return nil, fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
@@ -191,7 +202,11 @@ func prepareHost(rt runtimeKind, cg *cgroups, log *slog.Logger) error {
 // lock file is created and locked before the directory exists, so Reap
 // never mistakes a starting driver for a dead one.
 func (d *Driver) claimInstance() error {
-	if err := os.MkdirAll(d.opts.StateDir, 0o700); err != nil {
+	mode := os.FileMode(0o700)
+	if d.rt.bwrap {
+		mode = 0o711 // see searchable
+	}
+	if err := os.MkdirAll(d.opts.StateDir, mode); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
 	var tok [6]byte
@@ -199,6 +214,11 @@ func (d *Driver) claimInstance() error {
 		return fmt.Errorf("instance token: %w", err)
 	}
 	name := hex.EncodeToString(tok[:])
+	if d.rt.bwrap {
+		if err := searchable(d.opts.StateDir); err != nil {
+			return err
+		}
+	}
 	lock, err := os.OpenFile(filepath.Join(d.opts.StateDir, name+lockSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating instance lock: %w", err)
@@ -217,7 +237,63 @@ func (d *Driver) claimInstance() error {
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
+	if d.rt.bwrap {
+		// bwrap, as the sandbox's uid, resolves the bundle's mount
+		// sources by path: the way there may be searched, not listed;
+		// each bundle is open to its own sandbox's group only.
+		for _, dir := range []string{d.instance, d.bundlesDir} {
+			if err := os.Chmod(dir, 0o711); err != nil {
+				d.Close()
+				return err
+			}
+		}
+		if err := prepareDev(d.devDir()); err != nil {
+			d.Close()
+			return fmt.Errorf("bwrap /dev: %w", err)
+		}
+	}
 	return nil
+}
+
+// vertalRun is the platform's state root, the default state dirs' parent.
+var vertalRun = filepath.Dir(DefaultStateDir)
+
+// searchable makes dir searchable by any uid (o+x) and checks that its
+// ancestors are: bwrap runs as the sandbox's uid and must reach the
+// bundles under it.
+func searchable(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		if err := os.Chmod(dir, fi.Mode().Perm()|0o011); err != nil {
+			return fmt.Errorf("making the state dir searchable for bwrap: %w", err)
+		}
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 && (p == vertalRun || strings.HasPrefix(p, vertalRun+"/")) {
+			// The platform's own state root (0700 by default): search
+			// without listing reveals nothing; what is under it keeps
+			// its own modes.
+			if err := os.Chmod(p, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("making %s searchable for bwrap: %w", p, err)
+			}
+		} else if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("the bwrap runtime runs as the sandbox's uid, which cannot reach the state dir %s: %s is not searchable (chmod o+x %s, or choose another state dir)", dir, p, p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
 
 const lockSuffix = ".lock"
@@ -228,7 +304,10 @@ func (d *Driver) Close() error {
 	if d.lock == nil {
 		return nil
 	}
-	err := os.RemoveAll(d.instance)
+	err := unmountUnder(d.instance) // bwrap's /dev and launcher tmpfs
+	if rerr := os.RemoveAll(d.instance); rerr != nil && err == nil {
+		err = rerr
+	}
 	if rerr := os.Remove(d.lock.Name()); rerr != nil && err == nil {
 		err = rerr
 	}
@@ -303,6 +382,31 @@ func enforced(rt runtimeKind, mode string) []sandbox.Protection {
 		yes(sandbox.ProtInit, "tini-static bind-mounted at /dev/init"),
 		yes(sandbox.ProtCleanup, "bundle, runtime state and cgroups removed; Reap after a crash"),
 		{Name: sandbox.ProtKernelIsol, Enforced: false, How: "host kernel shared (namespaces, seccomp)", Fix: "--runtime runsc"},
+	}
+	if rt.bwrap {
+		// The kernel is shared as under crun and runc; the mechanisms
+		// differ (bwrap_linux.go, docs/SECURITY.md).
+		bw := map[string]string{
+			sandbox.ProtNetwork:    "bwrap --unshare-net: new network namespace without interfaces but lo",
+			sandbox.ProtReadonly:   "the image bind-mounted read-only as / (--ro-bind)",
+			sandbox.ProtTmp:        "host tmpfs bind-mounted (bwrap's own tmpfs has no noexec); its flags are locked in the user namespace",
+			sandbox.ProtUser:       "bwrap runs as a host uid/gid leased per sandbox (uidpool); its user namespace maps only that uid",
+			sandbox.ProtCaps:       "--cap-drop ALL; no capability in the sandbox's user namespace",
+			sandbox.ProtNoNewPrivs: "bwrap sets PR_SET_NO_NEW_PRIVS",
+			sandbox.ProtSeccomp:    "our profile compiled once to BPF (sandbox.CompileSeccomp), loaded by bwrap --seccomp; ENOSYS default",
+			sandbox.ProtNamespaces: "user, pid, ipc, uts, mount, net and cgroup namespaces (bwrap --unshare-*)",
+			sandbox.ProtMasked:     "/dev/null or an empty read-only tmpfs over the masked paths, /sys not mounted; /proc/sys owned by the unmapped host root",
+			sandbox.ProtEnv:        "fixed environment (env -u PWD); descriptors above 2 marked close-on-exec before bwrap starts",
+			sandbox.ProtFileSize:   "RLIMIT_FSIZE set with prlimit(2) while bwrap waits (--userns-block-fd)",
+			sandbox.ProtTimeout:    how.kill + ", which includes bwrap's pid 1; --die-with-parent",
+			sandbox.ProtInit:       "bwrap's own pid 1 (reaps zombies, passes the exit status on)",
+			sandbox.ProtCleanup:    "bundle and cgroups removed; Reap after a crash",
+		}
+		for i := range ps {
+			if h, ok := bw[ps[i].Name]; ok {
+				ps[i].How = h
+			}
+		}
 	}
 	if rt.gvisor {
 		for i := range ps {
@@ -388,6 +492,9 @@ func (d *Driver) checkImage(dir string) error {
 		// a link in the image must not be followed on the host.
 		if fi, err := os.Lstat(filepath.Join(dir, timeoutPath)); err != nil || !fi.Mode().IsRegular() {
 			return fmt.Errorf("image %q: no %s (coreutils), which every sandbox's own deadline runs", dir, timeoutPath)
+		}
+		if fi, err := os.Lstat(filepath.Join(dir, envPath)); d.rt.bwrap && (err != nil || !fi.Mode().IsRegular()) {
+			return fmt.Errorf("image %q: no %s (coreutils), which the bwrap runtime runs", dir, envPath)
 		}
 		return nil
 	}()

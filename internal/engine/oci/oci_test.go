@@ -202,6 +202,7 @@ func TestFindRuntimeSaysWhatToInstall(t *testing.T) {
 		{"", "apt-get install crun"},
 		{"runc", "apt-get install runc"},
 		{"runsc", "apt-get install runsc"},
+		{"bwrap", "apt-get install bubblewrap"},
 		{"kata", "unknown OCI runtime"},
 	} {
 		_, _, err := pickRuntime(tc.runtime, &cgroups{}, discard)
@@ -226,11 +227,14 @@ func TestEnforced(t *testing.T) {
 	if p := get("crun", CgroupV2, sandbox.ProtKernelIsol); p.Enforced || p.Fix == "" {
 		t.Errorf("crun kernel isolation: %+v; want not enforced, with a fix", p)
 	}
+	if p := get("bwrap", CgroupV1, sandbox.ProtKernelIsol); p.Enforced || p.Fix == "" {
+		t.Errorf("bwrap kernel isolation: %+v; want not enforced, with a fix", p)
+	}
 	if p := get("runsc", CgroupV2, sandbox.ProtKernelIsol); !p.Enforced {
 		t.Errorf("runsc kernel isolation: %+v; want enforced", p)
 	}
 	for _, mode := range []string{CgroupV1, CgroupHybrid, CgroupV2} {
-		for _, rt := range []string{"crun", "runc", "runsc"} {
+		for _, rt := range []string{"crun", "runc", "runsc", "bwrap"} {
 			for _, p := range enforced(runtimes[rt], mode) {
 				if p.Name != sandbox.ProtKernelIsol && !p.Enforced {
 					t.Errorf("%s on %s: %s not enforced", rt, mode, p.Name)
@@ -251,6 +255,9 @@ func TestEnforced(t *testing.T) {
 		{"runsc", CgroupV2, sandbox.ProtPids, "RLIMIT_NPROC inside gVisor (per sandbox kernel); host cgroup v2 pids.max"},
 		{"runsc", CgroupV2, sandbox.ProtMemory, "cgroup v2 memory.max + memory.swap.max=0"},
 		{"runsc", CgroupV1, sandbox.ProtMemory, "cgroup v1 memory.limit_in_bytes"},
+		{"bwrap", CgroupV2, sandbox.ProtMemory, "cgroup v2 memory.max + memory.swap.max=0"},
+		{"bwrap", CgroupV1, sandbox.ProtTimeout, "SIGKILL to every process of the sandbox's cgroup"},
+		{"bwrap", CgroupV1, sandbox.ProtSeccomp, "CompileSeccomp"},
 	} {
 		if p := get(tc.rt, tc.mode, tc.name); !strings.Contains(p.How, tc.want) {
 			t.Errorf("%s on %s: %s is enforced by %q; want it to mention %q", tc.rt, tc.mode, tc.name, p.How, tc.want)

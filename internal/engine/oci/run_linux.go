@@ -45,7 +45,16 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	if err := d.checkImage(spec.Language.Image); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
-	tpl, err := d.template(spec.Language, spec.Limits)
+	var (
+		tpl  *template
+		plan *bwrapPlan
+		err  error
+	)
+	if d.rt.bwrap {
+		plan, err = d.bwrapPlan(spec.Language, spec.Limits)
+	} else {
+		tpl, err = d.template(spec.Language, spec.Limits)
+	}
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
@@ -81,7 +90,23 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
+	if plan != nil {
+		return d.executeBwrap(ctx, spec, bundle, cg, plan.render(bundle, uid.UID, spec.Args, sandbox.UserEnv(spec.Env)))
+	}
 	return d.execute(ctx, spec, bundle, cg)
+}
+
+// executeBwrap runs a bwrap sandbox through the engine's execution loop.
+func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle string, cg *execCgroup, plan *bwrapPlan) (engine.Result, error) {
+	if err := openBundleTo(bundle, plan.gid); err != nil {
+		return engine.Result{}, fmt.Errorf("oci: %w", err)
+	}
+	p, err := d.newBwrapProcess(spec.ID, bundle, cg, plan)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	defer p.close()
+	return engine.Supervise(ctx, spec, p, engine.LoopOptions{})
 }
 
 // writeBundle writes config.json and fills the working directory (the
@@ -98,14 +123,16 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid
 	if err := engine.PlaceFiles(code, spec.Files, uid); err != nil {
 		return err
 	}
-	config, err := d.config(tpl, spec, uid)
-	if err != nil {
-		return err
+	if tpl != nil { // bwrap has no config.json: its plan is the spec
+		config, err := d.config(tpl, spec, uid)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), config, 0o600); err != nil {
+			return fmt.Errorf("writing config.json: %w", err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), config, 0o600); err != nil {
-		return fmt.Errorf("writing config.json: %w", err)
-	}
-	if d.rt.gvisor {
+	if d.rt.gvisor || d.rt.bwrap {
 		tmp := filepath.Join(bundle, "tmp")
 		if err := os.Mkdir(tmp, 0o700); err != nil {
 			return fmt.Errorf("creating tmp: %w", err)

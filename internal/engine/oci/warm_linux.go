@@ -18,6 +18,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
@@ -49,6 +50,7 @@ var _ engine.Prestarter = (*Prestarter)(nil)
 // warmTemplate is a language's warm config.json and launcher.
 type warmTemplate struct {
 	tpl      *template
+	plan     *bwrapPlan // bwrap: the spec translated, instead of tpl
 	launcher launcher.Launcher
 	err      error // the language cannot be pre-started
 }
@@ -63,7 +65,7 @@ func (p *Prestarter) template(lang engine.Language, l engine.Limits) (*warmTempl
 		return wt, wt.err
 	}
 	wt := &warmTemplate{}
-	wt.tpl, wt.launcher, wt.err = p.build(lang, l)
+	wt.tpl, wt.plan, wt.launcher, wt.err = p.build(lang, l)
 	if len(p.templates) > 256 {
 		clear(p.templates)
 	}
@@ -71,45 +73,61 @@ func (p *Prestarter) template(lang engine.Language, l engine.Limits) (*warmTempl
 	return wt, wt.err
 }
 
-func (p *Prestarter) build(lang engine.Language, l engine.Limits) (*template, launcher.Launcher, error) {
+func (p *Prestarter) build(lang engine.Language, l engine.Limits) (*template, *bwrapPlan, launcher.Launcher, error) {
 	d := p.d
 	s, err := d.spec(lang, l, idPlaceholder)
 	if err != nil {
-		return nil, launcher.Launcher{}, err
+		return nil, nil, launcher.Launcher{}, err
 	}
-	// Process.Args is [init, "--", the deadline, the cold command line...];
-	// the launcher runs under the same deadline (the pool's Lifetime).
+	// Process.Args is [init, "--", the deadline, the cold command line...]
+	// (bwrap: no init); the launcher runs under the same deadline (the
+	// pool's Lifetime).
 	ln, err := launcher.For(lang, lang.Argv(), os.DirFS(lang.Image))
 	if err != nil {
-		return nil, launcher.Launcher{}, fmt.Errorf("%w: %s: %w", engine.ErrUnsupported, lang.Name, err)
+		return nil, nil, launcher.Launcher{}, fmt.Errorf("%w: %s: %w", engine.ErrUnsupported, lang.Name, err)
 	}
-	s.Process.Args = append(s.Process.Args[:2:2], sandbox.DeadlineArgv(timeoutPath, l.Lifetime, ln.Args)...)
+	keep := 2
+	if d.rt.bwrap {
+		keep = 0
+	}
+	s.Process.Args = append(s.Process.Args[:keep:keep], sandbox.DeadlineArgv(timeoutPath, l.Lifetime, ln.Args)...)
 	for _, f := range ln.Files {
 		src, err := p.writeShared(f.Content)
 		if err != nil {
-			return nil, launcher.Launcher{}, err
+			return nil, nil, launcher.Launcher{}, err
 		}
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: f.Target, Type: "bind", Source: src,
 			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 		})
 	}
+	if d.rt.bwrap {
+		plan, err := d.bwrapPlanOf(s, lang)
+		return nil, plan, ln, err
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
-		return nil, launcher.Launcher{}, fmt.Errorf("encoding config.json: %w", err)
+		return nil, nil, launcher.Launcher{}, fmt.Errorf("encoding config.json: %w", err)
 	}
 	t, err := newTemplate(b)
 	if err != nil {
-		return nil, launcher.Launcher{}, err
+		return nil, nil, launcher.Launcher{}, err
 	}
-	return t, ln, nil
+	return t, nil, ln, nil
 }
 
 // writeShared stores a launcher file once in the driver's instance
 // directory; every sandbox of the language mounts it read-only.
 func (p *Prestarter) writeShared(content []byte) (string, error) {
 	dir := filepath.Join(p.d.instance, "launchers")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err == nil && p.d.rt.bwrap {
+		// bwrap keeps a bind source's mount flags: the launcher files'
+		// noexec comes from a tmpfs of their own (removed with the
+		// instance: Close and Reap unmount what is under it).
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
+			return "", fmt.Errorf("mounting launcher dir: %w", err)
+		}
+	} else if err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("creating launcher dir: %w", err)
 	}
 	sum := sha256.Sum256(content)
@@ -187,6 +205,11 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 	if err := d.writeBundle(s.bundle, wt.tpl, spec, s.uid.UID); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
+	if wt.plan != nil {
+		if err := openBundleTo(s.bundle, s.uid.UID); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
 	if wt.launcher.Program == nil {
 		// The code file appears at hand-over only.
 		if err := os.Remove(s.codePath()); err != nil {
@@ -202,7 +225,12 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 	if err := s.cg.setCPUWeight(true); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	if err := s.start(); err != nil {
+	if wt.plan != nil {
+		err = s.startBwrap(ctx, wt.plan.render(s.bundle, s.uid.UID, nil, nil))
+	} else {
+		err = s.start()
+	}
+	if err != nil {
 		return nil, err
 	}
 
@@ -269,6 +297,30 @@ func (s *warmSandbox) start() error {
 	go func() {
 		c.err = cmd.Wait()
 		c.ps = cmd.ProcessState
+		close(c.done)
+	}()
+	s.cmd = c
+	return nil
+}
+
+// startBwrap starts the sandbox with bwrap, as the cold path does; the
+// pipes and the process are the warm sandbox's from then on.
+func (s *warmSandbox) startBwrap(ctx context.Context, plan *bwrapPlan) error {
+	bp, err := s.d.newBwrapProcess(s.id, s.bundle, s.cg, plan)
+	if err != nil {
+		return err
+	}
+	if err := bp.Start(ctx); err != nil {
+		bp.close()
+		return err
+	}
+	s.stdin, s.stdout, s.stderr = bp.ours[0], bp.ours[1], bp.ours[2]
+	bp.ours = [3]*os.File{}
+	c := &startedCmd{proc: bp.cmd.Process, done: make(chan struct{})}
+	go func() {
+		c.err = bp.cmd.Wait()
+		c.ps = bp.cmd.ProcessState
+		bp.close()
 		close(c.done)
 	}()
 	s.cmd = c

@@ -44,7 +44,7 @@ func languages() map[string]engine.Language {
 	}
 }
 
-var runtimes = []string{"crun", "runc", "runsc"}
+var runtimes = []string{"crun", "runc", "runsc", "bwrap"}
 
 // stateDir returns a fresh directory on /run (a tmpfs, like the driver's
 // default state dir): on a disk, unlinking the runtime's state files alone
