@@ -187,11 +187,35 @@ func tmpOptionsProbe() Probe {
 // loaders are the dynamic loaders' paths per GOARCH.
 var loaders = map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}
 
+// retInstr is one "return" instruction per GOARCH: a file holding it is a
+// function that does nothing, if it can be mapped and called.
+var retInstr = map[string]string{"amd64": `b"\xc3"`, "arm64": `b"\xc0\x03\x5f\xd6"`}
+
 // ldsoCode runs a binary written to each writable place through the
-// dynamic loader, and maps it executable by hand, which is what the loader
-// does. The mapping is reported before anything touches it: under gVisor
-// (2022-12) it succeeds and touching it crashes the program.
-const ldsoCode = `import json, mmap, os, shutil, subprocess
+// dynamic loader, and maps a file holding one return instruction
+// executable by hand (what the loader does) and calls it, in a child so a
+// fault is seen as one. Under gVisor (2022-12) the mapping succeeds and
+// the call faults, because the host kernel refuses the mapping beneath.
+const ldsoCode = `import ctypes, json, os, shutil, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def call_mapped(path):
+    with open(path, "wb") as f:
+        f.write(@RET@.ljust(4096, b"\0"))
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(path, os.O_RDONLY)
+        addr = libc.mmap(None, 4096, 5, 2, fd, 0)  # PROT_READ|PROT_EXEC, MAP_PRIVATE
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            os._exit(min(ctypes.get_errno(), 199))
+        ctypes.CFUNCTYPE(None)(addr)()
+        os._exit(200)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st):
+        return "mapped, but calling it faulted (signal %d)" % os.WTERMSIG(st)
+    code = os.WEXITSTATUS(st)
+    return "executed" if code == 200 else "refused: " + os.strerror(code)
 out = {}
 for d in @DIRS@:
     e = os.path.join(d, "e")
@@ -202,13 +226,7 @@ for d in @DIRS@:
         ldso = "ran" if r.returncode == 0 else "refused (exit %d): %s" % (r.returncode, r.stderr.decode(errors="replace").strip())
     except OSError as err:
         ldso = "refused: " + err.strerror
-    fd = os.open(e, os.O_RDONLY)
-    try:
-        mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
-        mapped = "mapped"
-    except OSError as err:
-        mapped = "refused: " + err.strerror
-    out[d] = {"ldso": ldso, "mmap": mapped}
+    out[d] = {"ldso": ldso, "mmap": call_mapped(os.path.join(d, "ret"))}
 print(json.dumps(out))
 `
 
@@ -216,8 +234,8 @@ func ldsoProbe(arch string) Probe {
 	ld, _ := json.Marshal(loaders[arch])
 	dirs := []string{"/tmp", engine.CodeDir}
 	p := Probe{
-		Name: "noexec_loader_and_mmap", Protection: "noexec also through the dynamic loader and mmap (/tmp, working directory)", Language: "python",
-		Code: strings.NewReplacer("@LD@", string(ld), "@DIRS@", pyList(dirs)).Replace(ldsoCode),
+		Name: "noexec_loader_and_mmap", Protection: "noexec also through ld.so and mmap", Language: "python",
+		Code: strings.NewReplacer("@LD@", string(ld), "@RET@", retInstr[arch], "@DIRS@", pyList(dirs)).Replace(ldsoCode),
 		Evaluate: func(r engine.Result) (bool, string) {
 			var out map[string]struct{ Ldso, Mmap string }
 			if err := decodeJSON(r, &out); err != nil {
@@ -231,8 +249,8 @@ func ldsoProbe(arch string) Probe {
 					gaps = append(gaps, d+" not tried")
 				case o.Ldso == "ran":
 					gaps = append(gaps, "ld.so ran a binary written to "+d)
-				case o.Mmap == "mapped":
-					gaps = append(gaps, "mmap(PROT_EXEC) of a file in "+d+" worked")
+				case o.Mmap == "executed":
+					gaps = append(gaps, "code written to "+d+" ran from an executable mapping")
 				}
 			}
 			if len(gaps) > 0 {
@@ -242,11 +260,10 @@ func ldsoProbe(arch string) Probe {
 			return true, "ld.so /tmp/program " + OneLine(t.Ldso, 80) + "; mmap(PROT_EXEC) " + OneLine(t.Mmap, 60) + "; the same in " + engine.CodeDir
 		},
 		Fix:       "the kernel refuses executable mappings from noexec mounts; check that /tmp and the working directory are mounted noexec",
-		FixGVisor: "runsc (2022-12) lets a program map a file from a noexec mount executable (ld.so does): use crun or runc for untrusted native code, or a newer runsc; see docs/SECURITY.md",
-		GVisorGap: true,
+		FixGVisor: "runsc (2022-12)'s own tmpfs lets ld.so and mmap(PROT_EXEC) map a file from a noexec mount: the drivers give it a host tmpfs instead (docs/SECURITY.md, per-runtime gaps); check that /tmp and the working directory are host mounts",
 	}
-	if loaders[arch] == "" {
-		p.Skip = "the dynamic loader's path is only known for amd64 and arm64"
+	if loaders[arch] == "" || retInstr[arch] == "" {
+		p.Skip = "the dynamic loader's path and machine code are only known for amd64 and arm64"
 	}
 	return p
 }

@@ -90,7 +90,8 @@ func TestEvaluations(t *testing.T) {
 		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit 127): failed to map segment", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), true},
 		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), false}, // the working directory not tried
 		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "ran", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), false},
-		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit -11)", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit -11)", "mmap": "mapped"}}`), false}, // gVisor 2022-12`
+		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit -11)", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit -11)", "mmap": "executed"}}`), false},
+		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}, "/code": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}}`), true}, // gVisor 2022-12 on a host tmpfs`
 		{"unprivileged_identity", identityWith("", ""), true},
 		{"unprivileged_identity", identityWith(`"groups": []`, `"groups": [0]`), false},
 		{"unprivileged_identity", ok(strings.ReplaceAll(strings.ReplaceAll(identityOK, "2000000042", "65534"), "\n", "")), false}, // shared by every sandbox
