@@ -6,8 +6,10 @@
 // cgroups, the runtime binary, the image. Isolation probes run code in a
 // sandbox exactly as an execution would (through engine.Driver) and look
 // at what it could and could not do: reach the network, write outside
-// /tmp, run as root, exceed its memory, processes or time. The result is a
-// table of what is enforced and, for every gap, how to fix it.
+// /tmp, run as root, exceed its memory, processes or time. The probes are
+// those of package probes, which the security suite runs as cases too, so
+// what the doctor proves on a host is what CI proves on every runtime. The
+// result is a table of what is enforced and, for every gap, how to fix it.
 package doctor
 
 import (

@@ -92,7 +92,7 @@ func networkProbe(env Env) Probe {
 	dns := []string{"127.0.0.1"}
 	unix := `""`
 	var names []string
-	var what []string
+	what := "the host's addresses"
 	if l := env.Net; l != nil {
 		tcp = append(tcp, target{"127.0.0.1", port(l.tcpLoopback.Addr())}, target{"127.0.0.1", port(l.tcpAll.Addr())})
 		if l.tcp6 != nil {
@@ -105,20 +105,18 @@ func networkProbe(env Env) Probe {
 		}
 		dns = append(dns, l.Resolvers...)
 		unix = strconv.Quote("\x00" + strings.TrimPrefix(l.unixName, "@"))
-		what = append(what, "listeners on the host's loopback, addresses and an abstract unix socket")
+		what = "listeners on the host (loopback, its addresses, an abstract unix socket)"
 	} else {
 		for _, ip := range env.HostAddrs {
 			tcp = append(tcp, target{ip, 22})
 		}
-		what = append(what, "the host's addresses")
 	}
 	dns = append(dns, env.HostAddrs...)
-	what = append(what, "the Docker bridge", "local dns", "raw and packet sockets")
 	if env.Internet {
 		tcp = append(tcp, target{"1.1.1.1", 443}, target{"8.8.8.8", 53})
 		dns = append(dns, "8.8.8.8")
 		names = append(names, "deb.debian.org")
-		what = append(what, "the internet")
+		what = "the internet and " + what
 	} else {
 		names = append(names, "example.com")
 	}
@@ -145,8 +143,8 @@ func networkProbe(env Env) Probe {
 					return false, fmt.Sprintf("the host's listeners received %d connections or datagrams from the sandbox", n)
 				}
 			}
-			return true, fmt.Sprintf("%d attempts blocked (tcp, udp, dns to %s); interfaces: %s",
-				countLines(r, "blocked"), strings.Join(what, ", "), ifaces)
+			return true, fmt.Sprintf("interfaces: %s; %d attempts blocked (tcp, udp, dns to %s; raw, packet, vsock sockets)",
+				ifaces, countLines(r, "blocked"), what)
 		},
 		Fix: "give every sandbox its own network namespace with loopback only (OCI 'network' namespace; docker NetworkMode none); do not serve untrusted code until this passes",
 	}
