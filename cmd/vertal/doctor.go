@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/doctor"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
+	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 
 func cmdDoctor(ctx context.Context, e *env, args []string) error {
@@ -59,13 +57,16 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 	if *hostOnly {
 		opts.HostOnly = true
 	} else {
-		// The sandbox must not see this process's environment: plant a
-		// value the environment probe looks for.
-		penv := doctor.HostProbeEnv()
-		penv.CanaryName, penv.CanaryValue = "VERTAL_DOCTOR_CANARY", randomHex(16)
-		os.Setenv(penv.CanaryName, penv.CanaryValue)
-		defer os.Unsetenv(penv.CanaryName)
-		opts.Probes = doctor.DefaultProbes(penv)
+		// The probes' view of this host: listeners the network probe
+		// aims at, a planted variable the sandbox must not see. The
+		// doctor also tries the internet; the security suite does not.
+		penv, err := probes.HostEnv("VERTAL_DOCTOR_CANARY")
+		if err != nil {
+			log.Warn("the network probe runs without host listeners", "err", err)
+		}
+		defer penv.Close()
+		penv.Internet = true
+		opts.Probes = probes.All(penv)
 
 		d, pre, closeDriver, err := newDriver(ctx, cfg, *stateDir, log)
 		if err != nil {
@@ -107,10 +108,4 @@ func driverLabel(driver, runtime string) string {
 		return driver + "/(best installed)"
 	}
 	return driver + "/" + runtime
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -6,8 +6,10 @@
 // cgroups, the runtime binary, the image. Isolation probes run code in a
 // sandbox exactly as an execution would (through engine.Driver) and look
 // at what it could and could not do: reach the network, write outside
-// /tmp, run as root, exceed its memory, processes or time. The result is a
-// table of what is enforced and, for every gap, how to fix it.
+// /tmp, run as root, exceed its memory, processes or time. The probes are
+// those of package probes, which the security suite runs as cases too, so
+// what the doctor proves on a host is what CI proves on every runtime. The
+// result is a table of what is enforced and, for every gap, how to fix it.
 package doctor
 
 import (
@@ -21,6 +23,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 
 // Status is the outcome of one check.
@@ -85,8 +88,8 @@ type Options struct {
 	Languages []engine.Language
 	// Host are checks made before the probes (see HostChecks).
 	Host []Check
-	// Probes run through the driver; nil means DefaultProbes(ProbeEnv{}).
-	Probes []Probe
+	// Probes run through the driver; nil means probes.All(probes.Env{}).
+	Probes []probes.Probe
 	// HostOnly skips the driver and the probes.
 	HostOnly bool
 	// Pool, when set, is a warm pool over Driver: the doctor checks that
@@ -110,7 +113,7 @@ func Run(ctx context.Context, opts Options) Report {
 		opts.ProbeTimeout = 20 * time.Second
 	}
 	if opts.Probes == nil {
-		opts.Probes = DefaultProbes(ProbeEnv{})
+		opts.Probes = probes.All(probes.Env{})
 	}
 	rep := Report{Driver: opts.DriverName}
 	rep.Checks = append(rep.Checks, opts.Host...)
@@ -126,7 +129,7 @@ func Run(ctx context.Context, opts Options) Report {
 		rep.Checks = append(rep.Checks, Check{Group: "driver", Name: "driver " + opts.DriverName, Status: StatusFail,
 			Detail: detail, Fix: fixFromError(opts.DriverErr), Essential: true})
 		for _, p := range opts.Probes {
-			rep.Checks = append(rep.Checks, Check{Group: "isolation", Name: p.Name, Status: StatusSkipped,
+			rep.Checks = append(rep.Checks, Check{Group: "isolation", Name: p.Protection, Status: StatusSkipped,
 				Detail: "no working driver", Essential: p.Essential})
 		}
 		return rep
@@ -266,10 +269,4 @@ func groupTitle(g, driver string) string {
 	return g
 }
 
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
-	}
-	return s
-}
+func oneLine(s string, n int) string { return probes.OneLine(s, n) }

@@ -12,6 +12,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
+	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 
 func requireE2E(t *testing.T) {
@@ -69,13 +70,16 @@ func TestDoctorE2E(t *testing.T) {
 			if err != nil {
 				t.Fatalf("creating %s/%s: %v", pair.driver, rt, err)
 			}
-			env := HostProbeEnv()
-			env.CanaryName, env.CanaryValue = "VERTAL_DOCTOR_CANARY", "e2e-"+newExecutionID()
-			t.Setenv(env.CanaryName, env.CanaryValue)
+			env, err := probes.HostEnv("VERTAL_DOCTOR_CANARY")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer env.Close()
+			env.Internet = true
 			host := HostChecks(ctx, HostOptions{Driver: pair.driver, Runtime: rt, ImageDir: cfg.ImageDir})
 			p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, Languages: langs})
 			defer p.Close()
-			rep := Run(ctx, Options{Driver: d, Languages: langs, Host: host, Probes: DefaultProbes(env), Pool: p})
+			rep := Run(ctx, Options{Driver: d, Languages: langs, Host: host, Probes: probes.All(env), Pool: p})
 			var buf bytes.Buffer
 			rep.WriteTable(&buf)
 			t.Logf("\n%s", buf.String())

@@ -9,6 +9,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
+	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 
 // WarmPool is what the doctor needs of the warm pool: it runs executions
@@ -42,7 +43,7 @@ func poolChecks(ctx context.Context, p WarmPool, langs []engine.Language, wait t
 		ready := waitReady(ctx, p, lang.Name, wait)
 		before := statsOf(p, lang.Name)
 		start := time.Now()
-		res, err := p.Run(ctx, engine.Spec{ID: newExecutionID(), Language: lang, Code: code, Timeout: 10 * time.Second,
+		res, err := p.Run(ctx, engine.Spec{ID: probes.NewExecutionID(), Language: lang, Code: code, Timeout: 10 * time.Second,
 			Limits: engine.Limits{}.WithDefaults()})
 		elapsed := time.Since(start)
 		after := statsOf(p, lang.Name)

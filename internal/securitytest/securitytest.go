@@ -11,7 +11,14 @@
 // cases prove the oci driver (crun, runc, runsc) and the docker driver
 // (runc, runsc). Driver-specific checks are passed in Options.Extra.
 //
-// Network cases only ever aim at addresses of the machine running the
+// The attacks on each protection the doctor also proves (network,
+// read-only root, /tmp, identity, capabilities, seccomp, namespaces,
+// masked paths, environment, limits, timeout, fresh state) are the probes
+// of package probes, run here as cases that must pass; this package adds
+// the functional cases and the attacks only a test runs (files, per-user
+// limits, a fork bomb, an output flood, warm/cold agreement).
+//
+// Network attacks only ever aim at addresses of the machine running the
 // test: its loopback, its own interface addresses and, when it has one,
 // the Docker bridge gateway.
 package securitytest
@@ -21,7 +28,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"runtime/metrics"
 	"strings"
 	"sync/atomic"
@@ -30,6 +36,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 
 // Case is one program the suite runs and what it must observe.
@@ -60,12 +67,11 @@ type Options struct {
 
 // env is what a case may need from the suite's host-side fixtures.
 type env struct {
-	d        engine.Driver
-	langs    map[string]engine.Language
-	secret   string // a value only the test process's environment holds
-	listen   *listeners
-	hostNS   map[string]string // namespace links of the test process
-	hostname string
+	d     engine.Driver
+	langs map[string]engine.Language
+	// probe is the host as the probes see it: listeners the network
+	// probe aims at, the planted variable, the host's namespaces.
+	probe probes.Env
 }
 
 // Run runs the whole suite against d. langs must hold "python",
@@ -84,24 +90,14 @@ func Run(t *testing.T, d engine.Driver, langs map[string]engine.Language, opts .
 
 	e := &env{d: d, langs: langs}
 	// A secret in the server's environment must never reach user code.
-	// t.Setenv cannot be used: callers may run suites in parallel.
-	e.secret = "vertal-secret-" + randHex(12)
-	secretVar := "VERTAL_SECURITYTEST_SECRET_" + strings.ToUpper(randHex(4))
-	os.Setenv(secretVar, e.secret)
-	t.Cleanup(func() { os.Unsetenv(secretVar) })
-
+	// t.Setenv cannot be used: callers may run suites in parallel, so the
+	// variable's name is random.
 	var err error
-	e.listen, err = startListeners(t)
+	e.probe, err = probes.HostEnv("VERTAL_SECURITYTEST_SECRET")
+	t.Cleanup(e.probe.Close)
 	if err != nil {
-		t.Fatalf("securitytest: host listeners: %v", err)
+		t.Fatalf("securitytest: %v", err)
 	}
-	e.hostNS = map[string]string{}
-	for _, ns := range []string{"pid", "ipc", "uts", "mnt", "net", "cgroup"} {
-		if l, err := os.Readlink("/proc/self/ns/" + ns); err == nil {
-			e.hostNS[ns] = l
-		}
-	}
-	e.hostname, _ = os.Hostname()
 
 	// Runtimes chown the sandbox's stdio; a driver that passes host files
 	// as stdio hands them to the sandbox user. /dev/null is the usual one.
@@ -113,27 +109,70 @@ func Run(t *testing.T, d engine.Driver, langs map[string]engine.Language, opts .
 		}
 	})
 
-	cases := append(functionalCases(e), attackCases(e)...)
-	cases = append(cases, fileCases(t, e)...)
+	for _, c := range functionalCases(e) {
+		t.Run(c.Name, func(t *testing.T) { e.runCase(t, c) })
+	}
+	// The probes, which vertal doctor also runs on operators' hosts: each
+	// must hold on every driver and runtime.
+	for _, p := range probes.All(e.probe) {
+		t.Run(p.Name, func(t *testing.T) { e.runProbe(t, p) })
+	}
+	cases := append(attackCases(e), fileCases(t, e)...)
 	cases = append(cases, o.Extra...)
 	for _, c := range cases {
-		t.Run(c.Name, func(t *testing.T) {
-			res, err := e.run(t, c)
-			c.Check(t, res, err)
-			if t.Failed() {
-				t.Logf("result: status=%s exit=%d truncated=%v stdout=%q stderr=%q err=%v",
-					res.Status, res.ExitCode, res.Truncated, clip(res.Stdout), clip(res.Stderr), err)
-			}
-		})
+		t.Run(c.Name, func(t *testing.T) { e.runCase(t, c) })
 	}
 	// Multi-step cases need more than one execution.
-	t.Run("fresh_state", func(t *testing.T) { freshState(t, e) })
 	t.Run("output_flood_memory_flat", func(t *testing.T) { outputFlood(t, e) })
 	t.Run("fork_bomb_then_healthy", func(t *testing.T) { forkBombThenHealthy(t, e) })
 	for _, a := range perUserAttacks() {
 		t.Run(a.name, func(t *testing.T) { perUserLimits(t, e, a) })
 	}
 	t.Run("agree", func(t *testing.T) { agree(t, e) })
+}
+
+// runCase runs one case and asserts on its outcome.
+func (e *env) runCase(t *testing.T, c Case) {
+	res, err := e.run(t, c)
+	c.Check(t, res, err)
+	if t.Failed() {
+		logResult(t, res, err)
+	}
+}
+
+// runProbe runs one probe: its judgement is the case's.
+func (e *env) runProbe(t *testing.T, p probes.Probe) {
+	if p.Skip != "" {
+		t.Skip(p.Skip)
+	}
+	lang, ok := e.langs[p.Language]
+	if !ok {
+		t.Fatalf("unknown language %q", p.Language)
+	}
+	o := p.Run(context.Background(), e.d, lang, probes.RunOptions{})
+	switch {
+	case o.Err != nil:
+		t.Errorf("%s: %v", p.Protection, o.Err)
+	case p.GVisorGap && probes.OnGVisor(e.d.Name()):
+		if o.OK {
+			t.Errorf("%s now holds on %s (%s): drop the probe's GVisorGap and update docs/SECURITY.md", p.Protection, e.d.Name(), o.Detail)
+		} else {
+			t.Logf("known gVisor gap, as expected: %s: %s", p.Protection, o.Detail)
+		}
+	case !o.OK:
+		t.Errorf("%s: %s", p.Protection, o.Detail)
+	default:
+		t.Logf("%s: %s", p.Protection, o.Detail)
+	}
+	if t.Failed() {
+		logResult(t, o.Result, o.Err)
+	}
+}
+
+func logResult(t *testing.T, res engine.Result, err error) {
+	t.Helper()
+	t.Logf("result: status=%s exit=%d truncated=%v stdout=%q stderr=%q err=%v",
+		res.Status, res.ExitCode, res.Truncated, clip(res.Stdout), clip(res.Stderr), err)
 }
 
 // run executes one case through the driver.
@@ -265,12 +304,4 @@ func heapNow() uint64 {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
-}
-
-func quoteList(xs []string) string {
-	q := make([]string, len(xs))
-	for i, x := range xs {
-		q[i] = fmt.Sprintf("%q", x)
-	}
-	return "[" + strings.Join(q, ", ") + "]"
 }
