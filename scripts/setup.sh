@@ -9,7 +9,7 @@
 #   scripts/setup.sh test    all of the above, plus what the whole test suite
 #                            drives: PostgreSQL, Chromium, the MCP client's npm
 #                            packages, wrangler/workerd for the edge Worker,
-#                            shellcheck (for actionlint), Docker Compose v2,
+#                            ShellCheck (actionlint runs it), Docker Compose v2,
 #                            the local base image deploy/Dockerfile builds
 #                            from, cloud-init (only its `schema` command
 #                            is used: it is kept from running at boot) and
