@@ -18,7 +18,7 @@
 #                                        between runs, so Go and the runtimes are
 #                                        installed once), copies the working
 #                                        tree in and runs CMD as root there
-#   scripts/vm-test.sh cloud-init        by hand (about 11 minutes under TCG, so
+#   scripts/vm-test.sh cloud-init        by hand (11 to 16 minutes under TCG, so
 #                                        not in CI): a throw-away copy of the
 #                                        guest with cloud-init added boots
 #                                        deploy/hetzner/cloud-init.yaml from a

@@ -10,7 +10,7 @@ import (
 
 // cloudInitFile is the one-paste server (docs/DEPLOY.md, way A). Its real
 // first boot is checked by hand under QEMU (scripts/vm-test.sh cloud-init,
-// about 11 minutes under TCG, too long for CI's 30 next to the VM smoke);
+// 11 to 16 minutes under TCG, too long for CI's 30 next to the VM smoke);
 // CI checks the file's schema and its firewall here.
 const cloudInitFile = "deploy/hetzner/cloud-init.yaml"
 
