@@ -9,10 +9,12 @@
 #   scripts/setup.sh test    all of the above, plus what the whole test suite
 #                            drives: PostgreSQL, Chromium, the MCP client's npm
 #                            packages, wrangler/workerd for the edge Worker,
-#                            shellcheck (for actionlint), Docker Compose v2,
+#                            ShellCheck (actionlint runs it), Docker Compose v2,
 #                            the local base image deploy/Dockerfile builds
-#                            from, and cloud-init (only its `schema` command
-#                            is used: it is kept from running at boot)
+#                            from, cloud-init (only its `schema` command
+#                            is used: it is kept from running at boot) and
+#                            nftables (`nft -c` checks the cloud-init's
+#                            firewall; nothing is loaded on the host)
 #
 # Go: the one named by go.mod's go line (or newer) is used from PATH or
 # /usr/local/go. If there is none, it is installed into /usr/local/go from the
@@ -38,7 +40,7 @@ pkgs=(crun runc runsc bubblewrap tini debootstrap ca-certificates iproute2 nodej
 case "$mode" in
   serve) ;;
   engine) pkgs+=(docker.io curl) ;;
-  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest python3-aiosmtpd curl shellcheck) ;;
+  test) pkgs+=(docker.io postgresql chromium chromium-driver python3 python3-pytest python3-aiosmtpd curl shellcheck nftables) ;;
   *) echo "setup: unknown mode $mode (serve, engine or test)" >&2; exit 2 ;;
 esac
 missing=()

@@ -18,12 +18,14 @@
 #                                        between runs, so Go and the runtimes are
 #                                        installed once), copies the working
 #                                        tree in and runs CMD as root there
-#   scripts/vm-test.sh cloud-init        by hand (TCG: long): a throw-away copy of
-#                                        the guest with cloud-init added boots
+#   scripts/vm-test.sh cloud-init        by hand (11 to 16 minutes under TCG, so
+#                                        not in CI): a throw-away copy of the
+#                                        guest with cloud-init added boots
 #                                        deploy/hetzner/cloud-init.yaml from a
 #                                        NoCloud seed disk; checks the API, the
 #                                        tunnel unit, the firewall and the update
-#                                        timer; see scripts/vm/cloud-init.sh
+#                                        timer, and exits non-zero if any check
+#                                        fails; see scripts/vm/cloud-init.sh
 #   scripts/vm-test.sh ssh [CMD...]      a root shell (or CMD) in the dev guest
 #   scripts/vm-test.sh stop              stops the dev guest
 #   scripts/vm-test.sh reset             stops it and drops its disk: fresh again

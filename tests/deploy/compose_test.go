@@ -26,6 +26,7 @@ func TestComposeConfigValidates(t *testing.T) {
 		Services map[string]struct {
 			Image       string            `json:"image"`
 			Privileged  bool              `json:"privileged"`
+			Cgroup      string            `json:"cgroup"`
 			ReadOnly    bool              `json:"read_only"`
 			Restart     string            `json:"restart"`
 			Profiles    []string          `json:"profiles"`
@@ -53,6 +54,10 @@ func TestComposeConfigValidates(t *testing.T) {
 		return v.Target == "/var/lib/vertal"
 	}) {
 		t.Errorf("api: read_only %v, restart %q, healthcheck %v, volumes %v", api.ReadOnly, api.Restart, api.Healthcheck, api.Volumes)
+	}
+	// What sandboxes need on a cgroup v2 host (see compose.yaml).
+	if api.Cgroup != "host" {
+		t.Errorf("api: cgroup %q, want the host's cgroup namespace", api.Cgroup)
 	}
 	if api.Environment["VERTAL_EDGE_SECRET"] != "s3cret" {
 		t.Errorf("api: edge secret from the environment not passed: %v", api.Environment)
