@@ -33,6 +33,11 @@ func buildLive(t *testing.T, imagesDir, version string) {
 func TestLiveImageSwitchE2E(t *testing.T) {
 	needE2E(t)
 	imagesDir := t.TempDir()
+	// The default runtime (bwrap) resolves the image as the sandbox's
+	// uid: t.TempDir's parent is 0700.
+	if err := os.Chmod(filepath.Dir(imagesDir), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	buildLive(t, imagesDir, "1.0")
 	dir := filepath.Join(imagesDir, "live")
 	first := image.CurrentVersion(dir)

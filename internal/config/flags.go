@@ -90,7 +90,7 @@ var settings = []setting{
 		set: str(func(c *Config) *string { return &c.PoolPlan })},
 	{name: "driver", env: "VERTAL_DRIVER", usage: "sandbox driver: oci or docker (default oci)",
 		set: str(func(c *Config) *string { return &c.Driver })},
-	{name: "runtime", env: "VERTAL_RUNTIME", usage: "OCI runtime: crun, runc, runsc or bwrap (bubblewrap, oci driver only) (default: best installed)",
+	{name: "runtime", env: "VERTAL_RUNTIME", usage: "OCI runtime: bwrap (bubblewrap), crun, runc or runsc; bwrap is for the oci driver only (default: bwrap where the host allows unprivileged user namespaces, else crun, else runc)",
 		set: str(func(c *Config) *string { return &c.Runtime })},
 	{name: "data-dir", env: "VERTAL_DATA_DIR", usage: "directory for the SQLite database (default /var/lib/vertal)",
 		set: str(func(c *Config) *string { return &c.DataDir })},

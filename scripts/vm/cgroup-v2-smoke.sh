@@ -105,5 +105,5 @@ EOF
     say "FAIL: the oci driver on pure cgroup v2 (exit $rc)"
     return 1
   fi
-  say "PASS: oci with crun and runc, cold and warm, enforces every protection on a stock Debian 12 with pure cgroup v2"
+  say "PASS: oci with crun, runc and bwrap, cold and warm, enforces every protection on a stock Debian 12 with pure cgroup v2"
 }

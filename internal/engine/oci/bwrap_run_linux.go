@@ -55,6 +55,10 @@ func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits) (*bwrapPlan, e
 // bwrapPlanOf translates a spec of lang's image, with bundle and uid
 // placeholders.
 func (d *Driver) bwrapPlanOf(spec *specs.Spec, lang engine.Language) (*bwrapPlan, error) {
+	if err := reachableByOthers(lang.Image); err != nil {
+		return nil, fmt.Errorf("oci: the bwrap runtime runs as the sandbox's uid, which cannot reach the image %s: %w "+
+			"(chmod o+x that directory, or use --runtime crun)", lang.Image, err)
+	}
 	p, err := bwrapPlanFor(spec, bwrapEnv{bundle: bundlePlaceholder, dev: d.devDir(), exists: func(path string) (bool, bool) {
 		host := filepath.Join(lang.Image, path)
 		if path == "/proc" || strings.HasPrefix(path, "/proc/") {
@@ -70,6 +74,29 @@ func (d *Driver) bwrapPlanOf(spec *specs.Spec, lang engine.Language) (*bwrapPlan
 		return nil, err
 	}
 	return p, nil
+}
+
+// reachableByOthers checks that a user who owns none of dir and its
+// ancestors can pass through all of them: bwrap resolves its mount
+// sources as the sandbox's uid. (What is inside keeps its own modes; an
+// image's files are world-readable by construction.)
+func reachableByOthers(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by other users", p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
 
 // devDir is the /dev of the driver's bwrap sandboxes (prepareDev).

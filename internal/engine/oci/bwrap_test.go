@@ -3,6 +3,7 @@
 package oci
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -199,5 +200,36 @@ func TestBwrapRefuses(t *testing.T) {
 				t.Errorf("accepted; args %q", p.args)
 			}
 		})
+	}
+}
+
+func TestUsableBwrap(t *testing.T) {
+	e2e(t)
+	if err := usableBwrap("/usr/bin/bwrap"); err != nil {
+		t.Fatalf("usableBwrap on this host: %v", err)
+	}
+	// A binary that fails as bwrap would where user namespaces are off.
+	err := usableBwrap("/bin/false")
+	if err == nil || !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "--runtime crun") {
+		t.Fatalf("usableBwrap(/bin/false) = %v; want ErrUnavailable saying what to do", err)
+	}
+}
+
+func TestReachableByOthers(t *testing.T) {
+	dir := t.TempDir() // its parent is 0700: others cannot pass
+	img := filepath.Join(dir, "img")
+	if err := os.Mkdir(img, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := reachableByOthers(img); err == nil || !strings.Contains(err.Error(), filepath.Dir(dir)+" is not searchable") {
+		t.Fatalf("reachableByOthers(%s) = %v; want the 0700 parent named", img, err)
+	}
+	for _, p := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reachableByOthers(img); err != nil {
+		t.Fatalf("after chmod o+x: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ import (
 type Options struct {
 	// Runtime is "crun", "runc", "runsc", "bwrap" (bubblewrap, see
 	// bwrap_linux.go) or "" to pick the best installed
-	// (crun, else runc).
+	// (bwrap where the host allows it, else crun, else runc).
 	Runtime string
 	// StateDir holds bundles and runtime state; it is cleaned by Reap.
 	// Default /run/vertal/oci. It should be on a local filesystem (tmpfs).
@@ -164,7 +164,7 @@ func pickRuntime(name string, cg *cgroups, log *slog.Logger) (runtimeKind, strin
 	for _, c := range candidates {
 		rt, path, err := findRuntime(c)
 		if err == nil {
-			err = prepareHost(rt, cg, log)
+			err = prepareHost(rt, path, cg, log)
 		}
 		if err == nil {
 			return rt, path, nil
@@ -184,7 +184,10 @@ func pickRuntime(name string, cg *cgroups, log *slog.Logger) (runtimeKind, strin
 // cgroup v1 host in hybrid mode refuses to run while the unified (v2)
 // hierarchy owns any controller; it usually owns hugetlb, which nothing
 // uses, so it is moved to a cgroup v1 mount as the others are.
-func prepareHost(rt runtimeKind, cg *cgroups, log *slog.Logger) error {
+func prepareHost(rt runtimeKind, path string, cg *cgroups, log *slog.Logger) error {
+	if rt.bwrap {
+		return usableBwrap(path)
+	}
 	ctrls := cg.hybridControllers()
 	if rt.name != "crun" || len(ctrls) == 0 {
 		return nil

@@ -64,9 +64,12 @@ var runtimes = map[string]runtimeKind{
 	},
 }
 
-// preference is the order tried when Options.Runtime is empty: crun is the
-// fastest, runc the most common.
-var preference = []string{"crun", "runc"}
+// preference is the order tried when Options.Runtime is empty: bwrap
+// costs a third of crun's CPU per sandbox and passes the same suites
+// (docs/BENCHMARKS.md, issue 15), crun is the fastest OCI runtime, runc
+// the most common. bwrap is skipped where the host does not let an
+// unprivileged user create a user namespace (usableBwrap).
+var preference = []string{"bwrap", "crun", "runc"}
 
 // findRuntime resolves a runtime binary, or says what to install.
 func findRuntime(name string) (runtimeKind, string, error) {
