@@ -185,7 +185,7 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 		t.Helper()
 		b.do(chromedp.Click(chromedp.ID("create-key")))
 		if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`!document.getElementById('newkey').hidden || !document.getElementById('key-error').hidden`,
-			chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 			t.Fatalf("waiting for the new key: %v", err)
 		}
 		return eval[string](b, `document.getElementById('key-error').hidden ? document.getElementById('newkey-secret').textContent : ''`)
@@ -269,7 +269,7 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 	// account's tenant.
 	b.open(base + "/")
 	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.getElementById('key-status').textContent.startsWith('Signed in as')`,
-		chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Fatalf("the playground does not see the session: %v", err)
 	}
 	b.setLanguage("python")

@@ -319,7 +319,7 @@ func TestDisabledTenantOnPostgresPairInBrowser(t *testing.T) {
 		t.Helper()
 		user.open(nodeB + "/")
 		if _, err := chromedp.Run(user.ctx, chromedp.Poll[bool](`document.getElementById('key-status').textContent.startsWith('Signed in as')`,
-			chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 			t.Fatalf("the playground on node B does not see the session: %v", err)
 		}
 		user.setLanguage("python")

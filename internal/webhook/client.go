@@ -172,7 +172,10 @@ func (c *Client) attemptError(ctx context.Context, err error) error {
 	if errors.As(err, &we) {
 		return we // the guard refused the connection
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	// The attempt's context and the transport's header timeout are both
+	// the client's timeout; whichever fires first, it is the same answer.
+	var ne net.Error
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 		return newError(ErrDelivery, err, "no answer within %s", c.timeout)
 	}
 	cause := err
