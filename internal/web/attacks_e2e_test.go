@@ -315,12 +315,22 @@ func TestDisabledTenantOnPostgresPairInBrowser(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	playgroundRun := func() view {
+	// playgroundRun opens the playground on node B, waits until it has
+	// settled what it shows of the session (signed in with today's usage;
+	// or, for a disabled tenant, the refusal of its usage check, which
+	// replaces the brief "Signed in as" line), and runs 6*7.
+	playgroundRun := func(disabled bool) view {
 		t.Helper()
 		user.open(nodeB + "/")
-		if _, err := chromedp.Run(user.ctx, chromedp.Poll[bool](`document.getElementById('key-status').textContent.startsWith('Signed in as')`,
-			chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-			t.Fatalf("the playground on node B does not see the session: %v", err)
+		settled := `(() => { const s = document.getElementById('key-status');
+			return s.textContent.startsWith('Signed in as') && s.textContent.includes(' plan'); })()`
+		if disabled {
+			settled = `(() => { const s = document.getElementById('key-status');
+				return s.classList.contains('bad') && s.textContent.includes('disabled'); })()`
+		}
+		if _, err := chromedp.Run(user.ctx, chromedp.Poll[bool](settled, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("the playground on node B does not show the session's state (disabled %v): %v; it shows %q", disabled, err,
+				eval[string](user, `document.getElementById('key-status').textContent`))
 		}
 		user.setLanguage("python")
 		user.setCode("print(6 * 7)")
@@ -331,7 +341,7 @@ func TestDisabledTenantOnPostgresPairInBrowser(t *testing.T) {
 			t.Fatalf("the key on %s before: %d, want 200", base, s)
 		}
 	}
-	if v := playgroundRun(); v.Stdout != "42\n" || v.Status != "succeeded" {
+	if v := playgroundRun(false); v.Stdout != "42\n" || v.Status != "succeeded" {
 		t.Fatalf("signed-in run on node B before: %+v", v)
 	}
 
@@ -352,7 +362,7 @@ func TestDisabledTenantOnPostgresPairInBrowser(t *testing.T) {
 	if n := eval[int](user, `document.querySelectorAll('#create-key').length`); n != 0 {
 		t.Errorf("node B still shows the dashboard to the disabled tenant")
 	}
-	if v := playgroundRun(); !v.ErrorShown || !strings.Contains(v.ErrorMessage, "disabled") || v.Stdout != "" {
+	if v := playgroundRun(true); !v.ErrorShown || !strings.Contains(v.ErrorMessage, "disabled") || v.Stdout != "" {
 		t.Errorf("signed-in run on node B after the disable: %+v, want refused as disabled", v)
 	}
 	for _, base := range []string{nodeA, nodeB} {
