@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,17 +93,27 @@ func submit(t *testing.T, base, key string, body map[string]any) string {
 }
 
 // waitFinal polls GET until every id is final (and, with webhooks, its
-// delivery settled), and returns them.
-func waitFinal(t *testing.T, base, key string, ids []string, hooks bool, within time.Duration) map[string]map[string]any {
+// delivery settled), and returns them. A 429 is waited out (Retry-After),
+// so the polling itself cannot hide an execution's state; on time-out it
+// says what it last saw of each unsettled one, and what explain adds.
+func waitFinal(t *testing.T, base, key string, ids []string, hooks bool, within time.Duration, explain ...func(id string) string) map[string]map[string]any {
 	t.Helper()
 	out := map[string]map[string]any{}
+	last := map[string]string{}
 	deadline := time.Now().Add(within)
 	for len(out) < len(ids) {
+	round:
 		for _, id := range ids {
 			if out[id] != nil {
 				continue
 			}
 			r := call(t, "GET", base+"/v1/executions/"+id, key, nil, nil)
+			if r.status == http.StatusTooManyRequests {
+				wait, _ := strconv.Atoi(r.header.Get("Retry-After"))
+				time.Sleep(time.Duration(max(wait, 1)) * time.Second)
+				break round
+			}
+			last[id] = fmt.Sprintf("%d %s", r.status, r.raw)
 			st, _ := r.body["status"].(string)
 			if st == "" || st == "queued" || st == "running" {
 				continue
@@ -113,11 +124,46 @@ func waitFinal(t *testing.T, base, key string, ids []string, hooks bool, within 
 			out[id] = r.body
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d executions settled after %v", len(out), len(ids), within)
+			var b strings.Builder
+			for _, id := range ids {
+				if out[id] == nil {
+					fmt.Fprintf(&b, "\n%s: last seen %s", id, last[id])
+					for _, f := range explain {
+						fmt.Fprintf(&b, "\n  %s", f(id))
+					}
+				}
+			}
+			t.Fatalf("%d of %d executions settled after %v:%s", len(out), len(ids), within, b.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return out
+}
+
+// riverJobs describes the queue's jobs for one execution, from River's
+// table in the server's SQLite file.
+func riverJobs(db *sql.DB) func(id string) string {
+	return func(id string) string {
+		rows, err := db.Query(`SELECT id, kind, state, attempt, max_attempts, COALESCE(attempted_at, ''), scheduled_at, COALESCE(json(errors), '')
+			FROM river_job WHERE json_extract(args, '$.execution_id') = ? ORDER BY id`, id)
+		if err != nil {
+			return "river_job: " + err.Error()
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var jid, attempt, maxAttempts int64
+			var kind, state, attemptedAt, scheduledAt, errs string
+			if err := rows.Scan(&jid, &kind, &state, &attempt, &maxAttempts, &attemptedAt, &scheduledAt, &errs); err != nil {
+				return "river_job: " + err.Error()
+			}
+			fmt.Fprintf(&b, "job %d %s %s attempt %d/%d attempted %s scheduled %s errors %s; ", jid, kind, state, attempt, maxAttempts, attemptedAt, scheduledAt, errs)
+		}
+		if b.Len() == 0 {
+			return "no River job"
+		}
+		return b.String()
+	}
 }
 
 func todayExecutions(t *testing.T, base, key string) float64 {
@@ -179,7 +225,7 @@ func TestAsyncWebhooksAndRestart(t *testing.T) {
 	base = p.url + "/api"
 
 	all := append(ids, down)
-	got := waitFinal(t, base, key, all, true, 3*time.Minute)
+	got := waitFinal(t, base, key, all, true, 3*time.Minute, riverJobs(db))
 	ran := 0
 	for i, id := range ids {
 		e := got[id]

@@ -100,7 +100,11 @@ type Options struct {
 	// 200 ms; PostgreSQL nodes are also woken by LISTEN/NOTIFY).
 	PollInterval time.Duration
 	// RescueAfter is how long a job may stay running before River hands
-	// it to another node, its worker presumed dead (default 10 min).
+	// it to another node (or to this node started again), its worker
+	// presumed dead (default 10 min). It must exceed the longest
+	// execution and the webhook timeout; a job rescued from a live worker
+	// is harmless (the run is claimed once, a delivery is repeated with
+	// the same delivery id).
 	RescueAfter time.Duration
 	// RetryBase and RetryCap shape a webhook's backoff: base·2^(n-1)
 	// capped, with jitter (defaults 10 s, 1 h).
@@ -145,16 +149,55 @@ type Queue struct {
 // OpenSQLite returns a Queue on the SQLite store's writer pool (one
 // connection), migrating River's tables first.
 func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue, error) {
-	return open[*sql.Tx](ctx, riversqlite.New(db), h, o)
+	// Two processes on one file (a restart overlapping the old one's exit)
+	// may migrate at once; River's migrations run in several transactions
+	// and SQLite has no lock to hold across them, so the one that loses
+	// tries again and then finds the versions recorded.
+	migrate := func(ctx context.Context, m *rivermigrate.Migrator[*sql.Tx]) error {
+		var err error
+		for try := range 5 {
+			if _, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil); err == nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
+			}
+		}
+		return err
+	}
+	return open(ctx, riversqlite.New(db), migrate, h, o)
 }
 
 // OpenPostgres returns a Queue on the PostgreSQL store's pool, migrating
 // River's tables first.
 func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, h Handlers, o Options) (*Queue, error) {
-	return open[pgx.Tx](ctx, riverpgxv5.New(pool), h, o)
+	// Nodes starting at once would otherwise migrate side by side and
+	// deadlock. River's migrations cannot share one transaction (a new
+	// enum value is used in the next), so the lock is a session's, held
+	// on a connection of its own while River migrates on the others.
+	migrate := func(ctx context.Context, m *rivermigrate.Migrator[pgx.Tx]) error {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+			return err
+		}
+		defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock)
+		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		return err
+	}
+	return open(ctx, riverpgxv5.New(pool), migrate, h, o)
 }
 
-func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], h Handlers, o Options) (*Queue, error) {
+// migrationLock is the pg_advisory_lock key that serializes River's
+// migrations across nodes ("river" in ASCII; the store's is "vertal").
+const migrationLock int64 = 0x7269766572
+
+func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate func(context.Context, *rivermigrate.Migrator[TTx]) error, h Handlers, o Options) (*Queue, error) {
 	o = o.withDefaults()
 	if h.Run == nil || h.Deliver == nil {
 		return nil, errors.New("queue: Handlers.Run and Handlers.Deliver are required")
@@ -163,7 +206,7 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], h Handle
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+	if err := migrate(ctx, migrator); err != nil {
 		return nil, fmt.Errorf("queue: migrating River's tables: %w", err)
 	}
 	workers := river.NewWorkers()
@@ -175,7 +218,13 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], h Handle
 		FetchPollInterval:    o.PollInterval,
 		FetchCooldown:        min(o.PollInterval, 50*time.Millisecond),
 		RescueStuckJobsAfter: o.RescueAfter,
-		JobTimeout:           -1, // an execution has its own timeout; a delivery too
+		// River's rescuer hands back a stuck job only once its timeout has
+		// passed, and never one without a timeout: so the timeout is the
+		// rescue time. An execution is bounded by its own deadline and a
+		// delivery by its HTTP timeout, both shorter; when River cancels a
+		// job's context at the timeout, a running sandbox is not stopped
+		// (it runs on a context of its own) and the job completes normally.
+		JobTimeout: o.RescueAfter,
 		Queues: map[string]river.QueueConfig{
 			QueueExecutions: {MaxWorkers: o.Workers},
 			QueueWebhooks:   {MaxWorkers: o.WebhookWorkers},
