@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -184,6 +185,9 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 	}
 	exit, err := p.Finish(ctx, exit)
 	if err != nil {
+		if msg := setupMessage(stderr.String()); errors.Is(err, ErrSetup) && msg != "" {
+			err = fmt.Errorf("%w; the runtime said: %s", err, msg)
+		}
 		return Result{}, err
 	}
 	res := Result{
@@ -228,4 +232,15 @@ func newStreams(spec Spec) (stdout, stderr *CappedBuffer) {
 		stdout.onKeep, stderr.onKeep = emit(Stdout), emit(Stderr)
 	}
 	return stdout, stderr
+}
+
+// setupMessage is the end of what a runtime that failed to set a sandbox
+// up wrote on its stderr: its last line or two, at most 300 bytes.
+func setupMessage(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	msg := strings.Join(lines[max(0, len(lines)-2):], " | ")
+	if len(msg) > 300 {
+		msg = "..." + msg[len(msg)-297:]
+	}
+	return strings.ToValidUTF8(msg, "?")
 }

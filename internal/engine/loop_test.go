@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -142,6 +143,7 @@ func TestSupervise(t *testing.T) {
 		cancel  bool // cancel ctx right after the start
 		want    Result
 		wantErr error
+		wantMsg string // the error's whole text, when set
 		kills   bool
 	}{
 		{name: "succeeds", p: &fakeProcess{stdout: []string{"a", "b"}, stderr: []string{"e"}},
@@ -157,6 +159,10 @@ func TestSupervise(t *testing.T) {
 		{name: "start fails", p: &fakeProcess{startErr: errBoom}, wantErr: errBoom},
 		{name: "wait fails", p: &fakeProcess{waitErr: errBoom}, wantErr: errBoom},
 		{name: "finish fails", p: &fakeProcess{code: 1, finishErr: errBoom}, wantErr: errBoom},
+		{name: "setup fails, runtime's message in the error", p: &fakeProcess{code: 1, stderr: []string{"bwrap: warming up\n", "bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n"},
+			finishErr: fmt.Errorf("%w (exit status 1)", ErrSetup)}, wantErr: ErrSetup,
+			wantMsg: "engine: the sandbox could not be set up (exit status 1); the runtime said: bwrap: warming up | bwrap: Can't mount proc on /newroot/proc: Operation not permitted"},
+		{name: "setup fails silently", p: &fakeProcess{code: 1, finishErr: ErrSetup}, wantErr: ErrSetup, wantMsg: "engine: the sandbox could not be set up"},
 		{name: "kill fails at timeout", p: &fakeProcess{hang: true, killErr: errBoom}, spec: Spec{Timeout: 20 * time.Millisecond},
 			wantErr: errBoom, kills: true},
 		{name: "returned files", p: &fakeProcess{}, spec: Spec{ReturnFiles: []string{"*.png"}},
@@ -181,6 +187,9 @@ func TestSupervise(t *testing.T) {
 			got, err := Supervise(ctx, spec, p, LoopOptions{Collect: collect})
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v; want %v", err, tc.wantErr)
+			}
+			if tc.wantMsg != "" && err.Error() != tc.wantMsg {
+				t.Errorf("error text %q; want %q", err, tc.wantMsg)
 			}
 			if (p.kills > 0) != tc.kills {
 				t.Errorf("kills = %d; want killed %v", p.kills, tc.kills)

@@ -516,7 +516,7 @@ func (p *bwrapProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, 
 	if !e.TimedOut && !e.OOMKilled && e.Code != 0 && !p.ran {
 		// bwrap failed before the command ran (its message is on the
 		// sandbox's stderr): the platform failed, not the user's code.
-		return e, fmt.Errorf("oci: bwrap failed to set the sandbox up (exit status %d)", e.Code)
+		return e, fmt.Errorf("%w: bwrap exited with status %d before the program started", engine.ErrSetup, e.Code)
 	}
 	return e, nil
 }
