@@ -167,8 +167,21 @@ func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue,
 		}
 		return err
 	}
-	return open(ctx, riversqlite.New(db), migrate, h, o)
+	return open(ctx, sqliteDriver{riversqlite.New(db)}, migrate, h, o)
 }
+
+// sqliteDriver is River's SQLite driver without its emulated LISTEN and
+// NOTIFY. A SQLite database has one server, so no other node's inserts
+// need hearing about; without a listener River wakes its own producers
+// on every insert it makes (as for any driver without one), where the
+// emulation wrote a notification row per insert and polled for them every
+// 50 ms, half of an idle server's CPU (perf, issue 15). Jobs that become
+// available later (retries, snoozes) are found by the fetch poll, as
+// before.
+type sqliteDriver struct{ *riversqlite.Driver }
+
+func (sqliteDriver) SupportsListener() bool     { return false }
+func (sqliteDriver) SupportsListenNotify() bool { return false }
 
 // OpenPostgres returns a Queue on the PostgreSQL store's pool, migrating
 // River's tables first.
