@@ -87,31 +87,40 @@ func (t *template) render(id string, uid uint32) []byte {
 
 // template returns the cached config template for a language and limits.
 func (d *Driver) template(lang engine.Language, l engine.Limits) (*template, error) {
+	return cachedFromSpec(d, d.templates, lang, l, func(spec *specs.Spec) (*template, error) {
+		b, err := json.Marshal(spec)
+		if err != nil {
+			return nil, fmt.Errorf("encoding config.json: %w", err)
+		}
+		return newTemplate(b)
+	})
+}
+
+// cachedFromSpec returns what build made of the spec for a language and
+// limits (with the id placeholder), building it once per key. The cache
+// is bounded: languages × plans is small.
+func cachedFromSpec[T any](d *Driver, cache map[templateKey]T, lang engine.Language, l engine.Limits, build func(*specs.Spec) (T, error)) (T, error) {
 	key := templateKey{image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
 	d.mu.Lock()
-	t, ok := d.templates[key]
+	v, ok := cache[key]
 	d.mu.Unlock()
 	if ok {
-		return t, nil
+		return v, nil
 	}
 	spec, err := d.spec(lang, l, idPlaceholder)
 	if err != nil {
-		return nil, err
+		return v, err
 	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("encoding config.json: %w", err)
-	}
-	if t, err = newTemplate(b); err != nil {
-		return nil, err
+	if v, err = build(spec); err != nil {
+		return v, err
 	}
 	d.mu.Lock()
-	if len(d.templates) > 256 { // languages × plans is small; bound it anyway
-		clear(d.templates)
+	if len(cache) > 256 {
+		clear(cache)
 	}
-	d.templates[key] = t
+	cache[key] = v
 	d.mu.Unlock()
-	return t, nil
+	return v, nil
 }
 
 // spec builds the OCI runtime spec of one execution. Paths of bind mount

@@ -29,27 +29,9 @@ const bundlePlaceholder = "@@VERTAL_BUNDLE@@"
 // bwrapPlan returns the cached translation of the spec for a language and
 // limits; the execution's bundle and uid are filled in by render.
 func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits) (*bwrapPlan, error) {
-	key := templateKey{image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
-	d.mu.Lock()
-	p, ok := d.plans[key]
-	d.mu.Unlock()
-	if ok {
-		return p, nil
-	}
-	spec, err := d.spec(lang, l, idPlaceholder)
-	if err != nil {
-		return nil, err
-	}
-	if p, err = d.bwrapPlanOf(spec, lang); err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	if len(d.plans) > 256 {
-		clear(d.plans)
-	}
-	d.plans[key] = p
-	d.mu.Unlock()
-	return p, nil
+	return cachedFromSpec(d, d.plans, lang, l, func(spec *specs.Spec) (*bwrapPlan, error) {
+		return d.bwrapPlanOf(spec, lang)
+	})
 }
 
 // bwrapPlanOf translates a spec of lang's image, with bundle and uid
@@ -164,10 +146,9 @@ type bwrapProcess struct {
 	cg     *execCgroup
 	plan   *bwrapPlan
 	cmd    *exec.Cmd
-	// ours are the host's ends of stdin, stdout and stderr; child
-	// bwrap's, closed once it started. info, block and status are the
-	// host's ends of bwrap's control descriptors.
-	ours, child         [3]*os.File
+	stdio
+	// info, block and status are the host's ends of bwrap's control
+	// descriptors.
 	info, block, status *os.File
 	extra               []*os.File // bwrap's ends of the control descriptors
 	cgroupFD            *os.File   // cgroup v2: the directory bwrap is born in
@@ -182,18 +163,8 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 			p.close()
 		}
 	}()
-	// Pipes for stdio, as the cold path: nothing of the host's is handed
-	// to the sandbox.
-	for i := range 3 {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("oci: pipe: %w", err)
-		}
-		if i == 0 {
-			p.child[i], p.ours[i] = r, w
-		} else {
-			p.child[i], p.ours[i] = w, r
-		}
+	if err := p.stdio.open(); err != nil {
+		return nil, err
 	}
 	// Control descriptors, in bwrap's fd order (3, 4, 5).
 	var ends [3][2]*os.File
@@ -216,7 +187,7 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 	p.cmd = exec.Command(d.rtPath, argv...)
 	p.cmd.Env = plan.env
 	p.cmd.Dir = "/"
-	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = p.child[0], p.child[1], p.child[2]
+	p.stdio.attach(p.cmd)
 	p.cmd.ExtraFiles = p.extra
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{
 		// The leased uid and gid, no supplementary groups: an
@@ -457,12 +428,6 @@ func readChildPid(f *os.File) (int, error) {
 	return info.ChildPid, nil
 }
 
-func (p *bwrapProcess) Stdin() io.WriteCloser { return p.ours[0] }
-
-func (p *bwrapProcess) CopyOutput(stdout, stderr io.Writer) error {
-	return copyStreams(stdout, stderr, p.ours[1], p.ours[2])
-}
-
 func (p *bwrapProcess) Wait() (int, error) {
 	err := p.cmd.Wait()
 	var exitErr *exec.ExitError
@@ -505,11 +470,6 @@ func (p *bwrapProcess) Kill() error {
 	return nil
 }
 
-func (p *bwrapProcess) CloseOutput() {
-	p.closeChild()
-	closeReads(p.ours[1], p.ours[2])
-}
-
 func (p *bwrapProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
 	e.OOMKilled = p.cg.oomKilled()
 	e.CPUSeconds, e.PeakMemoryBytes = p.cg.usage()
@@ -523,18 +483,9 @@ func (p *bwrapProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, 
 
 func (p *bwrapProcess) Workdir() string { return filepath.Join(p.bundle, "code") }
 
-func (p *bwrapProcess) closeChild() {
-	for i, f := range p.child {
-		if f != nil {
-			f.Close()
-			p.child[i] = nil
-		}
-	}
-}
-
 func (p *bwrapProcess) close() {
-	p.closeChild()
-	for _, f := range append(p.ours[:], p.info, p.block, p.status, p.cgroupFD) {
+	p.stdio.close()
+	for _, f := range []*os.File{p.info, p.block, p.status, p.cgroupFD} {
 		if f != nil {
 			f.Close()
 		}

@@ -185,33 +185,19 @@ type coldProcess struct {
 	cmd     *exec.Cmd
 	pidPath string
 	logPath string
-	// ours are the host's ends of stdin, stdout and stderr; child the
-	// runtime's, closed once it started.
-	ours, child [3]*os.File
+	stdio
 }
 
 func (d *Driver) newColdProcess(id, bundle string, cg *execCgroup) (*coldProcess, error) {
 	p := &coldProcess{d: d, id: id, bundle: bundle, cg: cg,
 		pidPath: filepath.Join(bundle, "init.pid"), logPath: filepath.Join(bundle, "runtime.log")}
-	// Always pipes, stdin too even when empty: runtimes chown the
-	// sandbox's stdio to its user, and a host file here (exec's default
-	// is the host's /dev/null) would be handed to the sandbox's uid.
-	for i := range 3 {
-		r, w, err := os.Pipe()
-		if err != nil {
-			p.close()
-			return nil, fmt.Errorf("oci: pipe: %w", err)
-		}
-		if i == 0 {
-			p.child[i], p.ours[i] = r, w
-		} else {
-			p.child[i], p.ours[i] = w, r
-		}
+	if err := p.stdio.open(); err != nil {
+		return nil, err
 	}
 	// Not CommandContext: cancelling must kill the sandbox, not orphan it
 	// by killing only the runtime process.
 	p.cmd = d.runtimeCmd(context.Background(), p.logPath, "run", "--bundle", bundle, "--pid-file", p.pidPath, id)
-	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = p.child[0], p.child[1], p.child[2]
+	p.stdio.attach(p.cmd)
 	return p, nil
 }
 
@@ -222,12 +208,6 @@ func (p *coldProcess) Start(ctx context.Context) error {
 		return fmt.Errorf("oci: starting %s: %w", p.d.rt.name, err)
 	}
 	return nil
-}
-
-func (p *coldProcess) Stdin() io.WriteCloser { return p.ours[0] }
-
-func (p *coldProcess) CopyOutput(stdout, stderr io.Writer) error {
-	return copyStreams(stdout, stderr, p.ours[1], p.ours[2])
 }
 
 func (p *coldProcess) Wait() (int, error) {
@@ -242,11 +222,6 @@ func (p *coldProcess) Wait() (int, error) {
 func (p *coldProcess) Kill() error {
 	p.d.kill(p.id, p.cmd.Process)
 	return nil
-}
-
-func (p *coldProcess) CloseOutput() {
-	p.closeChild()
-	closeReads(p.ours[1], p.ours[2])
 }
 
 func (p *coldProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
@@ -268,20 +243,65 @@ func (p *coldProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, e
 
 func (p *coldProcess) Workdir() string { return filepath.Join(p.bundle, "code") }
 
-func (p *coldProcess) closeChild() {
-	for i, f := range p.child {
+func (p *coldProcess) close() { p.stdio.close() }
+
+// stdio is a sandbox's standard streams, always pipes (stdin too, even
+// when empty): runtimes chown the sandbox's stdio to its user, and a host
+// file (exec's default is the host's /dev/null) would be handed to the
+// sandbox's uid. ours are the host's ends, child the sandbox's, closed
+// once it started. Embedded, it gives a process engine.Process's Stdin,
+// CopyOutput and CloseOutput.
+type stdio struct{ ours, child [3]*os.File }
+
+// open makes the three pipes; on an error none is left open.
+func (s *stdio) open() error {
+	for i := range 3 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			s.close()
+			return fmt.Errorf("oci: pipe: %w", err)
+		}
+		if i == 0 {
+			s.child[i], s.ours[i] = r, w
+		} else {
+			s.child[i], s.ours[i] = w, r
+		}
+	}
+	return nil
+}
+
+// attach gives cmd the sandbox's ends.
+func (s *stdio) attach(cmd *exec.Cmd) {
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.child[0], s.child[1], s.child[2]
+}
+
+func (s *stdio) Stdin() io.WriteCloser { return s.ours[0] }
+
+func (s *stdio) CopyOutput(stdout, stderr io.Writer) error {
+	return copyStreams(stdout, stderr, s.ours[1], s.ours[2])
+}
+
+func (s *stdio) CloseOutput() {
+	s.closeChild()
+	closeReads(s.ours[1], s.ours[2])
+}
+
+func (s *stdio) closeChild() {
+	for i, f := range s.child {
 		if f != nil {
 			f.Close()
-			p.child[i] = nil
+			s.child[i] = nil
 		}
 	}
 }
 
-func (p *coldProcess) close() {
-	p.closeChild()
-	for _, f := range p.ours {
+// close closes both ends of every pipe still open.
+func (s *stdio) close() {
+	s.closeChild()
+	for i, f := range s.ours {
 		if f != nil {
 			f.Close()
+			s.ours[i] = nil
 		}
 	}
 }

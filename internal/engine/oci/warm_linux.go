@@ -263,33 +263,18 @@ func (s *warmSandbox) codePath() string {
 // start runs `<runtime> run` on the bundle with pipes for stdio.
 func (s *warmSandbox) start() error {
 	d := s.d
-	var child [3]*os.File
-	var ours [3]*os.File
-	for i := range 3 {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for j := range i {
-				child[j].Close()
-				ours[j].Close()
-			}
-			return fmt.Errorf("oci: pipe: %w", err)
-		}
-		if i == 0 {
-			child[i], ours[i] = r, w
-		} else {
-			child[i], ours[i] = w, r
-		}
+	var pipes stdio
+	if err := pipes.open(); err != nil {
+		return err
 	}
-	s.stdin, s.stdout, s.stderr = ours[0], ours[1], ours[2]
+	s.stdin, s.stdout, s.stderr = pipes.ours[0], pipes.ours[1], pipes.ours[2]
 	// Not CommandContext: ending a context must kill the sandbox (Discard
 	// does), not orphan it by killing only the runtime process.
 	cmd := d.runtimeCmd(context.Background(), filepath.Join(s.bundle, "runtime.log"),
 		"run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid"), s.id)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = child[0], child[1], child[2]
+	pipes.attach(cmd)
 	err := cmd.Start()
-	for _, f := range child {
-		f.Close()
-	}
+	pipes.closeChild()
 	if err != nil {
 		return fmt.Errorf("oci: starting %s: %w", d.rt.name, err)
 	}
