@@ -97,7 +97,9 @@ type Options struct {
 	Workers        int
 	WebhookWorkers int
 	// PollInterval is how often an idle node looks for jobs (default
-	// 200 ms; PostgreSQL nodes are also woken by LISTEN/NOTIFY).
+	// 200 ms on PostgreSQL, whose nodes are also woken by LISTEN/NOTIFY;
+	// 1 s on SQLite, where every insert is this node's own and wakes it
+	// at once, so the poll only finds retries and snoozes come due).
 	PollInterval time.Duration
 	// RescueAfter is how long a job may stay running before River hands
 	// it to another node (or to this node started again), its worker
@@ -153,6 +155,9 @@ func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue,
 	// may migrate at once; River's migrations run in several transactions
 	// and SQLite has no lock to hold across them, so the one that loses
 	// tries again and then finds the versions recorded.
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
 	migrate := func(ctx context.Context, m *rivermigrate.Migrator[*sql.Tx]) error {
 		var err error
 		for try := range 5 {
