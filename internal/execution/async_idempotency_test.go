@@ -3,6 +3,8 @@ package execution
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 // replayMetrics counts replays.
@@ -113,12 +116,17 @@ func TestBatchIdempotencyReplay(t *testing.T) {
 // (async or sync) under a batch's key, and the reverse, are conflicts
 // that accept nothing.
 func TestBatchIdempotencyConflict(t *testing.T) {
-	batch := func(codes ...string) func(asyncService, Request) error {
+	hooked := func(hook string, codes ...string) func(asyncService, Request) error {
 		return func(s asyncService, req Request) error {
-			_, err := s.SubmitBatch(context.Background(), caller("acme", 4), req, items(codes...), nil)
+			var u *string
+			if hook != "" {
+				u = &hook
+			}
+			_, err := s.SubmitBatch(context.Background(), caller("acme", 4), req, items(codes...), u)
 			return err
 		}
 	}
+	batch := func(codes ...string) func(asyncService, Request) error { return hooked("", codes...) }
 	submit := func(code string) func(asyncService, Request) error {
 		return func(s asyncService, req Request) error {
 			req.Input = request(code).Input
@@ -141,13 +149,16 @@ func TestBatchIdempotencyConflict(t *testing.T) {
 		{"other order", batch("a", "b"), batch("b", "a")},
 		{"fewer items", batch("a", "b"), batch("a")},
 		{"more items", batch("a"), batch("a", "b")},
+		{"another batch webhook", hooked("http://127.0.0.1:9/a", "a"), hooked("http://127.0.0.1:9/b", "a")},
+		{"a batch webhook added", batch("a"), hooked("http://127.0.0.1:9/a", "a")},
 		{"async single, then batch of it", submit("a"), batch("a")},
 		{"batch of one, then async single of it", batch("a"), submit("a")},
 		{"batch of one, then sync run of it", batch("a"), run("a")},
 		{"sync run, then batch of it", run("a"), batch("a")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newAsyncService(t, nil, nil)
+			guard := webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil)
+			s := newAsyncService(t, nil, &Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard})})
 			if err := tc.first(s, keyed("k1")); err != nil {
 				t.Fatal(err)
 			}
@@ -161,6 +172,40 @@ func TestBatchIdempotencyConflict(t *testing.T) {
 					stored, s.store.Executions(), used, s.usage(t, "acme"), queued, len(s.queue.runs), s.driver.runs.Load())
 			}
 		})
+	}
+}
+
+// TestBatchIdempotencyParallel: repeats that arrive while the first batch
+// is being accepted wait for it and replay it: one batch is accepted,
+// and every answer holds its ids.
+func TestBatchIdempotencyParallel(t *testing.T) {
+	s := newAsyncService(t, nil, nil)
+	start := time.Now()
+	s.Service.now = func() time.Time { return day0.Add(time.Since(start)) }
+	ctx := context.Background()
+	const n = 8
+	answers := make([][]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := s.SubmitBatch(ctx, caller("acme", 4), keyed("k1"), items("a", "b", "c"), nil)
+			answers[i], errs[i] = ids(out.Executions), err
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if diff := cmp.Diff(answers[0], answers[i]); diff != "" {
+			t.Errorf("request %d answered other ids (-first +this):\n%s", i, diff)
+		}
+	}
+	if s.usage(t, "acme") != 3 || len(s.queue.runs) != 3 || s.store.Executions() != 3 {
+		t.Errorf("usage %d, queued %d, stored %d; want one batch of 3", s.usage(t, "acme"), len(s.queue.runs), s.store.Executions())
 	}
 }
 
