@@ -447,3 +447,61 @@ func TestBatches(t *testing.T) {
 		t.Errorf("usage %v; want 20", n)
 	}
 }
+
+// TestBatchRetriedWithKey: a real server on SQLite. A batch sent twice
+// with one Idempotency-Key (as a client does when the first answer is
+// lost) runs once: the second answer is 202 with the same executions in
+// order, as they are now and marked as a replay, usage counts the batch
+// once, and other items under the key are a conflict.
+func TestBatchRetriedWithKey(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--dev")
+	base, key := p.url+"/api", p.devKey
+	hdr := map[string]string{"Idempotency-Key": "nightly-1"}
+	batch := map[string]any{"executions": []any{
+		map[string]any{"language": "bash", "code": "echo 0"},
+		map[string]any{"language": "python", "code": "print(1)"},
+		map[string]any{"language": "bash", "code": "echo 2"},
+	}}
+	answer := func(r httpResult) (ids []string, replays []any) {
+		t.Helper()
+		if r.status != 202 {
+			t.Fatalf("batch: %d %s", r.status, r.raw)
+		}
+		for _, e := range r.body["executions"].([]any) {
+			ids = append(ids, e.(map[string]any)["id"].(string))
+			replays = append(replays, e.(map[string]any)["idempotent_replay"])
+		}
+		return ids, replays
+	}
+	ids, replays := answer(call(t, "POST", base+"/v1/executions/batch", key, batch, hdr))
+	if len(ids) != 3 || replays[0] != nil {
+		t.Fatalf("first answer: ids %v, replay marks %v", ids, replays)
+	}
+	got := waitFinal(t, base, key, ids, false, 2*time.Minute)
+	for i, id := range ids {
+		if got[id]["stdout"] != fmt.Sprintf("%d\n", i) {
+			t.Errorf("item %d: %v %q", i, got[id]["status"], got[id]["stdout"])
+		}
+	}
+	r := call(t, "POST", base+"/v1/executions/batch", key, batch, hdr)
+	again, replays := answer(r)
+	if strings.Join(again, ",") != strings.Join(ids, ",") {
+		t.Errorf("replayed ids %v; want %v", again, ids)
+	}
+	for i, e := range r.body["executions"].([]any) {
+		if replays[i] != true || e.(map[string]any)["status"] != "succeeded" {
+			t.Errorf("replayed item %d: status %v, idempotent_replay %v", i, e.(map[string]any)["status"], replays[i])
+		}
+	}
+	if n := todayExecutions(t, base, key); n != 3 {
+		t.Errorf("usage %v; want the batch counted once (3)", n)
+	}
+	other := map[string]any{"executions": []any{map[string]any{"language": "bash", "code": "echo 0"}}}
+	if r := call(t, "POST", base+"/v1/executions/batch", key, other, hdr); r.status != 409 || r.code() != "idempotency_conflict" {
+		t.Errorf("other items under the key: %d %s", r.status, r.raw)
+	}
+	if n := todayExecutions(t, base, key); n != 3 {
+		t.Errorf("usage %v after the conflict; want 3", n)
+	}
+}

@@ -22,7 +22,9 @@ type batchResponse struct {
 }
 
 // createBatch translates POST /v1/executions/batch: up to
-// execution.MaxBatch async executions, validated all or nothing.
+// execution.MaxBatch async executions, validated all or nothing, under
+// one Idempotency-Key. A replay marks each execution idempotent_replay,
+// as a single replay is marked.
 func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) error {
 	idemKey, err := idempotencyKey(r)
 	if err != nil {
@@ -58,14 +60,15 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) 
 		items[i] = in
 	}
 	req := runRequest(w, r, idemKey, execution.Input{})
-	exes, err := s.exec.SubmitBatch(r.Context(), *c, req, items, br.WebhookURL)
+	out, err := s.exec.SubmitBatch(r.Context(), *c, req, items, br.WebhookURL)
 	if err != nil {
 		return err
 	}
 	info := infoFrom(r.Context())
-	resp := batchResponse{Executions: make([]executionResponse, len(exes))}
-	for i, e := range exes {
+	resp := batchResponse{Executions: make([]executionResponse, len(out.Executions))}
+	for i, e := range out.Executions {
 		resp.Executions[i] = toResponse(e, info.id)
+		resp.Executions[i].IdempotentReplay = out.Replay
 	}
 	return s.writeJSON(w, r, http.StatusAccepted, resp)
 }

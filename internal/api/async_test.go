@@ -478,3 +478,91 @@ func TestWebhookDelivery(t *testing.T) {
 		t.Errorf("delivered status %v", sent["status"])
 	}
 }
+
+// TestBatchIdempotency: a batch repeated with its Idempotency-Key answers
+// 202 with the same executions in order, each marked idempotent_replay,
+// and counts nothing more; other items under the key, or a single
+// request's key, are 409 idempotency_conflict in the error shape.
+func TestBatchIdempotency(t *testing.T) {
+	env := newEnv(t)
+	hdr := map[string]string{"Idempotency-Key": "nightly-2026-12-01"}
+	body := `{"executions":[{"language":"python","code":"print(1)"},{"language":"bash","code":"echo 2"}]}`
+	type answer struct {
+		Executions []struct {
+			ID        string `json:"id"`
+			Replay    *bool  `json:"idempotent_replay"`
+			RequestID string `json:"request_id"`
+		} `json:"executions"`
+	}
+	submit := func(body string) (response, answer) {
+		t.Helper()
+		r := env.do(request{method: "POST", path: "/v1/executions/batch", header: hdr, body: body})
+		var a answer
+		if r.status == http.StatusAccepted {
+			if err := json.Unmarshal(r.body, &a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r, a
+	}
+	r1, first := submit(body)
+	// The same batch, written otherwise (an alias, another field order).
+	r2, second := submit(`{"executions":[{"code":"print(1)","language":"py"},{"language":"bash","code":"echo 2"}]}`)
+	if r1.status != http.StatusAccepted || r2.status != http.StatusAccepted {
+		t.Fatalf("statuses %d and %d, want 202 both: %s %s", r1.status, r2.status, r1.body, r2.body)
+	}
+	var ids1, ids2 []string
+	for _, e := range first.Executions {
+		ids1 = append(ids1, e.ID)
+		if e.Replay != nil {
+			t.Errorf("the first answer is marked as a replay")
+		}
+	}
+	for _, e := range second.Executions {
+		ids2 = append(ids2, e.ID)
+		if e.Replay == nil || !*e.Replay {
+			t.Errorf("replayed %s is not marked idempotent_replay", e.ID)
+		}
+		if e.RequestID != r2.header.Get("X-Request-ID") {
+			t.Errorf("replayed request_id %q is not the new request's", e.RequestID)
+		}
+	}
+	if len(ids1) != 2 {
+		t.Fatalf("first batch answered %v", ids1)
+	}
+	if diff := cmp.Diff(ids1, ids2); diff != "" {
+		t.Errorf("replayed ids (-first +replay):\n%s", diff)
+	}
+	if diff := cmp.Diff(ids1, env.queue.runIDs()); diff != "" {
+		t.Errorf("queued (-each once +got):\n%s", diff)
+	}
+	if n := env.usedToday(t, ""); n != 2 {
+		t.Errorf("counted %v executions, want the batch once (2)", n)
+	}
+
+	for _, tc := range []struct{ name, path, body string }{
+		{"other items", "/v1/executions/batch", `{"executions":[{"language":"python","code":"print(1)"}]}`},
+		{"single request under a batch's key", "/v1/executions", `{"language":"python","code":"print(1)","async":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := env.do(request{method: "POST", path: tc.path, header: hdr, body: tc.body})
+			msg := refusal(t, r, http.StatusConflict, "idempotency_conflict")
+			if !strings.Contains(msg, "Idempotency-Key") || decode(t, r)["request_id"] != r.header.Get("X-Request-ID") {
+				t.Errorf("conflict body %s", r.body)
+			}
+		})
+	}
+	// And the reverse: a batch under a single request's key.
+	single := map[string]string{"Idempotency-Key": "one-run"}
+	if r := env.do(request{method: "POST", path: "/v1/executions", header: single, body: `{"language":"python","code":"print(1)"}`}); r.status != http.StatusOK {
+		t.Fatalf("single run: %d %s", r.status, r.body)
+	}
+	r := env.do(request{method: "POST", path: "/v1/executions/batch", header: single, body: `{"executions":[{"language":"python","code":"print(1)"}]}`})
+	refusal(t, r, http.StatusConflict, "idempotency_conflict")
+	// A malformed key is refused before anything else.
+	r = env.do(request{method: "POST", path: "/v1/executions/batch", header: map[string]string{"Idempotency-Key": "no spaces"}, body: body})
+	refusal(t, r, http.StatusBadRequest, "invalid_idempotency_key")
+	if n := env.usedToday(t, ""); n != 3 {
+		t.Errorf("counted %v executions after the refusals, want 3", n)
+	}
+}

@@ -42,13 +42,14 @@ func TestOpenAPICoverage(t *testing.T) {
 	one, _ := env.newKey("one", "one")
 	env.do(request{method: "POST", path: "/v1/executions", key: one, body: run})
 	env.do(request{method: "POST", path: "/v1/executions", key: one, body: run}) // 429 quota
-	// Async executions and batches (202, the batch's 400, 413 and 429).
+	// Async executions and batches (202, the batch's 400, 409, 413 and 429).
 	batch := `{"executions":[` + run + `,` + run + `]}`
 	env.do(request{method: "POST", path: "/v1/executions", body: `{"language":"python","code":"print(6 * 7)","async":true}`})
 	env.do(request{method: "POST", path: "/v1/executions/batch", body: batch})
 	env.do(request{method: "POST", path: "/v1/executions/batch", body: `{"executions":[]}`})
 	env.do(request{method: "POST", path: "/v1/executions/batch", body: `{"executions":[` + jsonBody(map[string]any{"language": "python", "code": strings.Repeat("x", 600<<10)}) + `]}`})
 	env.do(request{method: "POST", path: "/v1/executions/batch", key: one, body: batch})
+	env.do(request{method: "POST", path: "/v1/executions/batch", body: `{"executions":[` + run + `]}`, header: map[string]string{"Idempotency-Key": "cov"}}) // 409: a single request's key
 	nenv := newEnv(t, withoutQueue())
 	nenv.do(request{method: "POST", path: "/v1/executions/batch", body: batch}) // 503: no queue
 	env.do(request{path: "/v1/webhook-secret"})

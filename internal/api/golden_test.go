@@ -85,8 +85,13 @@ func TestGoldenAsyncResponses(t *testing.T) {
 	golden(t, "async_accepted", env.do(request{method: "POST", path: "/api/v1/executions",
 		body: `{"language":"python","code":"print(6 * 7)","async":true,"webhook_url":"http://127.0.0.1:9/hook"}`}),
 		"Location", "Preference-Applied", "X-Quota-Remaining")
-	golden(t, "batch_accepted", env.do(request{method: "POST", path: "/v1/executions/batch",
-		body: `{"executions":[{"language":"python","code":"print(6 * 7)"},{"language":"bash","code":"echo hi"}]}`}))
+	batch := `{"executions":[{"language":"python","code":"print(6 * 7)"},{"language":"bash","code":"echo hi"}]}`
+	golden(t, "batch_accepted", env.do(request{method: "POST", path: "/v1/executions/batch", body: batch}))
+	keyed := map[string]string{"Idempotency-Key": "batch-1"}
+	env.do(request{method: "POST", path: "/v1/executions/batch", body: batch, header: keyed})
+	golden(t, "batch_replay", env.do(request{method: "POST", path: "/v1/executions/batch", body: batch, header: keyed}))
+	golden(t, "error_batch_idempotency_conflict", env.do(request{method: "POST", path: "/v1/executions/batch",
+		body: `{"executions":[{"language":"python","code":"print(6 * 7)"}]}`, header: keyed}))
 	golden(t, "error_batch_item", env.do(request{method: "POST", path: "/v1/executions/batch",
 		body: `{"executions":[{"language":"python","code":"print(6 * 7)"},{"language":"cobol","code":"x"}]}`}))
 	golden(t, "webhook_secret", env.do(request{path: "/v1/webhook-secret"}))

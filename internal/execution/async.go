@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,7 @@ func (s *Service) Submit(ctx context.Context, c Caller, req Request) (Outcome, e
 	if err != nil {
 		return Outcome{}, err
 	}
-	out, err := s.idempotent(ctx, c, req, p.hash, func() (store.Execution, error) {
+	out, err := s.idempotentOne(ctx, c, req, p.hash, func() (store.Execution, error) {
 		exes, err := s.accept(ctx, c, req, []Input{req.Input}, []prepared{p}, []string{hook})
 		if err != nil {
 			return store.Execution{}, err
@@ -76,23 +77,34 @@ func (s *Service) Submit(ctx context.Context, c Caller, req Request) (Outcome, e
 	return out, nil
 }
 
+// BatchOutcome is an accepted batch: its executions in the order of its
+// items, accepted now or replayed.
+type BatchOutcome struct {
+	Executions []store.Execution
+	Replay     bool
+}
+
 // SubmitBatch accepts up to MaxBatch async executions, all or none: every
 // item is validated first (a refusal names its index), the quota of the
 // whole batch is reserved at once, and the executions are returned in
 // order. webhookURL applies to the items that name none.
-func (s *Service) SubmitBatch(ctx context.Context, c Caller, req Request, items []Input, webhookURL *string) ([]store.Execution, error) {
+//
+// req.IdempotencyKey covers the whole batch: a repeat with the same items
+// replays the executions first accepted, as they are now, and reserves
+// nothing; a refused batch releases the key.
+func (s *Service) SubmitBatch(ctx context.Context, c Caller, req Request, items []Input, webhookURL *string) (BatchOutcome, error) {
 	if s.opts.Queue == nil {
-		return nil, Errorf(KindUnavailable, "async executions are not available on this server")
+		return BatchOutcome{}, Errorf(KindUnavailable, "async executions are not available on this server")
 	}
 	switch {
 	case len(items) == 0:
-		return nil, Errorf(KindInvalidRequest, "executions must hold at least one execution")
+		return BatchOutcome{}, Errorf(KindInvalidRequest, "executions must hold at least one execution")
 	case len(items) > MaxBatch:
-		return nil, Errorf(KindInvalidRequest, "executions holds %d executions; a batch holds at most %d", len(items), MaxBatch)
+		return BatchOutcome{}, Errorf(KindInvalidRequest, "executions holds %d executions; a batch holds at most %d", len(items), MaxBatch)
 	}
 	batchHook, err := s.checkWebhook(ctx, "webhook_url", webhookURL)
 	if err != nil {
-		return nil, err
+		return BatchOutcome{}, err
 	}
 	ps := make([]prepared, len(items))
 	hooks := make([]string, len(items))
@@ -102,16 +114,43 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, req Request, items 
 			if errors.As(err, &e) {
 				e.Msg = fmt.Sprintf("executions[%d]: %s", i, e.Msg)
 			}
-			return nil, err
+			return BatchOutcome{}, err
 		}
 		if hooks[i], err = s.checkWebhook(ctx, fmt.Sprintf("executions[%d].webhook_url", i), in.WebhookURL); err != nil {
-			return nil, err
+			return BatchOutcome{}, err
 		}
 		if hooks[i] == "" {
 			hooks[i] = batchHook
 		}
 	}
-	return s.accept(ctx, c, req, items, ps, hooks)
+	exes, replay, err := s.idempotent(ctx, c, req, batchHash(ps, hooks), func() ([]store.Execution, error) {
+		return s.accept(ctx, c, req, items, ps, hooks)
+	})
+	if err != nil {
+		return BatchOutcome{}, err
+	}
+	return BatchOutcome{Executions: exes, Replay: replay}, nil
+}
+
+// batchHash identifies a batch for Idempotency-Key: each item's request
+// hash with the webhook it resolved to, in order. It is the hash of JSON
+// under a "batch" name, so it never equals a single request's hash (the
+// hash of its canonical fields), and a key used for one is a conflict for
+// the other.
+func batchHash(ps []prepared, hooks []string) string {
+	type item struct {
+		Hash    string `json:"hash"`
+		Webhook string `json:"webhook_url,omitempty"`
+	}
+	b := struct {
+		Batch []item `json:"batch"`
+	}{make([]item, len(ps))}
+	for i, p := range ps {
+		b.Batch[i] = item{p.hash, hooks[i]}
+	}
+	canon, _ := json.Marshal(b)
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:])
 }
 
 // checkWebhook validates a webhook_url (nil or "" is none) against the

@@ -156,7 +156,8 @@ func TestSubmitBatch(t *testing.T) {
 	c := caller("acme", 4)
 	c.Key.Plan, c.Plan = "small", small
 	item := func(code string) Input { return request(code).Input }
-	exes, err := s.SubmitBatch(ctx, c, request(""), []Input{item("a"), item("b"), item("c")}, nil)
+	out, err := s.SubmitBatch(ctx, c, request(""), []Input{item("a"), item("b"), item("c")}, nil)
+	exes := out.Executions
 	if err != nil || len(exes) != 3 || s.usage(t, "acme") != 3 || len(s.queue.runs) != 3 {
 		t.Fatalf("batch of 3: %v, %d exes, usage %d, queued %d", err, len(exes), s.usage(t, "acme"), len(s.queue.runs))
 	}

@@ -241,7 +241,7 @@ func (s *Service) Run(ctx context.Context, c Caller, req Request) (Outcome, erro
 	if err != nil {
 		return Outcome{}, err
 	}
-	return s.idempotent(ctx, c, req, p.hash, func() (store.Execution, error) {
+	return s.idempotentOne(ctx, c, req, p.hash, func() (store.Execution, error) {
 		return s.run(ctx, c, req, p)
 	})
 }

@@ -156,7 +156,7 @@ type Idempotency struct {
 	Tenant      string
 	Key         string
 	BodyHash    string
-	ExecutionID string // empty while the first request is still running
+	ExecutionID string // empty while the first request is still running; a batch's ids joined by ","
 	CreatedAt   time.Time
 }
 
