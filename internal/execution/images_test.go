@@ -252,3 +252,46 @@ func TestExecutionRecordsImage(t *testing.T) {
 		check(t, entry.name+" after the update", image{"datasci", "20260102T000000Z-2"}, stored(t, exes))
 	}
 }
+
+// TestBuildIDs: the build id is image.json's version, "" when the image
+// has none or it cannot be read; a file replaced in place is read again.
+func TestBuildIDs(t *testing.T) {
+	b := &buildIDs{byDir: map[string]buildID{}}
+	write := func(t *testing.T, dir, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  string
+	}{
+		{"no directory configured", nil, ""},
+		{"no image.json", func(*testing.T, string) {}, ""},
+		{"not JSON", func(t *testing.T, dir string) { write(t, dir, "{") }, ""},
+		{"flat file", func(t *testing.T, dir string) { write(t, dir, `{"version":"v1"}`) }, "v1"},
+		{"versioned layout", func(t *testing.T, dir string) { writeBuild(t, dir, "20260101T000000Z-1") }, "20260101T000000Z-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := ""
+			if tc.setup != nil {
+				dir = t.TempDir()
+				tc.setup(t, dir)
+			}
+			if got := b.of(dir); got != tc.want {
+				t.Errorf("build id %q, want %q", got, tc.want)
+			}
+		})
+	}
+	dir := t.TempDir()
+	write(t, dir, `{"version":"v1"}`)
+	if got := b.of(dir); got != "v1" {
+		t.Fatalf("build id %q, want v1", got)
+	}
+	write(t, dir, `{"version":"v22"}`) // rewritten in place: same file, new size and time
+	if got := b.of(dir); got != "v22" {
+		t.Errorf("after rewriting image.json: build id %q, want v22", got)
+	}
+}
