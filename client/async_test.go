@@ -13,7 +13,7 @@ import (
 )
 
 const (
-	queuedBody  = `{"id":"exe_1","status":"queued","stdout":"","stderr":"","exit_code":0,"duration_ms":0,"truncated":false,"usage":{"sandbox_seconds":0},"request_id":"req_q","language":"python","created_at":1700000000,"files":[],"files_truncated":false,"reason":null,"webhook":{"url":"https://hooks.example.com/v","state":"pending","attempts":0,"last_status":null,"last_error":null}}`
+	queuedBody  = `{"id":"exe_1","status":"queued","stdout":"","stderr":"","exit_code":0,"duration_ms":0,"truncated":false,"usage":{"sandbox_seconds":0},"request_id":"req_q","language":"python","image":"default","image_version":null,"created_at":1700000000,"files":[],"files_truncated":false,"reason":null,"webhook":{"url":"https://hooks.example.com/v","state":"pending","attempts":0,"last_status":null,"last_error":null}}`
 	runningBody = `{"id":"exe_1","status":"running","stdout":"","stderr":"","exit_code":0,"duration_ms":0,"truncated":false,"usage":{"sandbox_seconds":0},"request_id":"req_r","webhook":null,"reason":null}`
 	crashedBody = `{"id":"exe_1","status":"error","stdout":"","stderr":"","exit_code":0,"duration_ms":0,"truncated":false,"usage":{"sandbox_seconds":0},"request_id":"req_x","reason":"the node running it stopped","webhook":{"url":"https://hooks.example.com/v","state":"failed","attempts":7,"last_status":500,"last_error":"HTTP 500"}}`
 )
@@ -44,7 +44,7 @@ func TestSubmit(t *testing.T) {
 			opts:     []RunOption{WithWebhook("https://hooks.example.com/v"), WithIdempotencyKey("job-7")},
 			wantBody: `{"language":"python","code":"print(1)","async":true,"webhook_url":"https://hooks.example.com/v"}`,
 			wantKeys: []string{"job-7"},
-			want: &Execution{ID: "exe_1", Status: StatusQueued, RequestID: "req_q", Language: "python", CreatedAt: 1700000000, Files: []ReturnedFile{},
+			want: &Execution{ID: "exe_1", Status: StatusQueued, RequestID: "req_q", Language: "python", Image: "default", CreatedAt: 1700000000, Files: []ReturnedFile{},
 				Webhook: &WebhookState{URL: "https://hooks.example.com/v", State: DeliveryPending}},
 		},
 		{
@@ -52,7 +52,7 @@ func TestSubmit(t *testing.T) {
 			handlers: []http.HandlerFunc{overloaded, accepted(queuedBody)},
 			wantBody: `{"language":"python","code":"print(1)","async":true}`,
 			wantKeys: []string{"vertal-id1", "vertal-id1"},
-			want: &Execution{ID: "exe_1", Status: StatusQueued, RequestID: "req_q", Language: "python", CreatedAt: 1700000000, Files: []ReturnedFile{},
+			want: &Execution{ID: "exe_1", Status: StatusQueued, RequestID: "req_q", Language: "python", Image: "default", CreatedAt: 1700000000, Files: []ReturnedFile{},
 				Webhook: &WebhookState{URL: "https://hooks.example.com/v", State: DeliveryPending}},
 		},
 		{

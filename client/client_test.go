@@ -103,7 +103,7 @@ func (f *fakeAPI) defaultReply(route string, r *http.Request) reply {
 	case "POST /v1/executions":
 		return reply{status: 200, body: okExecution}
 	case "GET /v1/executions/{id}":
-		return reply{status: 200, body: `{"id":"exe_1","status":"failed","stdout":"","stderr":"boom\n","exit_code":1,"duration_ms":12,"truncated":false,"usage":{"sandbox_seconds":0.012},"request_id":"req_2","language":"python","created_at":1700000000}`}
+		return reply{status: 200, body: `{"id":"exe_1","status":"failed","stdout":"","stderr":"boom\n","exit_code":1,"duration_ms":12,"truncated":false,"usage":{"sandbox_seconds":0.012},"request_id":"req_2","language":"python","image":"datasci","image_version":"20261201T092047Z-19222","created_at":1700000000}`}
 	case "GET /v1/usage":
 		return reply{status: 200, body: `{"tenant":"kubo-vibe","plan":"pro","today":{"executions":3,"sandbox_seconds":2.635},"limits":{"executions_per_day":10000,"requests_per_minute":120,"max_timeout_s":60,"memory_mb":256,"gpu":0}}`}
 	case "POST /v1/keys/rotate":
@@ -477,7 +477,8 @@ func TestGetUsageLanguages(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEx := &Execution{ID: "exe_1", Status: StatusFailed, Stderr: "boom\n", ExitCode: 1, DurationMS: 12,
-		Usage: ExecutionUsage{SandboxSeconds: 0.012}, RequestID: "req_2", Language: "python", CreatedAt: 1700000000}
+		Usage: ExecutionUsage{SandboxSeconds: 0.012}, RequestID: "req_2", Language: "python", CreatedAt: 1700000000,
+		Image: "datasci", ImageVersion: "20261201T092047Z-19222"}
 	if diff := cmp.Diff(wantEx, ex, cmpopts.IgnoreFields(Execution{}, "Raw")); diff != "" {
 		t.Errorf("Get (-want +got):\n%s", diff)
 	}

@@ -52,6 +52,13 @@ type Execution struct {
 	// Language and CreatedAt (Unix seconds) are set by Get.
 	Language  string `json:"language,omitempty"`
 	CreatedAt int64  `json:"created_at,omitempty"`
+	// Image is the image the execution runs on ("default" when the request
+	// named none) and ImageVersion the id of that image's build it was
+	// given (the Version of Images' entry at the time). ImageVersion is
+	// empty for an image not built by vertal image build; both are empty
+	// for an execution stored by a server that did not record them.
+	Image        string `json:"image,omitempty"`
+	ImageVersion string `json:"image_version,omitempty"`
 	// Files are the files the program left in its working directory that
 	// matched WithReturnFiles, decoded. FilesTruncated is true when the
 	// plan's count or size cap left some out.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -75,6 +76,18 @@ func checkDatasci(t *testing.T, p *serverProc, key string) {
 		t.Fatalf("returned file %v: %v", f["path"], err)
 	}
 	checkPNG(t, b)
+	// The execution names the image and the build it ran on, in the answer
+	// and when read back.
+	want := []any{"datasci", imageVersion(t, p.url, key, "datasci")}
+	if want[1] == nil {
+		t.Errorf("GET /v1/images shows no version for the built datasci image")
+	}
+	got := call(t, "GET", p.url+"/v1/executions/"+fmt.Sprint(r.body["id"]), key, nil, nil)
+	for what, body := range map[string]map[string]any{"POST": r.body, "GET": got.body} {
+		if g := []any{body["image"], body["image_version"]}; !cmp.Equal(want, g) {
+			t.Errorf("%s: image, image_version = %v, want %v", what, g, want)
+		}
+	}
 
 	r = call(t, "POST", p.url+"/v1/executions", key, map[string]any{"image": "datasci", "language": "javascript",
 		"code": `const _ = require("lodash"); const dayjs = require("dayjs"); console.log(_.sum([1, 2, 3]), dayjs("2024-02-03").format("DD/MM"))`}, nil)
@@ -95,6 +108,21 @@ func checkDatasci(t *testing.T, p *serverProc, key string) {
 	if r.status != 400 || r.code() != "invalid_request" || !strings.Contains(r.raw, "default, datasci") {
 		t.Errorf("unknown image: %d %s", r.status, r.raw)
 	}
+}
+
+// imageVersion is the version GET /v1/images shows for image name: a
+// string, or nil for an image not built by vertal image build.
+func imageVersion(t *testing.T, base, key, name string) any {
+	t.Helper()
+	r := call(t, "GET", base+"/v1/images", key, nil, nil)
+	images, _ := r.body["images"].([]any)
+	for _, img := range images {
+		if m, _ := img.(map[string]any); m["name"] == name {
+			return m["version"]
+		}
+	}
+	t.Fatalf("GET /v1/images: no image %q: %d %s", name, r.status, tail(r.raw, 1000))
+	return nil
 }
 
 // TestDatasciE2E: the datasci image through the API on oci+crun and on

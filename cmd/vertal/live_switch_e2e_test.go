@@ -67,10 +67,17 @@ func TestLiveImageSwitchE2E(t *testing.T) {
 		if r.status != 200 || r.body["status"] != "succeeded" || r.body["stdout"] != "1.0 1.0\n" {
 			t.Errorf("run %d across the switch: %d %s", i, r.status, tail(r.raw, 800))
 		}
+		// Each execution records the build it was accepted on.
+		if r.body["image"] != "live" || r.body["image_version"] != first {
+			t.Errorf("run %d across the switch recorded image %v build %v, want live %s", i, r.body["image"], r.body["image_version"], first)
+		}
 	}
 	r := call(t, "POST", p.url+"/v1/executions", p.devKey, map[string]any{"image": "live", "language": "python", "code": "import vertal_live; print(vertal_live.VERSION)"}, nil)
 	if r.body["stdout"] != "2.0\n" {
 		t.Errorf("run after the switch: %d %s", r.status, tail(r.raw, 800))
+	}
+	if r.body["image"] != "live" || r.body["image_version"] != second {
+		t.Errorf("run after the switch recorded image %v build %v, want live %s", r.body["image"], r.body["image_version"], second)
 	}
 	r = call(t, "GET", p.url+"/v1/images", p.devKey, nil, nil)
 	if !strings.Contains(r.raw, `"version":"`+second+`"`) {

@@ -293,9 +293,13 @@ func TestServeE2E(t *testing.T) {
 		if status != 200 || body["status"] != "succeeded" || body["stdout"] != "42\n" || body["stderr"] != "" || body["exit_code"] != 0.0 || body["truncated"] != false {
 			t.Fatalf("%d %s", status, raw)
 		}
-		want := []string{"created_at", "duration_ms", "exit_code", "files", "files_truncated", "finished_at", "id", "language", "reason", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage", "webhook"}
+		want := []string{"created_at", "duration_ms", "exit_code", "files", "files_truncated", "finished_at", "id", "image", "image_version", "language", "reason", "request_id", "started_at", "status", "stderr", "stdout", "truncated", "usage", "webhook"}
 		if diff := cmp.Diff(want, keys(body)); diff != "" {
 			t.Errorf("fields (-want +got):\n%s", diff)
+		}
+		// No image named: the default one, at the build GET /v1/images shows.
+		if got, want := []any{body["image"], body["image_version"]}, []any{"default", imageVersion(t, base, key, "default")}; !cmp.Equal(want, got) {
+			t.Errorf("image, image_version = %v, want %v", got, want)
 		}
 		if u := body["usage"].(map[string]any); u["sandbox_seconds"].(float64) <= 0 {
 			t.Errorf("usage %v", u)

@@ -70,6 +70,8 @@ type executionResponse struct {
 	Truncated        bool           `json:"truncated"`
 	Usage            usageJSON      `json:"usage"`
 	Language         string         `json:"language"`
+	Image            *string        `json:"image"`
+	ImageVersion     *string        `json:"image_version"`
 	CreatedAt        int64          `json:"created_at"`
 	StartedAt        *int64         `json:"started_at"`
 	FinishedAt       *int64         `json:"finished_at"`
@@ -102,10 +104,6 @@ func toResponse(e store.Execution, requestID string) executionResponse {
 			hook.LastError = &w.LastError
 		}
 	}
-	var reason *string
-	if e.Reason != "" {
-		reason = &e.Reason
-	}
 	files := make([]fileResponse, 0, len(e.Files)) // [] when none, never null
 	for _, f := range e.Files {
 		files = append(files, fileResponse{Path: f.Path, Size: len(f.Content), Encoding: "base64", Content: f.Content})
@@ -124,16 +122,26 @@ func toResponse(e store.Execution, requestID string) executionResponse {
 			PeakMemoryBytes: e.PeakMemoryBytes,
 		},
 		Language:       e.Language,
+		Image:          nilIfEmpty(e.Image),
+		ImageVersion:   nilIfEmpty(e.ImageVersion),
 		CreatedAt:      e.CreatedAt.Unix(),
 		StartedAt:      unixOrNil(e.StartedAt),
 		FinishedAt:     unixOrNil(e.FinishedAt),
 		Files:          files,
 		FilesTruncated: e.FilesTruncated,
 		Webhook:        hook,
-		Reason:         reason,
+		Reason:         nilIfEmpty(e.Reason),
 		OutputPurged:   e.Purged,
 		RequestID:      requestID,
 	}
+}
+
+// nilIfEmpty is s, or null when it was not recorded.
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // unixOrNil is t in Unix seconds, or null when it has not happened.

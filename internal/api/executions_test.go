@@ -34,7 +34,7 @@ func TestRunCode(t *testing.T) {
 	want := executionResponse{
 		ID: got.ID, Status: "succeeded", Stdout: "42\n", Stderr: "", ExitCode: 0, DurationMS: 265, Truncated: false,
 		Usage:    usageJSON{SandboxSeconds: 0.265, CPUSeconds: 0.02, PeakMemoryBytes: 9 << 20},
-		Language: "python", CreatedAt: got.CreatedAt, StartedAt: &got.CreatedAt, FinishedAt: &got.CreatedAt,
+		Language: "python", Image: ptr("default"), CreatedAt: got.CreatedAt, StartedAt: &got.CreatedAt, FinishedAt: &got.CreatedAt,
 		Files: []fileResponse{}, RequestID: res.header.Get("X-Request-ID"),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

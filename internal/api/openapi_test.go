@@ -514,7 +514,7 @@ func mustJSON(t *testing.T, v any) []byte {
 func TestOpenAPIValidatorRefuses(t *testing.T) {
 	d := loadDoc(t)
 	good := `{"id":"exe_0123456789abcdef0123456789abcdef","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":5,` +
-		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","created_at":1,"started_at":1,"finished_at":null,"files":[],"files_truncated":false,"webhook":null,"reason":null,"request_id":"req_0123456789abcdef0123456789abcdef"}`
+		`"truncated":false,"usage":{"sandbox_seconds":0.005,"cpu_seconds":0.001,"peak_memory_bytes":1024},"language":"python","image":"default","image_version":null,"created_at":1,"started_at":1,"finished_at":null,"files":[],"files_truncated":false,"webhook":null,"reason":null,"request_id":"req_0123456789abcdef0123456789abcdef"}`
 	for _, tc := range []struct {
 		name, body, want string
 		header           func(http.Header)

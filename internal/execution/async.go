@@ -210,8 +210,8 @@ func (s *Service) accept(ctx context.Context, c Caller, req Request, items []Inp
 		}
 		exes[i] = store.Execution{
 			ID: newID(), Tenant: tenant, KeyID: c.Key.ID, RequestID: req.RequestID,
-			Language: ps[i].spec.Language.Name, Status: store.StatusQueued, CreatedAt: now,
-			Async: true, Request: body,
+			Language: ps[i].spec.Language.Name, Image: ps[i].image, ImageVersion: ps[i].imageBuild,
+			Status: store.StatusQueued, CreatedAt: now, Async: true, Request: body,
 		}
 		if hooks[i] != "" {
 			exes[i].Webhook = &store.Webhook{URL: hooks[i], DeliveryID: newDeliveryID(), State: store.WebhookPending}
@@ -280,6 +280,9 @@ func (s *Service) RunQueued(ctx context.Context, tenant, id string) error {
 		return s.abortAsync(bg, exe, statusError, "the request is no longer valid: "+err.Error(), []string{store.StatusQueued})
 	}
 	p.spec.ID = exe.ID
+	// The build current when it was accepted may have been replaced while
+	// it waited: the result names the one it is about to run on.
+	exe.ImageVersion = p.imageBuild
 
 	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}
 	p.spec.Output = a.events.output

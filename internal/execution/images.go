@@ -1,7 +1,10 @@
 package execution
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
@@ -12,6 +15,7 @@ import (
 type images struct {
 	byName map[string]imageEntry
 	names  []string // default first
+	builds *buildIDs
 }
 
 type imageEntry struct {
@@ -20,7 +24,7 @@ type imageEntry struct {
 }
 
 func newImages(list []config.Image) (images, error) {
-	out := images{byName: map[string]imageEntry{}}
+	out := images{byName: map[string]imageEntry{}, builds: &buildIDs{byDir: map[string]buildID{}}}
 	for _, img := range list {
 		langs, err := NewLanguages(img.Languages)
 		if err != nil {
@@ -30,6 +34,48 @@ func newImages(list []config.Image) (images, error) {
 		out.names = append(out.names, img.Name)
 	}
 	return out, nil
+}
+
+// buildIDs remember the build id in each image directory's image.json,
+// with the file it was read from. An execution records the build it
+// resolved to, so every request looks; one stat tells whether image.json
+// still resolves to the same file (vertal image update switches the
+// image's current link to another version's), and only a change costs a
+// read and parse of the manifest, which lists every installed package.
+type buildIDs struct {
+	mu    sync.Mutex
+	byDir map[string]buildID
+}
+
+type buildID struct {
+	file os.FileInfo
+	id   string
+}
+
+// of returns the build id of the image at dir now, "" when it has no
+// readable image.json (not built by vertal image build).
+func (b *buildIDs) of(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	fi, err := os.Stat(filepath.Join(dir, image.ManifestFile))
+	if err != nil {
+		return ""
+	}
+	b.mu.Lock()
+	cached, ok := b.byDir[dir]
+	b.mu.Unlock()
+	if ok && os.SameFile(cached.file, fi) && cached.file.ModTime().Equal(fi.ModTime()) && cached.file.Size() == fi.Size() {
+		return cached.id
+	}
+	m, err := image.ReadManifest(dir)
+	if err != nil {
+		return ""
+	}
+	b.mu.Lock()
+	b.byDir[dir] = buildID{file: fi, id: m.Version}
+	b.mu.Unlock()
+	return m.Version
 }
 
 // ImageInfo is one image as GET /v1/images shows it.

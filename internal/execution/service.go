@@ -258,8 +258,12 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 		KeyID:     c.Key.ID,
 		RequestID: req.RequestID,
 		Language:  p.spec.Language.Name,
-		CreatedAt: now,
-		Owner:     s.opts.NodeID,
+		Image:     p.image,
+		// The pool may still hand out a sandbox warmed on the build
+		// before an update, until it idles out (docs/API.md).
+		ImageVersion: p.imageBuild,
+		CreatedAt:    now,
+		Owner:        s.opts.NodeID,
 	}
 	p.spec.ID = exe.ID
 	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}

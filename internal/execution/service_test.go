@@ -187,7 +187,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Execution{ID: id, Tenant: "acme", KeyID: "key_000000000001", RequestID: "req_1", Language: "python",
+	want := store.Execution{ID: id, Tenant: "acme", KeyID: "key_000000000001", RequestID: "req_1", Language: "python", Image: "default",
 		Status: store.StatusRunning, CreatedAt: day0, StartedAt: day0}
 	if diff := cmp.Diff(want, running); diff != "" {
 		t.Errorf("while running (-want +got):\n%s", diff)

@@ -51,6 +51,10 @@ type InputFile struct {
 // here, once) and its hash.
 type prepared struct {
 	spec engine.Spec
+	// image is the name of the image the request resolved to and
+	// imageBuild its build id now ("" when unknown): what the execution
+	// records as having run it.
+	image, imageBuild string
 	// hash identifies the request for Idempotency-Key: the canonical
 	// language, code, stdin and effective timeout, so "py" and "python"
 	// (or an omitted and an explicit default timeout) are the same request.
@@ -164,7 +168,9 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 				ReturnBytes:  filesBytes,
 			}.WithDefaults(),
 		},
-		hash: hex.EncodeToString(sum[:]),
+		image:      img.Name,
+		imageBuild: s.images.builds.of(img.Dir),
+		hash:       hex.EncodeToString(sum[:]),
 	}, nil
 }
 

@@ -57,8 +57,8 @@ func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
 }
 
 var executions = map[string]string{
-	"print(6*7)":          `{"id":"exe_1","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":265,"truncated":false,"usage":{"sandbox_seconds":0.265},"request_id":"req_1"}`,
-	"raise SystemExit(3)": `{"id":"exe_2","status":"failed","stdout":"","stderr":"Traceback (most recent call last):\nValueError\n","exit_code":3,"duration_ms":30,"truncated":false,"usage":{"sandbox_seconds":0.03},"request_id":"req_2"}`,
+	"print(6*7)":          `{"id":"exe_1","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":265,"truncated":false,"usage":{"sandbox_seconds":0.265},"request_id":"req_1","image":"datasci","image_version":"20261201T092047Z-19222"}`,
+	"raise SystemExit(3)": `{"id":"exe_2","status":"failed","stdout":"","stderr":"Traceback (most recent call last):\nValueError\n","exit_code":3,"duration_ms":30,"truncated":false,"usage":{"sandbox_seconds":0.03},"request_id":"req_2","image":"default","image_version":null}`,
 	"while True: pass":    `{"id":"exe_3","status":"timed_out","stdout":"","stderr":"","exit_code":137,"duration_ms":2000,"truncated":false,"usage":{"sandbox_seconds":2},"request_id":"req_3"}`,
 }
 
@@ -204,18 +204,20 @@ func TestRunCode(t *testing.T) {
 		{
 			name:     "success",
 			args:     map[string]any{"language": "python", "code": "print(6*7)"},
-			wantText: []string{"status: succeeded", "exit_code: 0", "--- stdout ---\n42\n", "--- stderr ---\n(empty)"},
+			wantText: []string{"status: succeeded", "exit_code: 0", "image: datasci (build 20261201T092047Z-19222)\nexecution_id: ", "--- stdout ---\n42\n", "--- stderr ---\n(empty)"},
 			wantStructured: map[string]any{"id": "exe_1", "status": "succeeded", "stdout": "42\n", "stderr": "", "exit_code": 0.0,
-				"duration_ms": 265.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.265}, "request_id": "req_1"},
+				"duration_ms": 265.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.265}, "request_id": "req_1",
+				"image": "datasci", "image_version": "20261201T092047Z-19222"},
 			wantRun: map[string]any{"language": "python", "code": "print(6*7)"},
 		},
 		{
 			name:      "failed program is a tool error with its output",
 			args:      map[string]any{"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5, "stdin": "x"},
 			wantError: true,
-			wantText:  []string{"status: failed", "exit_code: 3", "ValueError"},
+			wantText:  []string{"status: failed", "exit_code: 3", "image: default\nexecution_id: ", "ValueError"},
 			wantStructured: map[string]any{"id": "exe_2", "status": "failed", "stdout": "", "stderr": "Traceback (most recent call last):\nValueError\n",
-				"exit_code": 3.0, "duration_ms": 30.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.03}, "request_id": "req_2"},
+				"exit_code": 3.0, "duration_ms": 30.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.03}, "request_id": "req_2",
+				"image": "default", "image_version": nil},
 			wantRun: map[string]any{"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5.0, "stdin": "x"},
 		},
 		{

@@ -363,6 +363,14 @@ func formatExecution(ex *client.Execution, files string) string {
 	case client.StatusError:
 		b.WriteString("note: the sandbox failed, not the program; try again\n")
 	}
+	// Which build ran it: the packages an agent saw differ across builds.
+	if ex.Image != "" {
+		fmt.Fprintf(&b, "image: %s", ex.Image)
+		if ex.ImageVersion != "" {
+			fmt.Fprintf(&b, " (build %s)", ex.ImageVersion)
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "execution_id: %s\n", ex.ID)
 	b.WriteString(files)
 	fmt.Fprintf(&b, "--- stdout ---\n%s", streamText(ex.Stdout))

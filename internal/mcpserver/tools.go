@@ -162,6 +162,9 @@ func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
 					"sandbox_seconds": obj{"type": "number"},
 				}},
 				"request_id": obj{"type": "string"},
+				"image":      obj{"type": []any{"string", "null"}, "description": "The image the code ran on (default when none was named)."},
+				"image_version": obj{"type": []any{"string", "null"},
+					"description": "The id of that image's build (GET /v1/images shows it as version); null when unknown. Two runs with the same id had the same packages."},
 				"files": obj{"type": "array", "description": "Files matched by return_files (their content is in the result's content).",
 					"items": obj{"type": "object", "properties": obj{
 						"path": obj{"type": "string"},

@@ -80,6 +80,8 @@ type Execution struct {
 	KeyID           string
 	RequestID       string
 	Language        string
+	Image           string // the image the request resolved (the default's name if it named none); "" in rows older than migration 0006
+	ImageVersion    string // that image's build id when accepted; "" when unknown (not built by vertal image build)
 	Status          string
 	Stdout          string
 	Stderr          string

@@ -397,7 +397,7 @@ func scanExecution(row pgx.Row) (store.Execution, error) {
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
 		&e.CreatedAt, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated,
 		&e.Async, &e.Request, &e.Owner, &e.Reason, &webhookURL, &w.DeliveryID, &w.State,
-		&w.Attempts, &w.LastStatus, &w.LastError)
+		&w.Attempts, &w.LastStatus, &w.LastError, &e.Image, &e.ImageVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}

@@ -422,7 +422,7 @@ func scanExecution(row interface{ Scan(...any) error }) (store.Execution, error)
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
 		&created, &started, &finished, &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated,
 		&e.Async, &e.Request, &e.Owner, &e.Reason, &webhookURL, &w.DeliveryID, &w.State,
-		&w.Attempts, &w.LastStatus, &w.LastError)
+		&w.Attempts, &w.LastStatus, &w.LastError, &e.Image, &e.ImageVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}

@@ -56,8 +56,8 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 5 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts
-		t.Errorf("schema_migrations has %d rows, want 5", n)
+	if n != 6 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image
+		t.Errorf("schema_migrations has %d rows, want 6", n)
 	}
 }
 
@@ -149,6 +149,9 @@ func TestUpgradeTo0004(t *testing.T) {
 	got, err := s.Execution(ctx, "acme", "exe_old")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got.Image != "" || got.ImageVersion != "" {
+		t.Errorf("row from before 0006 = image %q version %q; want none", got.Image, got.ImageVersion)
 	}
 	if got.Async || got.Request != nil || got.Owner != "" || got.Reason != "" || got.Webhook != nil {
 		t.Errorf("row from before 0004 = async %v, request %q, owner %q, reason %q, webhook %+v; want none",

@@ -18,8 +18,8 @@ import (
 // accepted is an async execution as a batch or `"async": true` stores it.
 func accepted(id, tenant string, at time.Time) store.Execution {
 	return store.Execution{ID: id, Tenant: tenant, KeyID: "key_000000000001", RequestID: "req_" + id[4:],
-		Language: "python", Status: store.StatusQueued, CreatedAt: at, Async: true,
-		Request: []byte(`{"language":"python","code":"print(1)\u0000\xff"}`)}
+		Language: "python", Image: "datasci", ImageVersion: "20250314T150926Z-1a2b3c", Status: store.StatusQueued,
+		CreatedAt: at, Async: true, Request: []byte(`{"language":"python","code":"print(1)\u0000\xff"}`)}
 }
 
 // exeID is the n-th execution id of a case.
@@ -92,6 +92,63 @@ func testAsyncFieldsRoundTrip(t *testing.T, s store.Store) {
 	}
 	if got := execution2(t, s, "acme", done.ID); got.Webhook == nil || got.Webhook.Attempts != 7 {
 		t.Errorf("refused save changed the webhook: %+v", got.Webhook)
+	}
+}
+
+// testImageRoundTrip: the image and its build id are written when an
+// execution is accepted and kept through every later step, whether the
+// row is created, claimed, aborted or saved, by each way of writing it.
+func testImageRoundTrip(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	type image struct{ Name, Version string }
+	for i, tc := range []struct {
+		name   string
+		accept func(e store.Execution) error
+		finish func(e store.Execution) (store.Execution, error)
+		image  image
+	}{
+		{"sync, saved", func(e store.Execution) error { e.Async = false; return s.CreateExecution(ctx, e) },
+			func(e store.Execution) (store.Execution, error) {
+				e.Status, e.FinishedAt = "succeeded", t0.Add(time.Second)
+				return e, s.SaveExecution(ctx, e)
+			}, image{"datasci", "20250314T150926Z-1a2b3c"}},
+		{"unbuilt default image, saved without being created", func(store.Execution) error { return nil },
+			func(e store.Execution) (store.Execution, error) {
+				e.Status, e.FinishedAt = "failed", t0.Add(time.Second)
+				return e, s.SaveExecution(ctx, e)
+			}, image{"default", ""}},
+		{"batch, claimed then aborted", func(e store.Execution) error { return s.CreateExecutions(ctx, []store.Execution{e}) },
+			func(e store.Execution) (store.Execution, error) {
+				if err := s.ClaimExecution(ctx, e.Tenant, e.ID, "node-a", t0); err != nil {
+					return e, err
+				}
+				return s.AbortExecution(ctx, e.Tenant, e.ID, "error", "node stopped", []string{store.StatusRunning}, t0.Add(time.Second))
+			}, image{"node ✓", "v2"}},
+	} {
+		e := accepted(exeID(i+1), "acme", t0)
+		e.Image, e.ImageVersion = tc.image.Name, tc.image.Version
+		must(t, tc.name+": accept", tc.accept(e))
+		got, err := tc.finish(e)
+		must(t, tc.name+": finish", err)
+		for what, got := range map[string]store.Execution{"returned": got, "read back": execution2(t, s, "acme", e.ID)} {
+			if diff := cmp.Diff(tc.image, image{got.Image, got.ImageVersion}); diff != "" {
+				t.Errorf("%s: image of the %s execution (-want +got):\n%s", tc.name, what, diff)
+			}
+		}
+	}
+	// The lists carry them too.
+	q := accepted(exeID(10), "acme", t0)
+	must(t, "CreateExecution", s.CreateExecution(ctx, q))
+	queued, err := s.QueuedAsync(ctx, t0.Add(time.Hour), 10)
+	must(t, "QueuedAsync", err)
+	if len(queued) != 1 || queued[0].Image != q.Image || queued[0].ImageVersion != q.ImageVersion {
+		t.Errorf("QueuedAsync = %+v, want %s with image %s %s", queued, q.ID, q.Image, q.ImageVersion)
+	}
+	must(t, "ClaimExecution", s.ClaimExecution(ctx, "acme", q.ID, "node-b", t0))
+	owned, err := s.OwnedExecutions(ctx, "node-b")
+	must(t, "OwnedExecutions", err)
+	if len(owned) != 1 || owned[0].Image != q.Image || owned[0].ImageVersion != q.ImageVersion {
+		t.Errorf("OwnedExecutions = %+v, want %s with image %s %s", owned, q.ID, q.Image, q.ImageVersion)
 	}
 }
 

@@ -13,12 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 OK_EXECUTION = {
     "id": "exe_9392448a9b514e3f90193963b7d948d0", "status": "succeeded", "stdout": "42\n", "stderr": "",
     "exit_code": 0, "duration_ms": 265, "truncated": False, "usage": {"sandbox_seconds": 0.265},
-    "request_id": "req_be05ea1492f949f8a0617a4f3cd738cc",
+    "request_id": "req_be05ea1492f949f8a0617a4f3cd738cc", "image": "datasci", "image_version": "20261201T092047Z-19222",
 }
 
 EXECUTIONS = {
     "raise SystemExit(3)": {"id": "exe_2", "status": "failed", "stdout": "", "stderr": "Traceback (most recent call last):\nValueError\n",
-                            "exit_code": 3, "duration_ms": 30, "truncated": False, "usage": {"sandbox_seconds": 0.03}, "request_id": "req_2"},
+                            "exit_code": 3, "duration_ms": 30, "truncated": False, "usage": {"sandbox_seconds": 0.03}, "request_id": "req_2",
+                            "image": "default", "image_version": None},
     "import sys; sys.exit(3)": {"id": "exe_4", "status": "failed", "stdout": "", "stderr": "", "exit_code": 3,
                                 "duration_ms": 25, "truncated": False, "usage": {"sandbox_seconds": 0.025}, "request_id": "req_4"},
     "while True: pass": {"id": "exe_3", "status": "timed_out", "stdout": "", "stderr": "", "exit_code": 137,

@@ -44,9 +44,10 @@ class ServerTest(unittest.TestCase):
     def test_run_code(self):
         cases = [
             ("success", {"language": "python", "code": "print(6*7)"}, False,
-             ["status: succeeded", "exit_code: 0", "--- stdout ---\n42\n", "--- stderr ---\n(empty)"], "succeeded"),
+             ["status: succeeded", "exit_code: 0", "image: datasci (build 20261201T092047Z-19222)\nexecution_id: ",
+              "--- stdout ---\n42\n", "--- stderr ---\n(empty)"], "succeeded"),
             ("failed program", {"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5, "stdin": "x"}, True,
-             ["status: failed", "exit_code: 3", "ValueError"], "failed"),
+             ["status: failed", "exit_code: 3", "image: default\nexecution_id: ", "ValueError"], "failed"),
             ("timeout", {"language": "python", "code": "while True: pass", "timeout_s": 2}, True,
              ["status: timed_out", "killed when timeout_s ran out"], "timed_out"),
             ("quota", {"language": "python", "code": "quota"}, True,

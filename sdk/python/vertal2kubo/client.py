@@ -162,8 +162,10 @@ class KuboClient:
 
         Returns the execution: id, status (succeeded, failed, timed_out,
         memory_exceeded), stdout, stderr, exit_code, duration_ms, truncated,
-        usage, request_id, files, files_truncated (and idempotent_replay on
-        a replay).
+        usage, request_id, files, files_truncated, image and image_version
+        (the image it ran on and the id of that image's build, None when
+        the image was not built by vertal image build), and
+        idempotent_replay on a replay.
 
         files are placed in the program's working directory: a mapping of
         relative path to bytes or str (or (path, content) pairs). env sets

@@ -166,6 +166,10 @@ def tool_definitions(languages: list, images: Optional[list] = None) -> list:
                 "truncated": {"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
                 "usage": {"type": "object", "properties": {"sandbox_seconds": {"type": "number"}}},
                 "request_id": {"type": "string"},
+                "image": {"type": ["string", "null"], "description": "The image the code ran on (default when none was named)."},
+                "image_version": {"type": ["string", "null"],
+                                  "description": "The id of that image's build (GET /v1/images shows it as version); null when unknown. "
+                                                 "Two runs with the same id had the same packages."},
                 "files": {"type": "array", "description": "Files matched by return_files (their content is in the result's content).",
                           "items": {"type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"}}}},
                 "files_truncated": {"type": "boolean", "description": "True if the plan's caps left some matching files out."},
@@ -224,6 +228,10 @@ def format_execution(ex: dict, files: str = "") -> str:
             "error": "the sandbox failed, not the program; try again"}.get(status)
     if note:
         lines.append("note: " + note)
+    # Which build ran it: the packages an agent saw differ across builds.
+    if ex.get("image"):
+        build = f" (build {ex['image_version']})" if ex.get("image_version") else ""
+        lines.append(f"image: {ex['image']}{build}")
     lines.append(f"execution_id: {ex.get('id', '')}")
     return "\n".join(lines) + "\n" + files + "--- stdout ---\n" + _stream(ex.get("stdout", "")) + \
         "--- stderr ---\n" + _stream(ex.get("stderr", ""))
