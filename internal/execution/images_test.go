@@ -181,11 +181,11 @@ func TestExecutionRecordsImage(t *testing.T) {
 			return []store.Execution{out.Execution}
 		}},
 		{"batch", func(t *testing.T, in Input) []store.Execution {
-			exes, err := s.SubmitBatch(ctx, c, Request{}, []Input{in, in}, nil)
+			out, err := s.SubmitBatch(ctx, c, Request{}, []Input{in, in}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return exes
+			return out.Executions
 		}},
 	}
 	check := func(t *testing.T, what string, want image, exes []store.Execution) {
