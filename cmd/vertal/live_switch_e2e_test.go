@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -90,5 +94,74 @@ func TestLiveImageSwitchE2E(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, image.VersionsSubdir, first)); !os.IsNotExist(err) {
 		t.Errorf("the unused old version %s is still there (%v): %s", first, err, out)
+	}
+}
+
+// TestWarmPoolAfterImageSwitchE2E: with the warm pool on, a sandbox warmed
+// on an image's old build is not handed out once a rebuild switched the
+// image: the next execution runs on the new build, and the pool counts
+// the sandbox it dropped.
+func TestWarmPoolAfterImageSwitchE2E(t *testing.T) {
+	needE2E(t)
+	imagesDir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(imagesDir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	buildLive(t, imagesDir, "1.0")
+	dir := filepath.Join(imagesDir, "live")
+	p := startServer(t, t.TempDir(), nil, "--dev", "--image", "live="+dir, "--metrics-addr", "127.0.0.1:0", "--pool-min", "1", "--pool-max", "2")
+	var addr string
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics listening" {
+			addr, _ = m["addr"].(string)
+		}
+	}
+	metric := func(name string) float64 {
+		t.Helper()
+		res, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, name+`{language="python"} `); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	runLive := func() httpResult {
+		return call(t, "POST", p.url+"/v1/executions", p.devKey, map[string]any{"image": "live", "language": "python", "code": "import vertal_live; print(vertal_live.VERSION)"}, nil)
+	}
+	// A first run on live misses and makes the pool warm one for live, as
+	// well as the default image's.
+	if r := runLive(); r.body["stdout"] != "1.0\n" {
+		t.Fatalf("first run: %d %s", r.status, tail(r.raw, 800))
+	}
+	for deadline := time.Now().Add(time.Minute); metric("vertal_pool_ready") < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm sandbox for live within a minute (ready %v)", metric("vertal_pool_ready"))
+		}
+	}
+	hits := metric("vertal_pool_hits_total")
+	buildLive(t, imagesDir, "2.0")
+	r := runLive()
+	if r.body["stdout"] != "2.0\n" || r.body["image_version"] != image.CurrentVersion(dir) {
+		t.Errorf("run after the switch: %d %s", r.status, tail(r.raw, 800))
+	}
+	if n := metric("vertal_pool_outdated_total"); n != 1 {
+		t.Errorf("vertal_pool_outdated_total = %v; want the one sandbox warmed on 1.0", n)
+	}
+	// From the new build's own warm sandbox, as before the switch.
+	for deadline := time.Now().Add(time.Minute); metric("vertal_pool_ready") < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not refill for live within a minute")
+		}
+	}
+	if r := runLive(); r.body["stdout"] != "2.0\n" || metric("vertal_pool_hits_total") <= hits {
+		t.Errorf("run on the refilled pool: %s (hits %v, before %v)", tail(r.raw, 800), metric("vertal_pool_hits_total"), hits)
 	}
 }

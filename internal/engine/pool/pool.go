@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -180,6 +181,21 @@ func keyOf(lang engine.Language, l engine.Limits) key {
 	return key{name: lang.Name, image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
 }
 
+// imageRoot is the directory an image path resolves to now: an image
+// directory's rootfs is a link to its current version (internal/image),
+// switched by a rebuild. "" for what is not a path (a Docker image) or
+// cannot be resolved.
+func imageRoot(image string) string {
+	if !filepath.IsAbs(image) {
+		return ""
+	}
+	r, err := filepath.EvalSymlinks(image)
+	if err != nil {
+		return ""
+	}
+	return r
+}
+
 // bucket is the pool of one key.
 type bucket struct {
 	lang       engine.Language
@@ -202,12 +218,14 @@ type bucket struct {
 
 	hits, misses, crashed uint64
 	bypassed              uint64 // ran cold because of env or args
+	outdated              uint64 // dropped: started on an image version no longer current
 }
 
 type entry struct {
 	w       Warm
 	mem     int64
 	created time.Time
+	root    string        // imageRoot of its image when it was pre-started
 	taken   chan struct{} // closed when Run took it or the pool dropped it
 }
 
@@ -253,6 +271,7 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 
+	root := imageRoot(spec.Language.Image)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -273,7 +292,7 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 		p.mu.Unlock()
 		return p.base.Run(ctx, spec)
 	}
-	e := p.takeLocked(b)
+	e := p.takeLocked(b, root)
 	if e == nil {
 		b.tickMisses++
 		if b.target < p.opts.Max {
@@ -281,7 +300,7 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 		}
 		p.poke()
 		if p.opts.WaitReady > 0 {
-			e = p.waitLocked(ctx, b)
+			e = p.waitLocked(ctx, b, root)
 		}
 	}
 	if e == nil {
@@ -314,9 +333,11 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 	return res, err
 }
 
-// takeLocked pops the oldest ready sandbox that is still alive. Dead ones
-// are dropped and replaced.
-func (p *Pool) takeLocked(b *bucket) *entry {
+// takeLocked pops the oldest ready sandbox that is still alive and was
+// started on the image as root resolves now. Dead ones are dropped and
+// replaced; so are those of an image version no longer current (an image
+// rebuilt or updated since: its sandboxes keep the old tree mounted).
+func (p *Pool) takeLocked(b *bucket, root string) *entry {
 	for len(b.ready) > 0 {
 		e := b.ready[0]
 		b.ready = b.ready[1:]
@@ -328,6 +349,11 @@ func (p *Pool) takeLocked(b *bucket) *entry {
 			continue
 		default:
 		}
+		if e.root != root {
+			b.outdated++
+			p.discard(e.w)
+			continue
+		}
 		b.lowWater = min(b.lowWater, len(b.ready))
 		return e
 	}
@@ -337,12 +363,12 @@ func (p *Pool) takeLocked(b *bucket) *entry {
 
 // waitLocked waits up to Options.WaitReady for a sandbox of b while one
 // is being, or can be, pre-started.
-func (p *Pool) waitLocked(ctx context.Context, b *bucket) *entry {
+func (p *Pool) waitLocked(ctx context.Context, b *bucket, root string) *entry {
 	deadline := time.NewTimer(p.opts.WaitReady)
 	defer deadline.Stop()
 	for !p.closed {
 		p.fillLocked()
-		if e := p.takeLocked(b); e != nil {
+		if e := p.takeLocked(b, root); e != nil {
 			return e
 		}
 		if b.starting == 0 && (b.unsupported || len(b.ready) >= b.target || p.starting < p.opts.Parallel) {
@@ -480,6 +506,9 @@ func (p *Pool) startLocked(b *bucket) {
 		ctx, cancel := context.WithTimeout(p.ctx, p.opts.StartTimeout)
 		limits := b.limits
 		limits.Lifetime = p.opts.Lifetime
+		// Resolved before the driver resolves it: a switch in between
+		// marks a new sandbox old (and wastes it), never the reverse.
+		root := imageRoot(b.lang.Image)
 		w, err := p.pre.Prestart(ctx, b.lang, limits)
 		cancel()
 		p.mu.Lock()
@@ -499,7 +528,7 @@ func (p *Pool) startLocked(b *bucket) {
 			p.discard(w)
 			return
 		}
-		e := &entry{w: w, mem: w.MemoryBytes(), created: p.opts.Now(), taken: make(chan struct{})}
+		e := &entry{w: w, mem: w.MemoryBytes(), created: p.opts.Now(), root: root, taken: make(chan struct{})}
 		if e.mem > 0 {
 			b.memGuess = e.mem
 		} else {
@@ -660,6 +689,9 @@ type Stats struct {
 	// launcher (started with the cold path's fixed environment and
 	// command line) cannot take; they are not misses.
 	Bypassed uint64
+	// Outdated counts warm sandboxes dropped unused because their image
+	// was rebuilt or updated after they started.
+	Outdated uint64
 	// MemoryBytes is what the ready sandboxes hold.
 	MemoryBytes int64
 }
@@ -683,6 +715,7 @@ func (p *Pool) Stats() []Stats {
 		s.Misses += b.misses
 		s.Crashed += b.crashed
 		s.Bypassed += b.bypassed
+		s.Outdated += b.outdated
 		for _, e := range b.ready {
 			s.MemoryBytes += e.mem
 		}
@@ -721,6 +754,7 @@ func (p *Pool) WriteMetrics(w io.Writer) {
 		{"vertal_pool_misses_total", "counter", "Executions that took the cold path (no warm sandbox ready, or the language cannot be pre-started).", func(s Stats) any { return s.Misses }},
 		{"vertal_pool_bypassed_total", "counter", "Executions with env or args, which always take the cold path.", func(s Stats) any { return s.Bypassed }},
 		{"vertal_pool_crashed_total", "counter", "Warm sandboxes that died before serving and were replaced.", func(s Stats) any { return s.Crashed }},
+		{"vertal_pool_outdated_total", "counter", "Warm sandboxes dropped unused because their image was rebuilt or updated since they started.", func(s Stats) any { return s.Outdated }},
 	}
 	for _, m := range series {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)

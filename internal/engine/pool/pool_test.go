@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,6 +305,54 @@ func TestCrashedSandboxIsReplacedNotHandedOut(t *testing.T) {
 	}
 }
 
+// TestOutdatedImageSandboxIsDropped: an image directory's rootfs is a
+// link to its current version; once a rebuild switches it, a sandbox
+// warmed on the old version is dropped unused and the execution runs on
+// one started on the new version.
+func TestOutdatedImageSandboxIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	for _, v := range []string{"v1", "v2"} {
+		if err := os.MkdirAll(filepath.Join(dir, "versions", v, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(v string) {
+		tmp := filepath.Join(dir, "current.new")
+		if err := os.Symlink(filepath.Join("versions", v), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "current")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("v1")
+	if err := os.Symlink(filepath.Join("current", "rootfs"), filepath.Join(dir, "rootfs")); err != nil {
+		t.Fatal(err)
+	}
+	lang := python
+	lang.Image = filepath.Join(dir, "rootfs")
+
+	pre := &fakePre{}
+	p, cold := newTestPool(t, pre, Options{Languages: []engine.Language{lang}, WaitReady: 10 * time.Second})
+	eventually(t, "one ready on v1", func() bool { return statsOf(p, "python").Ready == 1 })
+	link("v2") // vertal image build or update switches the version
+	res := run(t, p, lang, "x")
+	if res.Stdout != "warm:w2:x" {
+		t.Errorf("stdout = %q; want w2, started on v2 (w1 was warmed on v1)", res.Stdout)
+	}
+	if execs, discards := pre.sandboxes()[0].counts(); execs != 0 || discards != 1 {
+		t.Errorf("the v1 sandbox: %d execs, %d discards; want 0, 1", execs, discards)
+	}
+	if s := statsOf(p, "python"); s.Outdated != 1 || s.Crashed != 0 || cold.runs.Load() != 0 {
+		t.Errorf("outdated %d, crashed %d, cold runs %d; want 1, 0, 0", s.Outdated, s.Crashed, cold.runs.Load())
+	}
+	// Unchanged from here on: the next one runs warm, as usual.
+	eventually(t, "refilled", func() bool { return statsOf(p, "python").Ready == 1 })
+	if res := run(t, p, lang, "y"); res.Stdout != "warm:w3:y" {
+		t.Errorf("stdout = %q; want w3", res.Stdout)
+	}
+}
+
 func TestSandboxThatCannotTakeTheCodeFallsBackCold(t *testing.T) {
 	pre := &fakePre{}
 	p, cold := newTestPool(t, pre, Options{Languages: []engine.Language{python}})
@@ -518,6 +568,7 @@ func TestWriteMetrics(t *testing.T) {
 		`vertal_pool_misses_total{language="python"} 0`,
 		`vertal_pool_bypassed_total{language="python"} 0`,
 		`vertal_pool_crashed_total{language="python"} 0`,
+		`vertal_pool_outdated_total{language="python"} 0`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
