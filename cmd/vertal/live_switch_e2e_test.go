@@ -30,20 +30,27 @@ func buildLive(t *testing.T, imagesDir, version string) {
 	}
 }
 
-// TestLiveImageSwitchE2E replaces an image while executions run on it:
-// none fails, each sees the version it started on for its whole run, a
-// run started after the switch sees the new one, and the old version is
-// deleted once nothing runs on it (gc), not before.
-func TestLiveImageSwitchE2E(t *testing.T) {
-	needE2E(t)
-	imagesDir := t.TempDir()
+// newLiveImage builds version 1.0 of image "live" in a new images
+// directory, and returns that directory and the image's.
+func newLiveImage(t *testing.T) (imagesDir, dir string) {
+	t.Helper()
+	imagesDir = t.TempDir()
 	// The default runtime (bwrap) resolves the image as the sandbox's
 	// uid: t.TempDir's parent is 0700.
 	if err := os.Chmod(filepath.Dir(imagesDir), 0o711); err != nil {
 		t.Fatal(err)
 	}
 	buildLive(t, imagesDir, "1.0")
-	dir := filepath.Join(imagesDir, "live")
+	return imagesDir, filepath.Join(imagesDir, "live")
+}
+
+// TestLiveImageSwitchE2E replaces an image while executions run on it:
+// none fails, each sees the version it started on for its whole run, a
+// run started after the switch sees the new one, and the old version is
+// deleted once nothing runs on it (gc), not before.
+func TestLiveImageSwitchE2E(t *testing.T) {
+	needE2E(t)
+	imagesDir, dir := newLiveImage(t)
 	first := image.CurrentVersion(dir)
 	p := startServer(t, t.TempDir(), nil, "--dev", "--image", "live="+dir, "--pool-max", "0")
 
@@ -103,12 +110,7 @@ func TestLiveImageSwitchE2E(t *testing.T) {
 // the sandbox it dropped.
 func TestWarmPoolAfterImageSwitchE2E(t *testing.T) {
 	needE2E(t)
-	imagesDir := t.TempDir()
-	if err := os.Chmod(filepath.Dir(imagesDir), 0o711); err != nil {
-		t.Fatal(err)
-	}
-	buildLive(t, imagesDir, "1.0")
-	dir := filepath.Join(imagesDir, "live")
+	imagesDir, dir := newLiveImage(t)
 	p := startServer(t, t.TempDir(), nil, "--dev", "--image", "live="+dir, "--metrics-addr", "127.0.0.1:0", "--pool-min", "1", "--pool-max", "2")
 	var addr string
 	for _, l := range strings.Split(p.stderr.String(), "\n") {
