@@ -340,16 +340,23 @@ func TestOutdatedImageSandboxIsDropped(t *testing.T) {
 	if res.Stdout != "warm:w2:x" {
 		t.Errorf("stdout = %q; want w2, started on v2 (w1 was warmed on v1)", res.Stdout)
 	}
-	if execs, discards := pre.sandboxes()[0].counts(); execs != 0 || discards != 1 {
-		t.Errorf("the v1 sandbox: %d execs, %d discards; want 0, 1", execs, discards)
+	w1 := pre.sandboxes()[0]
+	eventually(t, "the v1 sandbox discarded", func() bool { _, d := w1.counts(); return d > 0 })
+	if execs, _ := w1.counts(); execs != 0 {
+		t.Errorf("the v1 sandbox ran %d executions; want none", execs)
 	}
 	if s := statsOf(p, "python"); s.Outdated != 1 || s.Crashed != 0 || cold.runs.Load() != 0 {
 		t.Errorf("outdated %d, crashed %d, cold runs %d; want 1, 0, 0", s.Outdated, s.Crashed, cold.runs.Load())
 	}
-	// Unchanged from here on: the next one runs warm, as usual.
-	eventually(t, "refilled", func() bool { return statsOf(p, "python").Ready == 1 })
-	if res := run(t, p, lang, "y"); res.Stdout != "warm:w3:y" {
-		t.Errorf("stdout = %q; want w3", res.Stdout)
+	// Unchanged from here on: the next one runs warm, as usual (on a
+	// sandbox started after the switch; the miss raised the target, so
+	// more than one may be ready).
+	eventually(t, "refilled", func() bool { return statsOf(p, "python").Ready >= 1 })
+	if res := run(t, p, lang, "y"); !strings.HasPrefix(res.Stdout, "warm:w") || strings.HasPrefix(res.Stdout, "warm:w1:") || strings.HasPrefix(res.Stdout, "warm:w2:") {
+		t.Errorf("stdout = %q; want a sandbox started after w2", res.Stdout)
+	}
+	if s := statsOf(p, "python"); s.Outdated != 1 {
+		t.Errorf("outdated %d after the refill; want still 1", s.Outdated)
 	}
 }
 
