@@ -273,7 +273,7 @@ func WithFiles(files ...File) RunOption {
 
 // WithEnv sets environment variables of the program. Repeated options
 // merge, the later value winning. Names are letters, digits and _, not
-// starting with a digit; PATH, HOME, LANG, NODE_OPTIONS and VERTAL_* are
+// starting with a digit; PATH, HOME, LANG, PWD, NODE_OPTIONS and VERTAL_* are
 // refused.
 func WithEnv(env map[string]string) RunOption {
 	return func(r *runRequest) {

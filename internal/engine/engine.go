@@ -148,7 +148,7 @@ type Spec struct {
 	// duplicates); drivers check them again and refuse a bad one.
 	Files []File
 	// Env is added to the sandbox's fixed environment (sandbox.EnvFor);
-	// names are validated by the caller and never replace PATH, HOME or
+	// names are validated by the caller and never replace PATH, HOME, LANG, PWD or
 	// NODE_OPTIONS.
 	Env map[string]string
 	// Args follow the code file on the command line (sys.argv[1:],

@@ -293,7 +293,7 @@ func badPath(p string) string {
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // reservedEnv are names the sandbox sets itself.
-var reservedEnv = []string{"PATH", "HOME", "LANG", "NODE_OPTIONS"}
+var reservedEnv = []string{"PATH", "HOME", "LANG", "PWD", "NODE_OPTIONS"}
 
 func checkEnv(env map[string]string) error {
 	if len(env) > MaxEnv {
@@ -311,7 +311,7 @@ func checkEnv(env map[string]string) error {
 		case !envName.MatchString(n):
 			return Errorf(KindInvalidRequest, "env[%q]: a name must match [A-Za-z_][A-Za-z0-9_]* and be at most 128 bytes", clip(n, 40))
 		case slices.Contains(reservedEnv, n) || strings.HasPrefix(n, "VERTAL_"):
-			return Errorf(KindInvalidRequest, "env[%q]: the name is reserved (PATH, HOME, LANG, NODE_OPTIONS, VERTAL_*)", n)
+			return Errorf(KindInvalidRequest, "env[%q]: the name is reserved (PATH, HOME, LANG, PWD, NODE_OPTIONS, VERTAL_*)", n)
 		case strings.ContainsRune(v, 0):
 			return Errorf(KindInvalidRequest, "env[%q]: the value must not contain a NUL byte", n)
 		}

@@ -138,7 +138,7 @@ func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
 						"additionalProperties": false,
 					}},
 				"env": obj{"type": "object", "additionalProperties": obj{"type": "string"},
-					"description": "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
+					"description": "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, PWD, NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
 				"args": obj{"type": "array", "items": obj{"type": "string"},
 					"description": "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
 				"return_files": obj{"type": "array", "items": obj{"type": "string"}, "maxItems": 20,

@@ -23,6 +23,7 @@ func TestEnvIsFixed(t *testing.T) {
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/tmp",
 		"LANG=C.UTF-8",
+		"PWD=/code",
 	}
 	if diff := cmp.Diff(want, Env()); diff != "" {
 		t.Errorf("Env() (-want +got):\n%s", diff)

@@ -37,8 +37,6 @@ const (
 	bwrapStatusFD  = 5 // --json-status-fd: {"exit-code": N} once the command ran
 )
 
-// envPath is coreutils env(1) in the image (see bwrapPlanFor).
-const envPath = "/usr/bin/env"
 
 // bwrapPlan is one spec as a bwrap invocation.
 type bwrapPlan struct {
@@ -274,7 +272,8 @@ func bwrapPlanFor(spec *specs.Spec, env bwrapEnv) (*bwrapPlan, error) {
 	if !filepath.IsAbs(pr.Cwd) {
 		return fail("process.cwd %q: not absolute", pr.Cwd)
 	}
-	p.args = append(p.args, "--chdir", pr.Cwd)
+	cwd := pr.Cwd
+	p.args = append(p.args, "--chdir", cwd)
 	pr.Cwd = ""
 	// The environment is bwrap's own, which it passes on: set on the
 	// exec.Cmd, not as --setenv arguments, which any host user can read
@@ -283,11 +282,14 @@ func bwrapPlanFor(spec *specs.Spec, env bwrapEnv) (*bwrapPlan, error) {
 	if len(pr.Args) == 0 {
 		return fail("process.args is empty")
 	}
-	// bwrap adds PWD to the environment it passes on (bubblewrap.c sets
-	// it after parsing its options, so --unsetenv cannot remove it); the
-	// image's env(1) takes it away again, so the program gets exactly
-	// the spec's environment.
-	p.command, pr.Args = append([]string{envPath, "-u", "PWD", "--"}, pr.Args...), nil
+	// bwrap sets PWD to the working directory in the environment it
+	// passes on (bubblewrap.c, after parsing its options, so --unsetenv
+	// cannot remove it). The spec must already say so, or the program
+	// would not get exactly the spec's environment.
+	if !slices.Contains(p.env, "PWD="+cwd) {
+		return fail("process.env must hold PWD=%s: bwrap sets PWD to the working directory", cwd)
+	}
+	p.command, pr.Args = pr.Args, nil
 	if !isZero(pr) {
 		return fail("unsupported process settings: %s", remainder(pr))
 	}

@@ -82,7 +82,7 @@ func bwrapTestSpec() *specs.Spec {
 	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
-			Args: []string{"/bin/true"}, Cwd: "/code", Env: []string{"A=1"},
+			Args: []string{"/bin/true"}, Cwd: "/code", Env: []string{"A=1", "PWD=/code"},
 			User:            specs.User{UID: 2000, GID: 2000},
 			Capabilities:    &specs.LinuxCapabilities{},
 			NoNewPrivileges: true,
@@ -145,7 +145,7 @@ func TestBwrapTranslation(t *testing.T) {
 			if diff := cmp.Diff(tc.want, p.args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff([]string{envPath, "-u", "PWD", "--", "/bin/true"}, p.command); diff != "" {
+			if diff := cmp.Diff([]string{"/bin/true"}, p.command); diff != "" {
 				t.Errorf("command (-want +got):\n%s", diff)
 			}
 		})
@@ -192,6 +192,8 @@ func TestBwrapRefuses(t *testing.T) {
 		{"mqueue", func(s *specs.Spec) { s.Mounts = []specs.Mount{{Destination: "/dev/mqueue", Type: "mqueue"}} }},
 		{"relative cwd", func(s *specs.Spec) { s.Process.Cwd = "code" }},
 		{"no args", func(s *specs.Spec) { s.Process.Args = nil }},
+		{"no PWD", func(s *specs.Spec) { s.Process.Env = []string{"A=1"} }},
+		{"another PWD", func(s *specs.Spec) { s.Process.Env = []string{"A=1", "PWD=/tmp"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := bwrapTestSpec()

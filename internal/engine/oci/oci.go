@@ -399,7 +399,7 @@ func enforced(rt runtimeKind, mode string) []sandbox.Protection {
 			sandbox.ProtSeccomp:    "our profile compiled once to BPF (sandbox.CompileSeccomp), loaded by bwrap --seccomp; ENOSYS default",
 			sandbox.ProtNamespaces: "user, pid, ipc, uts, mount, net and cgroup namespaces (bwrap --unshare-*)",
 			sandbox.ProtMasked:     "/dev/null or an empty read-only tmpfs over the masked paths, /sys not mounted; /proc/sys owned by the unmapped host root",
-			sandbox.ProtEnv:        "fixed environment (env -u PWD); descriptors above 2 marked close-on-exec before bwrap starts",
+			sandbox.ProtEnv:        "fixed environment (its PWD is the working directory, which bwrap sets); descriptors above 2 marked close-on-exec before bwrap starts",
 			sandbox.ProtFileSize:   "RLIMIT_FSIZE set with prlimit(2) while bwrap waits (--userns-block-fd)",
 			sandbox.ProtTimeout:    how.kill + ", which includes bwrap's pid 1; --die-with-parent",
 			sandbox.ProtInit:       "bwrap's own pid 1 (reaps zombies, passes the exit status on)",
@@ -495,9 +495,6 @@ func (d *Driver) checkImage(dir string) error {
 		// a link in the image must not be followed on the host.
 		if fi, err := os.Lstat(filepath.Join(dir, timeoutPath)); err != nil || !fi.Mode().IsRegular() {
 			return fmt.Errorf("image %q: no %s (coreutils), which every sandbox's own deadline runs", dir, timeoutPath)
-		}
-		if fi, err := os.Lstat(filepath.Join(dir, envPath)); d.rt.bwrap && (err != nil || !fi.Mode().IsRegular()) {
-			return fmt.Errorf("image %q: no %s (coreutils), which the bwrap runtime runs", dir, envPath)
 		}
 		return nil
 	}()

@@ -378,7 +378,7 @@ print(json.dumps({"env": dict(os.environ), "proc": proc, "fds": leaked}))
 `
 
 // envAllowed are the variables a sandbox gets (HOSTNAME from some runtimes).
-var envAllowed = []string{"PATH", "HOME", "LANG", "HOSTNAME", "NODE_OPTIONS"}
+var envAllowed = []string{"PATH", "HOME", "LANG", "PWD", "HOSTNAME", "NODE_OPTIONS"}
 
 func environmentProbe(canaryName, canaryValue string) Probe {
 	return Probe{
@@ -407,8 +407,8 @@ func environmentProbe(canaryName, canaryValue string) Probe {
 			switch {
 			case len(unexpected) > 0:
 				return false, "unexpected variables: " + strings.Join(unexpected, " ")
-			case out.Env["HOME"] != "/tmp" || out.Env["LANG"] != "C.UTF-8":
-				return false, fmt.Sprintf("HOME %q, LANG %q; want /tmp, C.UTF-8", out.Env["HOME"], out.Env["LANG"])
+			case out.Env["HOME"] != "/tmp" || out.Env["LANG"] != "C.UTF-8" || out.Env["PWD"] != sandbox.WorkDir:
+				return false, fmt.Sprintf("HOME %q, LANG %q, PWD %q; want /tmp, C.UTF-8, %s", out.Env["HOME"], out.Env["LANG"], out.Env["PWD"], sandbox.WorkDir)
 			case len(out.FDs) > 0:
 				return false, "file descriptors leaked in: " + strings.Join(out.FDs, ", ")
 			}

@@ -142,7 +142,7 @@ def tool_definitions(languages: list, images: Optional[list] = None) -> list:
                               "additionalProperties": False,
                           }},
                 "env": {"type": "object", "additionalProperties": {"type": "string"}, "description":
-                        "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, "
+                        "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, PWD, "
                         "NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
                 "args": {"type": "array", "items": {"type": "string"}, "description":
                          "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
