@@ -37,7 +37,6 @@ const (
 	bwrapStatusFD  = 5 // --json-status-fd: {"exit-code": N} once the command ran
 )
 
-
 // bwrapPlan is one spec as a bwrap invocation.
 type bwrapPlan struct {
 	// args are bwrap's options; the command follows "--".
