@@ -151,13 +151,13 @@ type Queue struct {
 // OpenSQLite returns a Queue on the SQLite store's writer pool (one
 // connection), migrating River's tables first.
 func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue, error) {
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second // see Options.PollInterval
+	}
 	// Two processes on one file (a restart overlapping the old one's exit)
 	// may migrate at once; River's migrations run in several transactions
 	// and SQLite has no lock to hold across them, so the one that loses
 	// tries again and then finds the versions recorded.
-	if o.PollInterval <= 0 {
-		o.PollInterval = time.Second
-	}
 	migrate := func(ctx context.Context, m *rivermigrate.Migrator[*sql.Tx]) error {
 		var err error
 		for try := range 5 {
