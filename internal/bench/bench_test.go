@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,9 +86,12 @@ func TestMeasure(t *testing.T) {
 
 func TestRunInterleavesTargets(t *testing.T) {
 	var order []string
+	var mu sync.Mutex // the parallel-2 blocks call Run from two goroutines
 	var calls []string
 	mk := func(name string, bare bool) Target {
 		return Target{Name: name, Bare: bare, Run: func(_ context.Context, lang string) error {
+			mu.Lock()
+			defer mu.Unlock()
 			calls = append(calls, name)
 			return nil
 		}}
