@@ -163,7 +163,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		rescue = time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D() + 2*time.Minute
 	}
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
-	guard := webhook.NewGuard(allow, webhook.InterfaceAddrs)
+	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
 	hooks := &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard}), RetryFor: cfg.WebhookRetryFor.D()}
 	q, err := openQueue(ctx, st, queue.Handlers{
 		Run: func(ctx context.Context, tenant, id string) error { return srv.Service().RunQueued(ctx, tenant, id) },

@@ -80,7 +80,7 @@ const testSecret = "whsec_00112233445566778899aabbccddeeff00112233445566778899aa
 
 func TestDeliverSignedToAllowedLoopback(t *testing.T) {
 	rcv := newReceiver(t, nil)
-	g := NewGuard(loopback, InterfaceAddrs)
+	g := NewGuard(loopback, InterfaceNetworks)
 	g.Resolver = newResolver(map[string][]string{"hooks.example.com": {"127.0.0.1"}})
 	at := time.Unix(1760000000, 0)
 	c := newTestClient(t, g, rcv, Options{Now: func() time.Time { return at }})

@@ -12,7 +12,7 @@ import (
 // The API checks a webhook_url at submit and shows the refusal after the
 // field's name.
 func ExampleGuard_CheckURL() {
-	g := webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, webhook.InterfaceAddrs)
+	g := webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, webhook.InterfaceNetworks)
 	for _, raw := range []string{
 		"https://169.254.169.254/latest/meta-data/",
 		"https://[::ffff:127.0.0.1]:8443/hook",

@@ -35,8 +35,9 @@ type refusedRange struct {
 
 // refusedRanges is the address policy, IPv4 then IPv6. The first match
 // names the refusal, so narrower ranges come before the ranges holding them.
-// IPv4-mapped (::ffff:a.b.c.d) and NAT64 (64:ff9b::a.b.c.d) addresses are
-// checked as the IPv4 address they carry, as well as themselves.
+// IPv4-mapped (::ffff:a.b.c.d), NAT64 (64:ff9b::a.b.c.d) and 6to4
+// (2002:aabb:ccdd::) addresses are checked as the IPv4 address they carry,
+// as well as themselves (see candidates).
 var refusedRanges = []refusedRange{
 	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"},
 	{netip.MustParsePrefix("10.0.0.0/8"), "private"},
@@ -54,6 +55,18 @@ var refusedRanges = []refusedRange{
 
 	{netip.MustParsePrefix("::/128"), "unspecified"},
 	{netip.MustParsePrefix("::1/128"), "loopback"},
+	// The deprecated IPv4-compatible form ::a.b.c.d: no public host uses
+	// it, and a stack that still routes it sends it to a.b.c.d.
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible"},
+	// Local-use NAT64 (RFC 8215): the operator's own translator, whose
+	// mapping to IPv4 is theirs to choose, so no embedded address can be
+	// trusted to say where it leads.
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local NAT64"},
+	// Teredo tunnels reach a client through a relay at the IPv4 address
+	// (obfuscated) inside; no webhook receiver lives there, and a relay on
+	// the server's network would deliver to whatever address the tenant
+	// wrote.
+	{netip.MustParsePrefix("2001::/32"), "Teredo"},
 	{netip.MustParsePrefix("fc00::/7"), "private (unique local)"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	// Site-local was deprecated for unique local addresses but a host may
@@ -66,6 +79,10 @@ var refusedRanges = []refusedRange{
 // 64:ff9b::a.b.c.d to a.b.c.d, so the IPv4 address decides.
 var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
+// sixToFour is 6to4 (RFC 3056): 2002:aabb:ccdd::/48 is tunnelled to the
+// IPv4 address aa.bb.cc.dd, so that address decides as well.
+var sixToFour = netip.MustParsePrefix("2002::/16")
+
 // Resolver resolves a host name; *net.Resolver is one. Tests inject a fake
 // so that no test ever asks a real DNS server.
 type Resolver interface {
@@ -76,17 +93,19 @@ type Resolver interface {
 // set Resolver before sharing it.
 type Guard struct {
 	allow []netip.Prefix
-	own   func() []netip.Addr
+	own   func() []netip.Prefix
 	// Resolver resolves webhook hosts; nil means net.DefaultResolver.
 	Resolver Resolver
 }
 
 // NewGuard returns the policy. Addresses inside allow (the operator's
 // --webhook-allow-cidr) are allowed whatever else they are, and may be
-// reached over plain http. own, if not nil, returns the server's own
-// interface addresses (see InterfaceAddrs); it is called at every check, so
-// an address added to an interface later is refused too.
-func NewGuard(allow []netip.Prefix, own func() []netip.Addr) *Guard {
+// reached over plain http. own, if not nil, returns the networks the
+// server's interfaces are connected to (see InterfaceNetworks); every
+// address inside them is refused, since a neighbour on a public subnet is
+// as internal as a private one. It is called at every check, so an address
+// added to an interface later is refused too.
+func NewGuard(allow []netip.Prefix, own func() []netip.Prefix) *Guard {
 	g := &Guard{own: own}
 	for _, p := range allow {
 		g.allow = append(g.allow, unmapPrefix(p))
@@ -94,19 +113,30 @@ func NewGuard(allow []netip.Prefix, own func() []netip.Addr) *Guard {
 	return g
 }
 
-// InterfaceAddrs returns the addresses of this host's network interfaces,
-// for NewGuard's own. If the interfaces cannot be listed it returns what it
-// has (the fixed ranges still hold: loopback and private addresses are
-// refused anyway).
-func InterfaceAddrs() []netip.Addr {
+// InterfaceNetworks returns the connected networks of this host's
+// interfaces (each address with its prefix length, masked), for NewGuard's
+// own. If the interfaces cannot be listed it returns what it has (the fixed
+// ranges still hold: loopback and private addresses are refused anyway).
+func InterfaceNetworks() []netip.Prefix {
 	addrs, _ := net.InterfaceAddrs()
-	var out []netip.Addr
+	var out []netip.Prefix
 	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
 		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ones, bits := n.Mask.Size()
+		switch {
+		case bits == 32: // an IPv4 mask, whether the address is 4 or 16 bytes
+			ip = ip.Unmap()
+		case bits == 0: // a non-canonical mask: refuse at least the address
+			ip, ones = ip.Unmap(), ip.Unmap().BitLen()
+		}
+		out = append(out, unmapPrefix(netip.PrefixFrom(ip, ones)))
 	}
 	return out
 }
@@ -122,12 +152,16 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 }
 
 // candidates returns the forms of a that must all be acceptable: a itself
-// (unmapped, without zone) and, for NAT64, the IPv4 address it carries.
+// (unmapped, without zone) and, for NAT64 and 6to4, the IPv4 address it
+// carries.
 func candidates(a netip.Addr) []netip.Addr {
 	a = a.WithZone("").Unmap()
-	if nat64.Contains(a) {
-		b := a.As16()
+	b := a.As16()
+	switch {
+	case nat64.Contains(a):
 		return []netip.Addr{a, netip.AddrFrom4([4]byte(b[12:]))}
+	case sixToFour.Contains(a):
+		return []netip.Addr{a, netip.AddrFrom4([4]byte(b[2:6]))}
 	}
 	return []netip.Addr{a}
 }
@@ -145,7 +179,7 @@ func (g *Guard) check(a netip.Addr) *Error {
 	if !a.IsValid() {
 		return newError(ErrRefused, nil, "is not a valid IP address")
 	}
-	var own []netip.Addr
+	var own []netip.Prefix
 	if g.own != nil {
 		own = g.own()
 	}
@@ -159,8 +193,8 @@ func (g *Guard) check(a netip.Addr) *Error {
 			}
 		}
 		for _, o := range own {
-			if o.WithZone("").Unmap() == c {
-				return g.refusal(a, c, "an address of this server")
+			if o.Contains(c) {
+				return g.refusal(a, c, fmt.Sprintf("on a network of this server (%s)", o))
 			}
 		}
 	}

@@ -134,20 +134,93 @@ func TestGuardAllowsPublicAddresses(t *testing.T) {
 	}
 }
 
-func TestGuardOwnAddresses(t *testing.T) {
-	own := func() []netip.Addr { return parseAddrs([]string{"203.0.113.9", "2001:db8::9"}) }
+func TestGuardOwnNetworks(t *testing.T) {
+	// Public networks, as a host with a public address on its interface
+	// has: its neighbours are refused, not only its own address.
+	own := func() []netip.Prefix {
+		return []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8:5::/64")}
+	}
 	g := NewGuard(nil, own)
 	checkRefusals(t, g, []addrCase{
 		{"203.0.113.9", true},
-		{mapped("203.0.113.9"), true},
-		{nat64Of("203.0.113.9"), true},
-		{"2001:db8::9", true},
-		{"203.0.113.10", false},
-		{"2001:db8::10", false},
+		{"203.0.113.10", true}, // a neighbour on the connected subnet
+		{"203.0.113.255", true},
+		{mapped("203.0.113.77"), true},
+		{nat64Of("203.0.113.77"), true},
+		{"2002:cb00:7101::1", true}, // 6to4 of 203.0.113.1
+		{"2001:db8:5::9", true},
+		{"2001:db8:5::ffff:1", true},
+		{"203.0.114.1", false},
+		{"203.0.112.255", false},
+		{"2001:db8:6::1", false},
 	})
-	if err := g.Allowed(netip.MustParseAddr("203.0.113.9")); !strings.Contains(err.Error(), "this server") {
-		t.Errorf("message %q does not say it is the server's address", err)
+	err := g.Allowed(netip.MustParseAddr("203.0.113.10"))
+	if err == nil || !strings.Contains(err.Error(), "network of this server (203.0.113.0/24)") {
+		t.Errorf("message %v does not name the server's network", err)
 	}
+}
+
+// TestInterfaceNetworks: the real host's networks hold each of its
+// interface addresses and are masked, so a whole subnet is refused.
+func TestInterfaceNetworks(t *testing.T) {
+	nets := InterfaceNetworks()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nets) != len(addrs) {
+		t.Fatalf("InterfaceNetworks = %v for the interface addresses %v", nets, addrs)
+	}
+	g := NewGuard(nil, InterfaceNetworks)
+	for i, a := range addrs {
+		n := a.(*net.IPNet)
+		ip, _ := netip.AddrFromSlice(n.IP)
+		ip = ip.Unmap()
+		if nets[i] != nets[i].Masked() || !nets[i].Contains(ip) {
+			t.Errorf("network %v for %v is not the masked subnet holding it", nets[i], n)
+		}
+		if err := g.Allowed(ip); !errors.Is(err, ErrRefused) {
+			t.Errorf("Allowed(%v) = %v, want the host's own address refused", ip, err)
+		}
+	}
+}
+
+// TestGuardEmbeddedIPv4: IPv6 forms that lead to an IPv4 address (or to a
+// translator the operator controls) are refused like that address.
+func TestGuardEmbeddedIPv4(t *testing.T) {
+	g := NewGuard(nil, nil)
+	for _, tc := range []struct{ addr, name string }{
+		{"64:ff9b:1::a00:1", "local NAT64"},
+		{"64:ff9b:1::808:808", "local NAT64"}, // whatever it embeds: the mapping is local
+		{"64:ff9b:1:ffff:ffff:ffff:ffff:ffff", "local NAT64"},
+		{"::127.0.0.1", "IPv4-compatible"},
+		{"::10.0.0.1", "IPv4-compatible"},
+		{"::8.8.8.8", "IPv4-compatible"},
+		{"::169.254.169.254", "IPv4-compatible"},
+		{"2002:7f00:1::1", "loopback"},          // 6to4 of 127.0.0.1
+		{"2002:a00:1::", "private"},             // 6to4 of 10.0.0.1
+		{"2002:a9fe:a9fe::1", "cloud metadata"}, // 6to4 of 169.254.169.254
+		{"2002:c0a8:101:5::1", "private"},       // 6to4 of 192.168.1.1
+		{"2002:6440:1::1", "carrier-grade NAT"}, // 6to4 of 100.64.0.1
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"},
+		{"2001::1", "Teredo"},
+		{nat64Of("10.0.0.1"), "private"},
+		{nat64Of("169.254.169.254"), "cloud metadata"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			err := g.Allowed(netip.MustParseAddr(tc.addr))
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.name) {
+				t.Fatalf("Allowed(%s) = %v, want ErrRefused naming %q", tc.addr, err, tc.name)
+			}
+		})
+	}
+	checkRefusals(t, g, []addrCase{
+		{"2002:808:808::1", false}, // 6to4 of a public address
+		{nat64Of("8.8.8.8"), false},
+		{"64:ff9b:2::1", false}, // outside the local-use /48
+		{"2001:1::1", false},    // outside Teredo's /32
+		{"::ffff:8.8.8.8", false},
+	})
 }
 
 type addrCase struct {
@@ -174,7 +247,9 @@ func TestGuardAllowCIDR(t *testing.T) {
 		netip.MustParsePrefix("fd00:1::/32"),
 	}
 	// The server's own loopback address is allowed too once loopback is.
-	own := func() []netip.Addr { return parseAddrs([]string{"127.0.0.1", "192.168.1.5"}) }
+	own := func() []netip.Prefix {
+		return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("192.168.1.0/24")}
+	}
 	g := NewGuard(allow, own)
 	checkRefusals(t, g, []addrCase{
 		{"127.0.0.1", false},
@@ -204,6 +279,7 @@ func TestCheckURL(t *testing.T) {
 		"empty.example":      {},
 		"allowed.lan":        {"10.20.30.40"},
 		"partly-allowed.lan": {"10.20.30.40", "93.184.216.34"},
+		"sixtofour.example":  {"2002:a9fe:a9fe::1"},
 	})
 	g := NewGuard([]netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, nil)
 	g.Resolver = r
@@ -248,6 +324,11 @@ func TestCheckURL(t *testing.T) {
 		{url: "https://metadata.example/h", kind: ErrRefused, msg: "cloud metadata"},
 		{url: "https://mapped.example/h", kind: ErrRefused, msg: "loopback"},
 		{url: "https://100.64.0.1/h", kind: ErrRefused, msg: "carrier-grade NAT"},
+		{url: "https://[64:ff9b:1::a00:1]/h", kind: ErrRefused, msg: "local NAT64"},
+		{url: "https://[::127.0.0.1]/h", kind: ErrRefused, msg: "IPv4-compatible"},
+		{url: "https://[2002:7f00:1::1]/h", kind: ErrRefused, msg: "(127.0.0.1) is refused for webhooks: loopback"},
+		{url: "https://sixtofour.example/h", kind: ErrRefused, msg: `host "sixtofour.example" resolves to address 2002:a9fe:a9fe::1 (169.254.169.254)`},
+		{url: "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/h", kind: ErrRefused, msg: "Teredo"},
 
 		{url: "https://nowhere.example/h", kind: ErrUnresolvable, msg: `host "nowhere.example" does not resolve`},
 		{url: "https://empty.example/h", kind: ErrUnresolvable, msg: "no address"},
