@@ -390,11 +390,28 @@ func decodeStrict(body []byte, v any) error {
 // object: a field named in another case ("Language") and a field given
 // twice, of which it silently keeps the last. A proxy or log that reads
 // the first "code" must not see another program than the one that runs.
+// The objects inside "files" are held to the same rule.
 func checkFieldNames(body []byte, allowed []string) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil // not an object: decodeStrict has said so
 	}
+	return checkObjectFields(dec, "", allowed, func(name string) error {
+		if name != "files" {
+			return skipValue(dec)
+		}
+		return checkFilesFields(dec)
+	})
+}
+
+// fileFields are the fields of one files entry, spelled exactly so.
+var fileFields = []string{"path", "content", "encoding"}
+
+// checkObjectFields reads the fields of the object whose '{' dec has just
+// returned, up to its '}', refusing names outside allowed and names given
+// twice; value reads each field's value. where prefixes the messages
+// ("files[2]: ").
+func checkObjectFields(dec *json.Decoder, where string, allowed []string, value func(name string) error) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		t, err := dec.Token()
@@ -404,14 +421,55 @@ func checkFieldNames(body []byte, allowed []string) error {
 		name, _ := t.(string)
 		switch {
 		case !slices.Contains(allowed, name):
-			return errorf(KindInvalidRequest, "unknown field %q; allowed: %s (lower case)", clip(name, 40), strings.Join(allowed, ", "))
+			return errorf(KindInvalidRequest, "%sunknown field %q; allowed: %s (lower case)", where, clip(name, 40), strings.Join(allowed, ", "))
 		case seen[name]:
-			return errorf(KindInvalidRequest, "field %s is given more than once", name)
+			return errorf(KindInvalidRequest, "%sfield %s is given more than once", where, name)
 		}
 		seen[name] = true
-		if err := dec.Decode(&json.RawMessage{}); err != nil {
+		if err := value(name); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return errorf(KindInvalidJSON, "request body is not valid JSON")
+	}
+	return nil
+}
+
+// checkFilesFields checks the field names of every object in the files
+// array that dec is about to read. Values of another shape are left to
+// decodeStrict, which has already refused them.
+func checkFilesFields(dec *json.Decoder) error {
+	t, err := dec.Token()
+	if err != nil {
+		return errorf(KindInvalidJSON, "request body is not valid JSON")
+	}
+	if t != json.Delim('[') {
+		return nil // null, or a wrong type decodeStrict named
+	}
+	for i := 0; dec.More(); i++ {
+		t, err := dec.Token()
+		if err != nil {
 			return errorf(KindInvalidJSON, "request body is not valid JSON")
 		}
+		if t != json.Delim('{') {
+			return nil
+		}
+		if err := checkObjectFields(dec, fmt.Sprintf("files[%d]: ", i), fileFields, func(string) error { return skipValue(dec) }); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token() // the closing ']'
+	if err != nil {
+		return errorf(KindInvalidJSON, "request body is not valid JSON")
+	}
+	return nil
+}
+
+// skipValue reads one JSON value and drops it.
+func skipValue(dec *json.Decoder) error {
+	if err := dec.Decode(&json.RawMessage{}); err != nil {
+		return errorf(KindInvalidJSON, "request body is not valid JSON")
 	}
 	return nil
 }

@@ -243,7 +243,8 @@ func checkFiles(c Caller, lang engine.Language, in []InputFile) ([]engine.File, 
 	if limit := c.Plan.FilesBytes(); total > limit {
 		return nil, Errorf(KindPayloadTooLarge, "files are %d bytes in all; plan %s allows %d bytes", total, c.Key.Plan, limit)
 	}
-	// A path that is a directory of another ("a" and "a/b") cannot be both.
+	// A path that is a directory of another ("a" and "a/b"), or of the
+	// code file ("main.py/x"), cannot be both.
 	for i, f := range in {
 		for dir := f.Path; ; {
 			k := strings.LastIndexByte(dir, '/')
@@ -251,6 +252,9 @@ func checkFiles(c Caller, lang engine.Language, in []InputFile) ([]engine.File, 
 				break
 			}
 			dir = dir[:k]
+			if dir == lang.File {
+				return nil, Errorf(KindInvalidRequest, "files[%d].path: %q is the code file, so it cannot be a directory", i, clip(dir, 60))
+			}
 			if j, ok := seen[dir]; ok {
 				return nil, Errorf(KindInvalidRequest, "files[%d].path: %q is a file (files[%d]), so it cannot be a directory", i, clip(dir, 60), j)
 			}

@@ -67,6 +67,9 @@ func TestPrepareRefusals(t *testing.T) {
 		{"duplicate", func(in *Input) { in.Files = []InputFile{file("a.txt"), file("b"), file("a.txt")} }, KindInvalidRequest, `files[2].path: "a.txt" is also files[0].path`},
 		{"file and dir", func(in *Input) { in.Files = []InputFile{file("a/b/c"), file("a/b")} }, KindInvalidRequest, `files[0].path: "a/b" is a file (files[1])`},
 		{"code file", func(in *Input) { in.Files = []InputFile{file("main.py")} }, KindInvalidRequest, "files[0].path: main.py is the code file"},
+		{"code file as a directory", func(in *Input) { in.Files = []InputFile{file("ok.txt"), file("main.py/x")} }, KindInvalidRequest, `files[1].path: "main.py" is the code file, so it cannot be a directory`},
+		{"code file as a deeper directory", func(in *Input) { in.Files = []InputFile{file("main.py/a/b")} }, KindInvalidRequest, `files[0].path: "main.py" is the code file`},
+		{"file as a directory, file first", func(in *Input) { in.Files = []InputFile{file("a"), file("a/b")} }, KindInvalidRequest, `files[1].path: "a" is a file (files[0])`},
 		{"bad encoding", func(in *Input) { in.Files = []InputFile{{Path: "a", Content: "x", Encoding: "hex"}} }, KindInvalidRequest, `files[0].encoding: "hex" is not utf8 or base64`},
 		{"bad base64", func(in *Input) {
 			in.Files = []InputFile{file("a"), {Path: "b", Content: "not base64!", Encoding: "base64"}}
