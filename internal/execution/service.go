@@ -264,6 +264,8 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 		ImageVersion: p.imageBuild,
 		CreatedAt:    now,
 		Owner:        s.opts.NodeID,
+		// Settling the execution after a crash completes the key's claim.
+		IdempotencyKey: req.IdempotencyKey,
 	}
 	p.spec.ID = exe.ID
 	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}

@@ -121,6 +121,11 @@ type Execution struct {
 	// Webhook is the delivery of the execution's result to its
 	// webhook_url; nil when it has none.
 	Webhook *Webhook
+	// IdempotencyKey is the key whose running claim accepted this
+	// execution, given to CreateExecution: the claim then names the
+	// execution as pending, and AbortExecution completes the claim with
+	// it. It is not read back.
+	IdempotencyKey string
 }
 
 // Webhook is one execution's webhook and the state of its delivery.
@@ -216,7 +221,9 @@ type Store interface {
 	ClaimExecution(ctx context.Context, tenant, id, owner string, at time.Time) error
 	// AbortExecution ends a non-final execution whose status is one of
 	// from with status (error or canceled) and reason, at at, without
-	// adding usage, and returns it. ErrFinished if it has finished;
+	// adding usage, and returns it. A running idempotency claim that
+	// accepted it (see Execution.IdempotencyKey) is completed with it in
+	// the same transaction, so a retry replays the settled execution. ErrFinished if it has finished;
 	// ErrNotQueued if its status is not in from; ErrNotFound if unknown.
 	// Two nodes settling the same execution: exactly one succeeds. A
 	// status that is not final is an error, changing nothing.

@@ -462,7 +462,12 @@ func createExecution(ctx context.Context, tx pgx.Tx, e store.Execution) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, sqlstore.InsertExecution, args...)
+	if _, err = tx.Exec(ctx, sqlstore.InsertExecution, args...); err != nil {
+		return err
+	}
+	if e.IdempotencyKey != "" {
+		_, err = tx.Exec(ctx, sqlstore.PendIdempotency, e.ID, e.Tenant, e.IdempotencyKey)
+	}
 	return err
 }
 
@@ -541,6 +546,9 @@ func (s *Store) AbortExecution(ctx context.Context, tenant, id, status, reason s
 		if err == nil {
 			_, err = tx.Exec(ctx, `UPDATE executions SET status = $1, reason = $2, finished_at = $3 WHERE id = $4`,
 				status, reason, ts(at), id)
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, sqlstore.SettleIdempotency, id, tenant)
 		}
 		if err != nil && !errors.Is(err, store.ErrFinished) && !errors.Is(err, store.ErrNotQueued) {
 			return err
@@ -734,7 +742,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, tenant, key, bodyHash stri
 		rec, err := scanIdempotency(s.pool.QueryRow(ctx, `INSERT INTO idempotency (tenant, idem_key, body_hash, execution_id, created_at)
 			VALUES ($1, $2, $3, '', $4)
 			ON CONFLICT (tenant, idem_key) DO UPDATE SET
-				body_hash = excluded.body_hash, execution_id = '', created_at = excluded.created_at
+				body_hash = excluded.body_hash, execution_id = '', pending_id = '', created_at = excluded.created_at
 			WHERE idempotency.created_at < $5 OR (idempotency.execution_id = '' AND idempotency.created_at < $6)
 			RETURNING tenant, idem_key, body_hash, execution_id, created_at`,
 			tenant, key, bodyHash, ts(now), ts(staleBefore), ts(abandonedBefore)))

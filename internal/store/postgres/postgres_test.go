@@ -64,8 +64,8 @@ func TestNodes(t *testing.T) {
 	if err := nodes[0].(*Store).pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
-	if versions != 6 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image
-		t.Errorf("schema_migrations has %d rows, want 6", versions)
+	if versions != 7 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending
+		t.Errorf("schema_migrations has %d rows, want 7", versions)
 	}
 	node := func(i int) store.Store { return nodes[i%len(nodes)] }
 

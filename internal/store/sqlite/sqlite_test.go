@@ -56,8 +56,8 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 6 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image
-		t.Errorf("schema_migrations has %d rows, want 6", n)
+	if n != 7 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending
+		t.Errorf("schema_migrations has %d rows, want 7", n)
 	}
 }
 

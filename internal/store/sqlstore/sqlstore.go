@@ -38,6 +38,15 @@ const (
 		WHERE id = $1`
 )
 
+// PendIdempotency names execution $1 of tenant $2 as the one the running
+// claim of key $3 accepted; SettleIdempotency completes the running claim
+// that names execution $1 of tenant $2 with it. Both leave a completed
+// claim alone.
+const (
+	PendIdempotency   = `UPDATE idempotency SET pending_id = $1 WHERE tenant = $2 AND idem_key = $3 AND execution_id = ''`
+	SettleIdempotency = `UPDATE idempotency SET execution_id = $1 WHERE tenant = $2 AND pending_id = $1 AND execution_id = ''`
+)
+
 // UpdateWebhook replaces the delivery state of execution $7 of tenant $8,
 // with WebhookArgs then the id and the tenant; it changes no row of an
 // execution without a webhook.

@@ -42,6 +42,7 @@ type Store struct {
 	windows    map[windowKey]int64
 	executions map[string]store.Execution
 	idem       map[idemKey]store.Idempotency
+	pending    map[string]idemKey // execution id -> the running claim that accepted it
 	nodes      map[string]time.Time
 	secrets    map[string]secretRec
 	closed     bool
@@ -61,6 +62,7 @@ func New() *Store {
 		windows:    map[windowKey]int64{},
 		executions: map[string]store.Execution{},
 		idem:       map[idemKey]store.Idempotency{},
+		pending:    map[string]idemKey{},
 	}
 }
 
@@ -276,6 +278,10 @@ func (s *Store) create(e store.Execution) {
 	e = clone(e)
 	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), time.Time{}
 	e.Purged, e.CancelRequested = false, false
+	if k := (idemKey{e.Tenant, e.IdempotencyKey}); e.IdempotencyKey != "" && s.idem[k].BodyHash != "" && s.idem[k].ExecutionID == "" {
+		s.pending[e.ID] = k
+	}
+	e.IdempotencyKey = "" // not read back, as in the SQL stores
 	s.executions[e.ID] = e
 }
 
@@ -307,6 +313,8 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 	e = clone(e)
 	e.CreatedAt, e.StartedAt, e.FinishedAt = ts(e.CreatedAt), ts(e.StartedAt), ts(e.FinishedAt)
 	e.Purged, e.CancelRequested = false, exists && old.CancelRequested
+	e.IdempotencyKey = ""
+	delete(s.pending, e.ID)
 	s.executions[e.ID] = e
 	k := dayKey{e.Tenant, e.CreatedAt.UTC().Format("2006-01-02")}
 	u := s.usage[k]
@@ -402,6 +410,11 @@ func (s *Store) ClaimIdempotency(_ context.Context, tenant, key, bodyHash string
 	}
 	r := store.Idempotency{Tenant: tenant, Key: key, BodyHash: bodyHash, CreatedAt: ts(now)}
 	s.idem[k] = r
+	for id, pk := range s.pending { // a taken-over claim forgets what it had accepted
+		if pk == k {
+			delete(s.pending, id)
+		}
+	}
 	return r, true, nil
 }
 
@@ -530,6 +543,13 @@ func (s *Store) AbortExecution(_ context.Context, tenant, id, status, reason str
 	}
 	e.Status, e.Reason, e.FinishedAt = status, reason, ts(at)
 	s.executions[id] = e
+	if k, ok := s.pending[id]; ok {
+		if r, ok := s.idem[k]; ok && r.ExecutionID == "" {
+			r.ExecutionID = id
+			s.idem[k] = r
+		}
+		delete(s.pending, id)
+	}
 	return clone(e), nil
 }
 

@@ -760,3 +760,67 @@ func testPurgeRequest(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testAbortSettlesIdempotency: settling an execution that a running
+// idempotency claim accepted (a node that crashed mid-run) completes the
+// claim with it, so the retry replays it at once; a claim that was taken
+// over, completed already, or belongs to another key is left alone.
+func testAbortSettlesIdempotency(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	claim := func(key string, at time.Time, abandonedBefore time.Time) (store.Idempotency, bool) {
+		t.Helper()
+		rec, claimed, err := s.ClaimIdempotency(ctx, "acme", key, "h", at, time.Time{}, abandonedBefore)
+		must(t, "ClaimIdempotency "+key, err)
+		return rec, claimed
+	}
+	running := func(id, key string) store.Execution {
+		e := accepted(id, "acme", t0)
+		e.Status, e.StartedAt, e.Owner, e.IdempotencyKey = store.StatusRunning, t0, "node-a", key
+		must(t, "CreateExecution "+id, s.CreateExecution(ctx, e))
+		return e
+	}
+	abort := func(id string) {
+		t.Helper()
+		_, err := s.AbortExecution(ctx, "acme", id, "error", "the server restarted", []string{store.StatusRunning}, t0.Add(time.Second))
+		must(t, "AbortExecution "+id, err)
+	}
+
+	// The crash case: claimed, accepted, never completed; settled.
+	claim("crashed", t0, time.Time{})
+	running(exeID(1), "crashed")
+	if got := execution2(t, s, "acme", exeID(1)); got.IdempotencyKey != "" {
+		t.Errorf("IdempotencyKey read back as %q; it is not stored on the execution", got.IdempotencyKey)
+	}
+	abort(exeID(1))
+	if rec, claimed := claim("crashed", t0.Add(2*time.Second), time.Time{}); claimed || rec.ExecutionID != exeID(1) {
+		t.Errorf("retry after the settling: claimed=%v record %+v, want a replay of %s", claimed, rec, exeID(1))
+	}
+
+	// A key that accepted nothing and one of another execution stay running.
+	claim("other", t0, time.Time{})
+	running(exeID(2), "")
+	abort(exeID(2))
+	if rec, claimed := claim("other", t0.Add(2*time.Second), time.Time{}); claimed || rec.ExecutionID != "" {
+		t.Errorf("unrelated claim after a settling: claimed=%v record %+v, want it still running", claimed, rec)
+	}
+
+	// A claim taken over (abandoned) forgets what the old one accepted.
+	claim("taken", t0, time.Time{})
+	running(exeID(3), "taken")
+	if _, claimed := claim("taken", t0.Add(time.Hour), t0.Add(time.Minute)); !claimed {
+		t.Fatal("an abandoned claim was not taken over")
+	}
+	abort(exeID(3))
+	if rec, _ := claim("taken", t0.Add(time.Hour+time.Second), time.Time{}); rec.ExecutionID != "" {
+		t.Errorf("settling the old claim's execution completed the new claim: %+v", rec)
+	}
+
+	// A completed claim keeps its execution.
+	claim("done", t0, time.Time{})
+	running(exeID(4), "done")
+	must(t, "CompleteIdempotency", s.CompleteIdempotency(ctx, "acme", "done", exeID(5)))
+	abort(exeID(4))
+	if rec, _ := claim("done", t0.Add(2*time.Second), time.Time{}); rec.ExecutionID != exeID(5) {
+		t.Errorf("a completed claim changed on a settling: %+v", rec)
+	}
+}

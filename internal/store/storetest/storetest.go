@@ -77,6 +77,7 @@ var cases = []struct {
 	{"ClaimExecutionConcurrent", testClaimExecutionConcurrent},
 	{"AbortExecution", testAbortExecution},
 	{"AbortExecutionConcurrent", testAbortExecutionConcurrent},
+	{"AbortSettlesIdempotency", testAbortSettlesIdempotency},
 	{"ReserveExecutions", testReserveExecutions},
 	{"ReserveExecutionsConcurrent", testReserveExecutionsConcurrent},
 	{"OwnedExecutions", testOwnedExecutions},
