@@ -32,6 +32,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
@@ -94,6 +95,13 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		logger.Warn("removing sandboxes left by an earlier run", "error", err)
 	} else if n > 0 {
 		logger.Info("removed sandboxes left by an earlier run", "count", n)
+	}
+	// With their sandboxes gone, the uid leases a crashed server held
+	// return to the host-wide pool.
+	if n, err := reapUIDLeases(); err != nil {
+		logger.Warn("releasing uid leases left by an earlier run", "error", err)
+	} else if n > 0 {
+		logger.Info("released uid leases left by an earlier run", "count", n)
 	}
 
 	images, skipped, err := cfg.ResolveImages()
@@ -389,6 +397,16 @@ func newDriver(ctx context.Context, cfg config.Config, stateDir string, logger *
 		}
 		return d, oci.NewPrestarter(d), func() { _ = d.Close() }, nil
 	}
+}
+
+// reapUIDLeases releases the leases of the host-wide uid pool that both
+// drivers lease from whose holders died (see uidpool.Pool.Reap).
+func reapUIDLeases() (int, error) {
+	p, err := uidpool.New("", 0, 0)
+	if err != nil {
+		return 0, err
+	}
+	return p.Reap()
 }
 
 func clientLanguages(ls []engine.Language) []client.Language {

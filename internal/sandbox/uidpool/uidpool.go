@@ -18,6 +18,7 @@
 package uidpool
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -175,8 +176,73 @@ func (l *Lease) Abandon() {
 	l.once.Do(func() { l.file.Close() })
 }
 
+// Reap releases the leases that holders which died left behind: every
+// lock file of the range whose lock no live process holds and whose uid no
+// process runs as is removed, so the uid is as free as one never leased.
+// Call it after the sandboxes of a crashed server were killed (the
+// drivers' Reap); a uid that still runs something keeps its file. It
+// returns how many leases it released.
+func (p *Pool) Reap() (int, error) {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return 0, fmt.Errorf("uidpool: reap: %w", err)
+	}
+	released := 0
+	var errs []error
+	for _, e := range ents {
+		uid, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil || uid < uint64(p.first) || uid >= uint64(p.first)+uint64(p.count) || !e.Type().IsRegular() {
+			continue // not a lease of this range
+		}
+		ok, err := p.reapOne(uint32(uid))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			released++
+		}
+	}
+	return released, errors.Join(errs...)
+}
+
+// reapOne removes uid's lock file if its holder is dead and nothing runs
+// as uid.
+func (p *Pool) reapOne(uid uint32) (bool, error) {
+	path := filepath.Join(p.dir, strconv.FormatUint(uint64(uid), 10))
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false, nil // released meanwhile
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil // a live holder
+		}
+		return false, fmt.Errorf("uidpool: reap: locking uid %d: %w", uid, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("uidpool: reap: %w", err)
+	}
+	if now, err := os.Stat(path); err != nil || !os.SameFile(fi, now) {
+		return false, nil // released and perhaps leased again meanwhile
+	}
+	if p.running(uid) {
+		return false, nil
+	}
+	// Removed while locked, as Release does: a concurrent try that opened
+	// this file finds it is no longer at the path.
+	if err := os.Remove(path); err != nil {
+		return false, fmt.Errorf("uidpool: reap: %w", err)
+	}
+	return true, nil
+}
+
 // uidRunning reports whether a host process runs as uid: the owner of
-// /proc/<pid> is the process's effective uid.
+// /proc/<pid> is the process's effective uid. A zombie runs nothing: a
+// crashed server's sandbox that exited stays one under a PID 1 that does
+// not reap orphans (a container's shell, say), and would hold the uid
+// forever.
 func uidRunning(uid uint32) bool {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -187,9 +253,24 @@ func uidRunning(uid uint32) bool {
 			continue
 		}
 		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil && st.Uid == uid {
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && st.Uid == uid && !zombie(e.Name()) {
 			return true
 		}
 	}
 	return false
+}
+
+// zombie reports whether process pid has exited and waits to be reaped
+// (state Z, or X while it goes). A process gone meanwhile counts as one.
+func zombie(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) state ...: comm may hold anything, so look after its last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }
