@@ -149,29 +149,38 @@ func TestSandboxErrorRefunds(t *testing.T) {
 	}
 }
 
-// TestUnstoredResultIsNotAcknowledged: a result the store cannot save is
-// answered 503 unavailable in the error shape, not 200 with an id that
-// GET cannot find; the quota is given back and the Idempotency-Key freed.
-func TestUnstoredResultIsNotAcknowledged(t *testing.T) {
+// TestUnstoredResultIsAnswered: a result the store cannot save yet is
+// still the answer (the code ran), not 503 "not run"; the quota counts it,
+// and the retry with the key, once the store has room, replays it.
+func TestUnstoredResultIsAnswered(t *testing.T) {
 	env := newEnv(t)
 	env.store.failSave.Store(true)
 	hdr := map[string]string{"Idempotency-Key": "full-disk"}
 	body := `{"language":"python","code":"print(6 * 7)"}`
 	res := env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
-	if res.status != http.StatusServiceUnavailable || errCode(t, res) != "unavailable" || res.header.Get("Retry-After") == "" {
-		t.Fatalf("got %d %s %v", res.status, res.body, res.header)
-	}
-	if strings.Contains(string(res.body), "disk is full") {
-		t.Errorf("store detail reached the client: %s", res.body)
+	first := decode(t, res)
+	if res.status != http.StatusOK || first["stdout"] != "42\n" {
+		t.Fatalf("got %d %s", res.status, res.body)
 	}
 	u, _ := env.store.Usage(context.Background(), "acme", testStart.Format(time.DateOnly))
-	if u.Executions != 0 {
-		t.Errorf("unstored execution used quota: %d", u.Executions)
+	if u.Executions != 1 {
+		t.Errorf("the execution that ran counted %d times, want 1", u.Executions)
 	}
 	env.store.failSave.Store(false)
-	res = env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
-	if res.status != http.StatusOK || decode(t, res)["idempotent_replay"] != nil {
-		t.Errorf("retry after the disk has room: %d %s", res.status, res.body)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		res = env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})
+		if res.status == http.StatusOK && decode(t, res)["status"] == "succeeded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retry after the disk has room: %d %s", res.status, res.body)
+		}
+	}
+	if got := decode(t, res); got["idempotent_replay"] != true || got["id"] != first["id"] {
+		t.Errorf("retry after the disk has room: %s; want a replay of %v", res.body, first["id"])
+	}
+	if env.driver.runs.Load() != 1 {
+		t.Errorf("the code ran %d times, want once", env.driver.runs.Load())
 	}
 }
 

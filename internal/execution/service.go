@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
@@ -109,6 +110,8 @@ type Service struct {
 
 	mu     sync.Mutex
 	active map[string]*active // executions accepted on this node and not yet final
+
+	unsaved atomic.Int32 // results kept in memory until the store takes them (keepSaving)
 }
 
 // New returns a Service.
@@ -457,6 +460,15 @@ func (s *Service) save(ctx context.Context, req Request, exe store.Execution, ra
 			s.log.Warn("execution was settled elsewhere while it ran here", "execution_id", exe.ID, "status", cur.Status)
 			return cur, errSettled
 		}
+		if ran {
+			// The code ran and its quota was reserved before it started:
+			// the answer is its result, and the store gets it once it can
+			// take it again (a full disk, a database away).
+			s.log.Error("storing the result of an execution that ran; retrying until the store takes it",
+				"request_id", req.RequestID, "execution_id", exe.ID, "error", err)
+			s.keepSaving(exe, req.IdempotencyKey)
+			return exe, nil
+		}
 		if derr := s.store.DeleteExecution(ctx, exe.Tenant, exe.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
 			s.log.Error("deleting execution that could not be saved", "request_id", req.RequestID, "execution_id", exe.ID, "error", derr)
 		}
@@ -467,6 +479,53 @@ func (s *Service) save(ctx context.Context, req Request, exe store.Execution, ra
 		return store.Execution{}, unavailable(fmt.Errorf("%s %s: %w", what, exe.ID, err))
 	}
 	return exe, nil
+}
+
+// maxUnsaved bounds the results held in memory for keepSaving. Past it a
+// result is still answered, and its row, left running, is settled when the
+// server restarts.
+const maxUnsaved = 256
+
+// Pauses between keepSaving's attempts, and how long it keeps trying.
+var (
+	saveRetryFirst = 500 * time.Millisecond
+	saveRetryMax   = 10 * time.Second
+	saveRetryFor   = IdempotencyTTL
+)
+
+// keepSaving stores exe, which ran, in the background until the store takes
+// it, then completes its Idempotency-Key (key) with it; it stops early if
+// another node settled the execution meanwhile.
+func (s *Service) keepSaving(exe store.Execution, key string) {
+	if s.unsaved.Add(1) > maxUnsaved {
+		s.unsaved.Add(-1)
+		s.log.Error("too many results waiting for the store; this one is settled at the next start", "execution_id", exe.ID)
+		return
+	}
+	go func() {
+		defer s.unsaved.Add(-1)
+		ctx := context.Background()
+		pause := saveRetryFirst
+		for deadline := time.Now().Add(saveRetryFor); time.Now().Before(deadline); pause = min(2*pause, saveRetryMax) {
+			time.Sleep(pause)
+			err := s.store.SaveExecution(ctx, exe)
+			if err != nil {
+				if cur, gerr := s.store.Execution(ctx, exe.Tenant, exe.ID); gerr == nil && store.Final(cur.Status) {
+					s.log.Warn("execution was settled elsewhere before its result could be stored", "execution_id", exe.ID, "status", cur.Status)
+					return
+				}
+				continue
+			}
+			if key != "" {
+				if err := s.store.CompleteIdempotency(ctx, exe.Tenant, key, exe.ID); err != nil {
+					s.log.Error("completing idempotency key", "execution_id", exe.ID, "error", err)
+				}
+			}
+			s.log.Info("stored the result of an execution once the store took it again", "execution_id", exe.ID)
+			return
+		}
+		s.log.Error("gave up storing the result of an execution; it is settled at the next start", "execution_id", exe.ID)
+	}()
 }
 
 // errSettled: the execution was ended elsewhere before its result could

@@ -85,6 +85,22 @@ func (s *failingStore) SaveExecution(ctx context.Context, e store.Execution) err
 	return s.Store.SaveExecution(ctx, e)
 }
 
+// CompleteIdempotency fails with SaveExecution: a full disk takes every
+// write after the run.
+func (s *failingStore) CompleteIdempotency(ctx context.Context, tenant, key, id string) error {
+	if s.failSave.Load() {
+		return errDiskFull
+	}
+	return s.Store.CompleteIdempotency(ctx, tenant, key, id)
+}
+
+func (s *failingStore) RefundExecution(ctx context.Context, tenant, day string) error {
+	if s.failSave.Load() {
+		return errDiskFull
+	}
+	return s.Store.RefundExecution(ctx, tenant, day)
+}
+
 var day0 = time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
 
 type testService struct {
@@ -306,7 +322,6 @@ func TestNothingAcknowledgedUnstored(t *testing.T) {
 		wantRuns int64
 	}{
 		{"accepting", func(s *failingStore) *atomic.Bool { return &s.failCreate }, 0},
-		{"finishing", func(s *failingStore) *atomic.Bool { return &s.failSave }, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestService(t, engine.Options{MaxConcurrent: 1})
@@ -342,6 +357,46 @@ func TestNothingAcknowledgedUnstored(t *testing.T) {
 				t.Errorf("quota used %d after the retry, want 1", n)
 			}
 		})
+	}
+}
+
+// TestResultOfARunThatCannotBeStored: the store fills up while the code
+// runs. The caller gets the result of the run, which happened (not "not
+// run"), the quota counts it exactly once, and once the store has room the
+// result is stored and the Idempotency-Key replays it.
+func TestResultOfARunThatCannotBeStored(t *testing.T) {
+	saveRetryFirst, saveRetryMax = time.Millisecond, 5*time.Millisecond
+	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	ctx := context.Background()
+	c := caller("acme", 1)
+	req := request("print(1)")
+	req.IdempotencyKey = "k1"
+	s.store.failSave.Store(true)
+	out, err := s.Run(ctx, c, req)
+	if err != nil || out.Execution.Status != "succeeded" || out.Execution.Stdout == "" {
+		t.Fatalf("Run with a full store: %+v %v; want the result of the run", out.Execution, err)
+	}
+	id := out.Execution.ID
+	if n := s.driver.runs.Load(); n != 1 {
+		t.Errorf("driver ran %d times, want 1", n)
+	}
+	if n := s.executions(t, c); n != 1 {
+		t.Errorf("quota used %d while the result waits for the store, want 1", n)
+	}
+	if e, err := s.Get(ctx, c, id); err != nil || e.Status != store.StatusRunning {
+		t.Errorf("while the store is full: Get = %v %v, want the running row", e.Status, err)
+	}
+	s.store.failSave.Store(false)
+	waitFor(t, "the result stored", func() bool {
+		e, err := s.Get(ctx, c, id)
+		return err == nil && e.Status == "succeeded" && e.Stdout == out.Execution.Stdout
+	})
+	again, err := s.Run(ctx, c, req)
+	if err != nil || !again.Replay || again.Execution.ID != id {
+		t.Fatalf("retry with the key: %+v %v; want a replay of %s", again, err, id)
+	}
+	if n := s.executions(t, c); n != 1 || s.driver.runs.Load() != 1 {
+		t.Errorf("after the retry: quota %d, runs %d; want 1 and 1", n, s.driver.runs.Load())
 	}
 }
 
