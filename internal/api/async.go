@@ -30,7 +30,8 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) 
 	if err != nil {
 		return err
 	}
-	body, err := readJSONBody(w, r, int64(execution.MaxBatch+1)*s.maxBodyBytes(c.Plan))
+	body, release, err := s.readJSONBody(w, r, int64(execution.MaxBatch+1)*s.maxBodyBytes(c.Plan), int64(execution.MaxBatch+1)*s.maxDecodedBytes(c.Plan))
+	defer release()
 	if err != nil {
 		return err
 	}

@@ -260,27 +260,42 @@ var executionFields = []string{"image", "language", "code", "timeout_s", "stdin"
 // Every problem is named, so a client (or an agent) can fix its request
 // without guessing.
 func (s *Server) decodeExecution(w http.ResponseWriter, r *http.Request, c *Caller) (execution.Input, bool, error) {
-	body, err := readJSONBody(w, r, s.maxBodyBytes(c.Plan))
+	body, release, err := s.readJSONBody(w, r, s.maxBodyBytes(c.Plan), s.maxDecodedBytes(c.Plan))
+	defer release()
 	if err != nil {
 		return execution.Input{}, false, err
+	}
+	// The files' decoded size is known before anything is expanded.
+	if limit := c.Plan.FilesBytes(); limit > 0 {
+		if n, ok := filesDecodedSize(body, limit); ok && n > limit {
+			return execution.Input{}, false, errorf(KindPayloadTooLarge, "files are over %d bytes in all once decoded, which plan %s allows", limit, c.Key.Plan)
+		}
 	}
 	return decodeExecutionBody(body, c)
 }
 
-// readJSONBody reads a request's JSON body, at most limit bytes, and
-// refuses what encoding/json would silently change.
-func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// readJSONBody reads a request's JSON body, at most limit bytes and at
+// most decoded bytes once its escapes are decoded, within the server's body
+// budget, and refuses what encoding/json would silently change. Call
+// release once the body is decoded, also after an error.
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request, limit, decoded int64) (body []byte, release func(), err error) {
+	release = func() {}
 	if err := checkJSONContentType(r); err != nil {
-		return nil, err
+		return nil, release, err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return nil, errorf(KindPayloadTooLarge, "request body is over %d bytes", tooLarge.Limit)
-	}
+	body, release, err = s.readBody(w, r, limit)
 	if err != nil {
-		return nil, errorf(KindInvalidRequest, "could not read the request body")
+		return nil, release, err
 	}
+	if n := decodedSize(body); n > decoded {
+		return nil, release, errorf(KindPayloadTooLarge, "request body holds %d bytes once its escapes are decoded; the plan's caps allow %d", n, decoded)
+	}
+	body, err = checkJSONText(body)
+	return body, release, err
+}
+
+// checkJSONText refuses what encoding/json would silently change.
+func checkJSONText(body []byte) ([]byte, error) {
 	// encoding/json would turn invalid bytes into U+FFFD, silently
 	// changing the program.
 	if i := invalidUTF8At(body); i >= 0 {

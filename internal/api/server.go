@@ -12,6 +12,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -75,6 +76,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// BodyBudget bounds the memory that request bodies being read and
+	// decoded hold at once, over all requests (each counts a few times its
+	// size); a request past it is refused at once with 503 overloaded.
+	// Zero means DefaultBodyBudget.
+	BodyBudget int64
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -90,6 +96,7 @@ type Server struct {
 	openapi    map[string][]byte // by mount prefix: "" and "/api"
 	edgeSecret *[32]byte
 	heartbeat  time.Duration
+	bodies     *bodyBudget
 }
 
 // New returns a Server.
@@ -118,6 +125,7 @@ func New(opts Options) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
+	s.bodies = &bodyBudget{limit: cmp.Or(opts.BodyBudget, DefaultBodyBudget)}
 	s.heartbeat = opts.Heartbeat
 	if s.heartbeat <= 0 {
 		s.heartbeat = DefaultHeartbeat
