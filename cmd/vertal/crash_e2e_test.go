@@ -44,15 +44,7 @@ func TestIdempotencyAfterCrash(t *testing.T) {
 	hdr := map[string]string{"Idempotency-Key": "crash-1"}
 
 	// The first attempt: its connection dies with the server.
-	go func() {
-		req, _ := http.NewRequest("POST", base+"/v1/executions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", hdr["Idempotency-Key"])
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-		}
-	}()
+	postInBackground(base+"/v1/executions", key, body, hdr)
 	db, err := sql.Open("sqlite", filepath.Join(dataDir, "vertal.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +70,32 @@ func TestIdempotencyAfterCrash(t *testing.T) {
 	if n := todayExecutions(t, base, key); n != 0 {
 		t.Errorf("usage counts %v executions; the settled one is refunded, so want 0", n)
 	}
+}
+
+// postInBackground POSTs body (JSON, exactly as given) from a goroutine, for
+// a call that outlives what the test does meanwhile; its answer arrives on
+// the channel (status -1 when the connection failed).
+func postInBackground(u, key, body string, header map[string]string) <-chan httpResult {
+	answer := make(chan httpResult, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answer <- httpResult{status: -1, raw: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		r := httpResult{status: res.StatusCode, header: res.Header, raw: string(raw)}
+		_ = json.Unmarshal(raw, &r.body)
+		answer <- r
+	}()
+	return answer
 }
 
 // callRaw is call with a body sent exactly as given.
@@ -116,23 +134,7 @@ func TestDiskFullDuringARun(t *testing.T) {
 	// The result (a 1 MiB returned file) needs more room than the store
 	// has spare once the disk is full.
 	body := `{"language":"python","code":"import os, time\ntime.sleep(4)\nopen('big.bin', 'wb').write(os.urandom(1 << 20))\nprint('ran')","return_files":["big.bin"]}`
-	answer := make(chan httpResult, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", base+"/v1/executions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", hdr["Idempotency-Key"])
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			answer <- httpResult{status: -1, raw: err.Error()}
-			return
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		r := httpResult{status: res.StatusCode, header: res.Header, raw: string(raw)}
-		_ = json.Unmarshal(raw, &r.body)
-		answer <- r
-	}()
+	answer := postInBackground(base+"/v1/executions", key, body, hdr)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dataDir, "vertal.db")+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
