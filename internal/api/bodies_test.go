@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"runtime"
 	"strings"
@@ -99,4 +100,38 @@ func TestLargeEscapedBodiesBoundedMemory(t *testing.T) {
 	if env.driver.runs.Load() != 0 {
 		t.Errorf("the driver ran")
 	}
+}
+
+// FuzzFilesDecodedSize: the scan that runs before decoding never panics,
+// and on a body encoding/json decodes it gives the decoded size of the
+// files exactly (base64 ones rounded down to whole groups).
+func FuzzFilesDecodedSize(f *testing.F) {
+	for _, seed := range []string{
+		escapedFileBody(3),
+		`{"files":[{"path":"a","content":"h\u00e9\n"},{"content":"QUJD","encoding":"base64","path":"b"}],"code":"x"}`,
+		`{"code":"{[\"","files":[],"env":{"files":"x"}}`,
+		`{"files":null}`,
+		`{"files":[{"path":"a","content":"\ud83d\ude00","x":[1,{"y":"]"}]}]}`,
+		`[`, `{"files":[{`, `{"files":[{"content":"\`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := filesDecodedSize(body, 1<<30)
+		var in executionRequest
+		if json.Unmarshal(body, &in) != nil || checkFieldNames(body, executionFields) != nil || !ok {
+			return
+		}
+		var want int64
+		for _, file := range in.Files {
+			if file.Encoding == "base64" {
+				want += int64(len(file.Content)) / 4 * 3
+			} else {
+				want += int64(len(file.Content))
+			}
+		}
+		if got != want {
+			t.Errorf("filesDecodedSize(%q) = %d, want %d", body, got, want)
+		}
+	})
 }
