@@ -1,0 +1,113 @@
+package main
+
+// End-to-end tests of fairness between tenants on the smallest documented
+// host: a real `vertal serve` with 2 sandbox slots, one tenant saturating
+// a queue, another asking for a little.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// tenantKey makes a key for tenant on plan with the operator command.
+func tenantKey(t *testing.T, p *serverProc, tenant, plan string) string {
+	t.Helper()
+	out, _, err := p.vertal(t, nil, "create-key", tenant, "--plan", plan)
+	key := strings.TrimSpace(out)
+	if err != nil || !strings.HasPrefix(key, "kubo_sk_") {
+		t.Fatalf("create-key %s: %v %q", tenant, err, out)
+	}
+	return key
+}
+
+// waitFor polls cond until it holds, for at most a minute.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in a minute")
+		}
+	}
+}
+
+// post sends one JSON request for a load-generating goroutine, which must
+// not call t.Fatal: a transport error is status 0.
+func post(u, key string, body any) (int, map[string]any) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest("POST", u, bytes.NewReader(b))
+	if err != nil {
+		return 0, nil
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer res.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&m)
+	return res.StatusCode, m
+}
+
+// TestFairSyncSlotsE2E: on a node with 2 slots and 8 queue places, a pro
+// tenant (its plan's share: 4 slots, 16 queue places) with 10 busy
+// clients must not starve a second tenant: its print(1) requests are
+// served at least 90% of the time.
+func TestFairSyncSlotsE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "2", "--max-queue", "8")
+	base := p.url + "/api"
+	heavy := tenantKey(t, p, "heavy", "pro")
+	light := tenantKey(t, p, "light", "pro")
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var heavyServed, heavyRefused atomic.Int64
+	for range 10 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				status, body := post(base+"/v1/executions", heavy, map[string]any{"language": "python", "code": "import time\ntime.sleep(2)"})
+				switch status {
+				case 200:
+					heavyServed.Add(1)
+				case 503, 429:
+					heavyRefused.Add(1)
+					time.Sleep(100 * time.Millisecond) // a busy client, not a tight loop
+				default:
+					t.Errorf("heavy: %d %v", status, body)
+					return
+				}
+			}
+		})
+	}
+	// The heavy tenant holds both slots and the whole queue first.
+	waitFor(t, func() bool { return heavyServed.Load() >= 2 })
+
+	const n = 40
+	served := 0
+	codes := map[int]int{}
+	for range n {
+		r := call(t, "POST", base+"/v1/executions", light, map[string]any{"language": "python", "code": "print(1)"}, nil)
+		codes[r.status]++
+		if r.status == 200 && r.body["status"] == "succeeded" && r.body["stdout"] == "1\n" {
+			served++
+		}
+	}
+	stop()
+	wg.Wait()
+	t.Logf("light tenant served %d of %d (statuses %v); heavy served %d, refused %d meanwhile", served, n, codes, heavyServed.Load(), heavyRefused.Load())
+	if served*10 < n*9 {
+		t.Errorf("light tenant served %d of %d, want at least 90%%", served, n)
+	}
+	if heavyServed.Load() == 0 {
+		t.Errorf("the heavy tenant was never served")
+	}
+}
