@@ -111,3 +111,86 @@ func TestFairSyncSlotsE2E(t *testing.T) {
 		t.Errorf("the heavy tenant was never served")
 	}
 }
+
+// TestFairAsyncE2E: with one async worker, a batch of 20 `sleep 3` from
+// one tenant must not hold another tenant's single job until the batch is
+// done: it starts as soon as the worker is free (within 2 s of the end of
+// the job it waited for, by the stored timestamps), with most of the
+// batch still queued. A tenant's backlog is capped.
+func TestFairAsyncE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "2", "--async-workers", "1")
+	base := p.url + "/api"
+	heavy := tenantKey(t, p, "heavy", "pro")
+	light := tenantKey(t, p, "light", "pro")
+
+	var items []any
+	for range 20 {
+		items = append(items, map[string]any{"language": "bash", "code": "sleep 3"})
+	}
+	r := call(t, "POST", base+"/v1/executions/batch", heavy, map[string]any{"executions": items}, nil)
+	if r.status != 202 {
+		t.Fatalf("batch of 20: %d %s", r.status, r.raw)
+	}
+	var batch []string
+	for _, e := range r.body["executions"].([]any) {
+		batch = append(batch, e.(map[string]any)["id"].(string))
+	}
+	// The worker is busy with the batch before the other tenant asks.
+	waitFor(t, func() bool {
+		return call(t, "GET", base+"/v1/executions/"+batch[0], heavy, nil, nil).body["status"] == "running"
+	})
+	id := submit(t, base, light, map[string]any{"language": "bash", "code": "echo b"})
+	b := waitFinal(t, base, light, []string{id}, false, 2*time.Minute)[id]
+	if b["status"] != "succeeded" || b["stdout"] != "b\n" {
+		t.Fatalf("light tenant's job: %v", b)
+	}
+	started := stamp(t, b["started_at"])
+
+	// The worker became free when the last batch job before it ended
+	// (the stamps are whole seconds, so "before" is "not after").
+	var free time.Time
+	after := 0
+	for _, hid := range batch {
+		e := call(t, "GET", base+"/v1/executions/"+hid, heavy, nil, nil).body
+		switch s, f := e["started_at"], e["finished_at"]; {
+		case s == nil || stamp(t, s).After(started):
+			after++
+		case f != nil && stamp(t, f).After(free) && !stamp(t, f).After(started):
+			free = stamp(t, f)
+		}
+	}
+	t.Logf("light tenant's job started %v after the worker was free, with %d of the batch of 20 not yet started", started.Sub(free), after)
+	if free.IsZero() || started.Sub(free) > 2*time.Second {
+		t.Errorf("light tenant's job started at %v, the worker was free at %v", started, free)
+	}
+	if after < 15 {
+		t.Errorf("only %d of the batch started after the light tenant's job, want most of it", after)
+	}
+
+	// The heavy tenant's backlog is capped: the queue refuses more.
+	refused := false
+	for range 5 {
+		r := call(t, "POST", base+"/v1/executions/batch", heavy, map[string]any{"executions": items}, nil)
+		if r.status == 429 && r.code() == "rate_limited" && strings.Contains(r.raw, "waiting to run") {
+			refused = true
+			break
+		}
+		if r.status != 202 {
+			t.Fatalf("batch: %d %s", r.status, r.raw)
+		}
+	}
+	if !refused {
+		t.Errorf("120 queued executions of one tenant were all accepted")
+	}
+}
+
+// stamp reads a Unix-seconds timestamp from a response.
+func stamp(t *testing.T, v any) time.Time {
+	t.Helper()
+	sec, ok := v.(float64)
+	if !ok {
+		t.Fatalf("timestamp %v is not a number", v)
+	}
+	return time.Unix(int64(sec), 0)
+}

@@ -45,7 +45,20 @@ const (
 type RunArgs struct {
 	Tenant      string `json:"tenant"`
 	ExecutionID string `json:"execution_id"`
+	// Backlog is how many of Tenant's executions were queued ahead of
+	// this one when it was accepted; it sets the job's priority (see
+	// Priority). It is not part of the job's identity.
+	Backlog int64 `json:"-"`
 }
+
+// Priority is the River priority (1 first, 4 last) of a run job with
+// backlog executions of its tenant queued ahead of it. River works the
+// lowest number first and, within one, the oldest: so a tenant's first
+// queued execution goes before everyone's second, its second before
+// everyone's third, and so on up to the fourth, after which one tenant's
+// long backlog is worked in order. A tenant with one job therefore waits
+// for at most one job of each other tenant, not for their batches.
+func Priority(backlog int64) int { return 1 + int(min(max(backlog, 0), 3)) }
 
 // Kind names the job in River's tables.
 func (RunArgs) Kind() string { return "vertal_execution" }
@@ -266,7 +279,7 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate 
 func (q *Queue) EnqueueRuns(ctx context.Context, jobs []RunArgs) error {
 	params := make([]river.InsertManyParams, len(jobs))
 	for i, j := range jobs {
-		params[i] = river.InsertManyParams{Args: j}
+		params[i] = river.InsertManyParams{Args: j, InsertOpts: &river.InsertOpts{Priority: Priority(j.Backlog)}}
 	}
 	if err := q.insertMany(ctx, params); err != nil {
 		return fmt.Errorf("queue: enqueueing %d executions: %w", len(jobs), err)
