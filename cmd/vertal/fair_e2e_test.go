@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -193,4 +194,60 @@ func stamp(t *testing.T, v any) time.Time {
 		t.Fatalf("timestamp %v is not a number", v)
 	}
 	return time.Unix(int64(sec), 0)
+}
+
+// TestFairWebhooksE2E: one tenant's 20 webhooks to a receiver that hangs
+// must not hold another tenant's delivery: it arrives within 5 s of its
+// execution's end.
+func TestFairWebhooksE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "2", "--webhook-allow-cidr", "127.0.0.0/8")
+	base := p.url + "/api"
+	heavy := tenantKey(t, p, "heavy", "pro")
+	light := tenantKey(t, p, "light", "pro")
+
+	var hanging atomic.Int64
+	hang := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hanging.Add(1)
+		<-r.Context().Done()
+	})}
+	hangLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hang.Serve(hangLn)
+	defer hang.Close()
+	rcv := newReceiver(t, "127.0.0.1:0")
+
+	var items []any
+	for range 20 {
+		items = append(items, map[string]any{"language": "bash", "code": "echo a"})
+	}
+	r := call(t, "POST", base+"/v1/executions/batch", heavy, map[string]any{"executions": items, "webhook_url": "http://" + hangLn.Addr().String() + "/hook"}, nil)
+	if r.status != 202 {
+		t.Fatalf("batch of 20: %d %s", r.status, r.raw)
+	}
+	var batch []string
+	for _, e := range r.body["executions"].([]any) {
+		batch = append(batch, e.(map[string]any)["id"].(string))
+	}
+	// All 20 of the heavy tenant's deliveries are queued or hanging
+	// before the other tenant asks.
+	waitFinal(t, base, heavy, batch, false, time.Minute)
+	waitFor(t, func() bool { return hanging.Load() >= 2 })
+	id := submit(t, base, light, map[string]any{"language": "bash", "code": "echo b", "webhook_url": rcv.url + "/ok"})
+	var got time.Time
+	waitFor(t, func() bool {
+		if len(rcv.deliveries(id)) > 0 {
+			got = time.Now()
+			return true
+		}
+		return false
+	})
+	b := waitFinal(t, base, light, []string{id}, true, time.Minute)[id]
+	finished := stamp(t, b["finished_at"])
+	t.Logf("light tenant's webhook arrived %v after its execution finished; the hanging receiver had %d requests", got.Sub(finished).Round(100*time.Millisecond), hanging.Load())
+	if w := b["webhook"].(map[string]any); w["state"] != "delivered" || got.Sub(finished) > 5*time.Second {
+		t.Errorf("light tenant's webhook %v arrived at %v, its execution finished at %v", w, got, finished)
+	}
 }

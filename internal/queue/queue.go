@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -242,7 +243,8 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate 
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &runWorker{h: h})
-	river.AddWorker(workers, &deliverWorker{h: h, base: o.RetryBase, cap: o.RetryCap})
+	river.AddWorker(workers, &deliverWorker{h: h, base: o.RetryBase, cap: o.RetryCap,
+		perTenant: max(1, o.WebhookWorkers/2), inFlight: map[string]int{}})
 	c, err := river.NewClient(driver, &river.Config{
 		ID:                   o.NodeID,
 		Logger:               o.Logger,
@@ -317,10 +319,38 @@ type deliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
 	h         Handlers
 	base, cap time.Duration
+
+	// perTenant bounds one tenant's deliveries in flight on this node
+	// (half the webhook workers, at least one), so a tenant whose
+	// receiver hangs or fails holds at most that many workers and the
+	// others keep delivering. A job over the bound is snoozed, which
+	// River does not count as an attempt; it comes back after the jobs
+	// of other tenants that were waiting.
+	perTenant int
+	mu        sync.Mutex
+	inFlight  map[string]int
 }
 
+// tenantSnooze is how long a delivery over its tenant's bound waits.
+const tenantSnooze = 2 * time.Second
+
 func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	return w.h.Deliver(ctx, job.Args.Tenant, job.Args.ExecutionID, job.Attempt, job.CreatedAt)
+	tenant := job.Args.Tenant
+	w.mu.Lock()
+	if w.inFlight[tenant] >= w.perTenant {
+		w.mu.Unlock()
+		return river.JobSnooze(tenantSnooze)
+	}
+	w.inFlight[tenant]++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.inFlight[tenant]--; w.inFlight[tenant] == 0 {
+			delete(w.inFlight, tenant)
+		}
+		w.mu.Unlock()
+	}()
+	return w.h.Deliver(ctx, tenant, job.Args.ExecutionID, job.Attempt, job.CreatedAt)
 }
 
 // NextRetry is exponential backoff with jitter: base·2^(n-1), capped, then
