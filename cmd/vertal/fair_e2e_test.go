@@ -17,6 +17,14 @@ import (
 	"time"
 )
 
+// twoTenants starts a 2-slot server with args and makes a pro key for
+// tenants "heavy" and "light"; it returns the API's base URL and the keys.
+func twoTenants(t *testing.T, args ...string) (base, heavy, light string) {
+	t.Helper()
+	p := startServer(t, t.TempDir(), nil, append([]string{"--max-concurrent", "2"}, args...)...)
+	return p.url + "/api", tenantKey(t, p, "heavy", "pro"), tenantKey(t, p, "light", "pro")
+}
+
 // tenantKey makes a key for tenant on plan with the operator command.
 func tenantKey(t *testing.T, p *serverProc, tenant, plan string) string {
 	t.Helper()
@@ -64,10 +72,7 @@ func post(u, key string, body any) (int, map[string]any) {
 // served at least 90% of the time.
 func TestFairSyncSlotsE2E(t *testing.T) {
 	needE2E(t)
-	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "2", "--max-queue", "8")
-	base := p.url + "/api"
-	heavy := tenantKey(t, p, "heavy", "pro")
-	light := tenantKey(t, p, "light", "pro")
+	base, heavy, light := twoTenants(t, "--max-queue", "8")
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -120,10 +125,7 @@ func TestFairSyncSlotsE2E(t *testing.T) {
 // batch still queued. A tenant's backlog is capped.
 func TestFairAsyncE2E(t *testing.T) {
 	needE2E(t)
-	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "2", "--async-workers", "1")
-	base := p.url + "/api"
-	heavy := tenantKey(t, p, "heavy", "pro")
-	light := tenantKey(t, p, "light", "pro")
+	base, heavy, light := twoTenants(t, "--async-workers", "1")
 
 	var items []any
 	for range 20 {
@@ -201,10 +203,7 @@ func stamp(t *testing.T, v any) time.Time {
 // execution's end.
 func TestFairWebhooksE2E(t *testing.T) {
 	needE2E(t)
-	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "2", "--webhook-allow-cidr", "127.0.0.0/8")
-	base := p.url + "/api"
-	heavy := tenantKey(t, p, "heavy", "pro")
-	light := tenantKey(t, p, "light", "pro")
+	base, heavy, light := twoTenants(t, "--webhook-allow-cidr", "127.0.0.0/8")
 
 	var hanging atomic.Int64
 	hang := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
