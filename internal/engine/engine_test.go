@@ -327,3 +327,202 @@ func TestAdmitTenantQueueShare(t *testing.T) {
 	wg.Go(func() { _, _ = e.Admit(ctx, Admission{Tenant: "b", Limit: 1}) })
 	waitFor(t, func() bool { return e.Stats().Waiting == 5 })
 }
+
+// TestAdmitNodeShare: a plan's share may exceed the node's (a pro plan's 4
+// slots and 16 queue places on a 2-slot, 8-place node). Each case fills
+// the node with holders and waiters, then a newcomer arrives; the test
+// checks what the newcomer gets, whose waiter was refused to make room,
+// and which tenant the next freed slot goes to.
+func TestAdmitNodeShare(t *testing.T) {
+	type group struct {
+		tenant string
+		limit  int
+		n      int
+	}
+	for _, tc := range []struct {
+		name             string
+		slots, queue     int
+		running, waiting []group
+		newcomer         group  // n unused
+		want             string // "run", "queue" or "busy"
+		wantEvicted      []string
+		wantNext         string // who gets the slot freed first; "" to skip
+	}{
+		{
+			name:  "pro tenant fills a small node, newcomer takes a place and the next slot",
+			slots: 2, queue: 8,
+			running:  []group{{"a", 4, 2}},
+			waiting:  []group{{"a", 4, 8}},
+			newcomer: group{"b", 4, 0},
+			want:     "queue", wantEvicted: []string{"a"}, wantNext: "b",
+		},
+		{
+			name:  "heavy tenant is refused once others are active",
+			slots: 2, queue: 8,
+			running:  []group{{"a", 4, 1}, {"b", 4, 1}},
+			waiting:  []group{{"a", 4, 4}},
+			newcomer: group{"a", 4, 0},
+			want:     "busy",
+		},
+		{
+			name:  "alone, a tenant may use the whole queue",
+			slots: 2, queue: 8,
+			running:  []group{{"a", 4, 2}},
+			waiting:  []group{{"a", 4, 7}},
+			newcomer: group{"a", 4, 0},
+			want:     "queue",
+		},
+		{
+			name:  "plan share still bounds a tenant below the node's",
+			slots: 2, queue: 8,
+			running:  []group{{"a", 1, 1}},
+			waiting:  []group{{"a", 1, 4}},
+			newcomer: group{"a", 1, 0},
+			want:     "busy",
+		},
+		{
+			name:  "a third tenant takes the newest place of one above its share",
+			slots: 2, queue: 4,
+			running:  []group{{"a", 4, 1}, {"b", 4, 1}},
+			waiting:  []group{{"a", 4, 2}, {"b", 4, 2}},
+			newcomer: group{"c", 4, 0},
+			// a's slot frees: a and c hold none, a waited longer.
+			want: "queue", wantEvicted: []string{"a"}, wantNext: "a",
+		},
+		{
+			name:  "at one place each, a full queue refuses the newcomer",
+			slots: 1, queue: 2,
+			running:  []group{{"a", 1, 1}},
+			waiting:  []group{{"b", 1, 1}, {"c", 1, 1}},
+			newcomer: group{"d", 1, 0},
+			want:     "busy",
+		},
+		{
+			name:  "a free slot the heavy tenant may not take goes to the newcomer",
+			slots: 3, queue: 8,
+			running:  []group{{"a", 2, 2}},
+			waiting:  []group{{"a", 2, 3}},
+			newcomer: group{"b", 1, 0},
+			want:     "run",
+		},
+		{
+			name:  "the freed slot goes to the tenant holding fewest, not the first in turn",
+			slots: 2, queue: 8,
+			running:  []group{{"a", 4, 2}},
+			waiting:  []group{{"a", 4, 2}},
+			newcomer: group{"b", 4, 0},
+			want:     "queue", wantNext: "b",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			e := New(&blockingDriver{}, Options{MaxConcurrent: tc.slots, MaxQueue: tc.queue, QueueTimeout: time.Minute})
+			var mu sync.Mutex
+			var held []func()
+			hold := func(r func()) { mu.Lock(); held = append(held, r); mu.Unlock() }
+			for _, g := range tc.running {
+				for range g.n {
+					r, err := e.Admit(ctx, Admission{Tenant: g.tenant, Limit: g.limit})
+					if err != nil {
+						t.Fatal(err)
+					}
+					hold(r)
+				}
+			}
+			type outcome struct {
+				tenant string
+				err    error
+			}
+			results := make(chan outcome, 64)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			wait := func(g group) {
+				wg.Go(func() {
+					r, err := e.Admit(ctx, Admission{Tenant: g.tenant, Limit: g.limit})
+					if err == nil {
+						hold(r)
+					}
+					results <- outcome{g.tenant, err}
+				})
+			}
+			queued := 0
+			for _, g := range tc.waiting {
+				for range g.n {
+					wait(g)
+					queued++
+					waitFor(t, func() bool { return e.Stats().Waiting == queued })
+				}
+			}
+			before := e.Stats()
+			got := ""
+			nc := make(chan error, 1)
+			wg.Go(func() {
+				r, err := e.Admit(ctx, Admission{Tenant: tc.newcomer.tenant, Limit: tc.newcomer.limit})
+				if err == nil {
+					hold(r)
+				}
+				nc <- err
+			})
+			waitFor(t, func() bool {
+				s := e.Stats()
+				return s.Running > before.Running || s.Waiting > before.Waiting || len(nc) > 0 || len(results) > 0
+			})
+			var evicted []string
+			select {
+			case err := <-nc:
+				switch {
+				case err == nil:
+					got = "run"
+				case errors.Is(err, ErrBusy):
+					got = "busy"
+				default:
+					t.Fatal(err)
+				}
+			default:
+				got = "queue"
+				// Room was made by refusing someone, or there was room.
+				waitFor(t, func() bool { return e.Stats().Waiting >= before.Waiting })
+				for len(results) > 0 {
+					o := <-results
+					if !errors.Is(o.err, ErrBusy) {
+						t.Fatalf("waiter of %s: %v, want ErrBusy", o.tenant, o.err)
+					}
+					evicted = append(evicted, o.tenant)
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("newcomer got %q, want %q", got, tc.want)
+			}
+			if diff := cmp.Diff(tc.wantEvicted, evicted); diff != "" {
+				t.Errorf("refused waiters (-want +got):\n%s", diff)
+			}
+			if tc.wantNext != "" {
+				mu.Lock()
+				r := held[0]
+				held = held[1:]
+				mu.Unlock()
+				r()
+				next := ""
+				select {
+				case err := <-nc:
+					if err != nil {
+						t.Fatal(err)
+					}
+					next = tc.newcomer.tenant
+				case o := <-results:
+					next = o.tenant
+				}
+				if next != tc.wantNext {
+					t.Errorf("freed slot went to %s, want %s", next, tc.wantNext)
+				}
+			}
+			mu.Lock()
+			for _, r := range held {
+				r()
+			}
+			held = nil
+			mu.Unlock()
+		})
+	}
+}

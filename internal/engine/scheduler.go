@@ -19,10 +19,11 @@ type Options struct {
 }
 
 // Engine bounds how many sandboxes run at once in front of a Driver, and
-// shares the slots fairly between tenants: each tenant holds at most its
-// own limit of slots and of queue places (see Admission), and a freed slot
-// goes to the waiting tenants in turn (round-robin), so no tenant, however
-// busy, starves another.
+// shares the slots fairly between tenants (see Admit): a tenant holds at
+// most its own limit of slots and of queue places, and never more queue
+// places than its fair part of the node's while other tenants want them;
+// a freed slot goes to the waiting tenant that holds the fewest (round-
+// robin among equals), so no tenant, however busy, starves another.
 type Engine struct {
 	driver Driver
 	opts   Options
@@ -31,8 +32,8 @@ type Engine struct {
 	running int
 	waiting int
 	tenants map[string]*tenantSlots
-	// turn lists the tenants with waiters; the first one that may take a
-	// slot gets the next free one and moves to the back.
+	// turn lists the tenants with waiters; among those holding the fewest
+	// slots, the first gets the next free one and moves to the back.
 	turn []string
 }
 
@@ -44,8 +45,9 @@ type tenantSlots struct {
 }
 
 type waiter struct {
-	ready   chan struct{} // closed when a slot is handed over
+	ready   chan struct{} // closed when a slot is handed over or the place is taken back
 	granted bool
+	evicted bool // its place went to a tenant below its fair share: ErrBusy
 }
 
 // New returns an Engine over d.
@@ -85,7 +87,9 @@ type Admission struct {
 	Tenant string
 	// Limit is how many slots Tenant may hold at once (its plan's
 	// max_concurrent); it may also hold 4×Limit queue places (the
-	// engine's MaxQueue per slot, at least 1). Zero: no limit of its own.
+	// engine's MaxQueue per slot, at least 1), and never more than its
+	// fair part of the engine's queue (see Admit). Zero: no limit of its
+	// own.
 	Limit int
 	// Queued, if set, is called once when the caller has to wait, before
 	// it waits. An error from it gives the place up and is returned.
@@ -105,6 +109,14 @@ func (e *Engine) Acquire(ctx context.Context) (release func(), err error) {
 // QueueTimeout passes, and ctx.Err() when ctx ends first (the caller
 // leaves the queue). The returned release must be called; a second call
 // does nothing.
+//
+// The plan's share may exceed what the node has (a pro plan's 4 slots and
+// 16 queue places on a 2-slot node), so while several tenants are active
+// (running or waiting) each may hold at most MaxQueue/active queue places
+// (at least one). A newcomer that finds the queue full while it is below
+// that share takes the place of the newest waiter of the tenant furthest
+// above it, which gets ErrBusy: the heavy tenant is refused first, and
+// the newcomer, holding the fewest slots, gets the next free one.
 func (e *Engine) Admit(ctx context.Context, a Admission) (release func(), err error) {
 	e.mu.Lock()
 	ts := e.tenants[a.Tenant]
@@ -121,7 +133,9 @@ func (e *Engine) Admit(ctx context.Context, a Admission) (release func(), err er
 		e.mu.Unlock()
 		return e.releaser(a.Tenant), nil
 	}
-	if e.waiting >= e.opts.MaxQueue || (ts.limit > 0 && len(ts.queue) >= ts.limit*e.queueFactor()) {
+	fair := e.fairQueue()
+	if (ts.limit > 0 && len(ts.queue) >= ts.limit*e.queueFactor()) || len(ts.queue) >= fair ||
+		(e.waiting >= e.opts.MaxQueue && !e.evictAbove(fair)) {
 		e.forget(a.Tenant, ts)
 		e.mu.Unlock()
 		return nil, ErrBusy
@@ -136,7 +150,9 @@ func (e *Engine) Admit(ctx context.Context, a Admission) (release func(), err er
 
 	if a.Queued != nil {
 		if err := a.Queued(); err != nil {
-			e.leave(a.Tenant, w)
+			if e.leave(a.Tenant, w) {
+				e.releaser(a.Tenant)()
+			}
 			return nil, err
 		}
 	}
@@ -144,6 +160,9 @@ func (e *Engine) Admit(ctx context.Context, a Admission) (release func(), err er
 	defer t.Stop()
 	select {
 	case <-w.ready:
+		if w.evicted {
+			return nil, ErrBusy
+		}
 		return e.releaser(a.Tenant), nil
 	case <-t.C:
 		if e.leave(a.Tenant, w) {
@@ -160,6 +179,36 @@ func (e *Engine) Admit(ctx context.Context, a Admission) (release func(), err er
 
 func (ts *tenantSlots) mayRun() bool { return ts.limit <= 0 || ts.running < ts.limit }
 
+// fairQueue is how many queue places each active tenant (one that runs or
+// waits, the caller's own included) may hold: an equal part of the
+// engine's queue, at least one. The caller holds e.mu.
+func (e *Engine) fairQueue() int { return max(1, e.opts.MaxQueue/len(e.tenants)) }
+
+// evictAbove frees one queue place for a tenant within its fair share:
+// the newest waiter of the tenant holding the most places, if that is
+// more than fair, is refused. It reports whether a place was freed. The
+// caller holds e.mu.
+func (e *Engine) evictAbove(fair int) bool {
+	var victim string
+	most := fair
+	for _, tenant := range e.turn {
+		if n := len(e.tenants[tenant].queue); n > most {
+			victim, most = tenant, n
+		}
+	}
+	if most == fair {
+		return false
+	}
+	ts := e.tenants[victim]
+	w := ts.queue[len(ts.queue)-1]
+	ts.queue = ts.queue[:len(ts.queue)-1]
+	e.waiting--
+	w.evicted = true
+	close(w.ready)
+	e.forget(victim, ts)
+	return true
+}
+
 // grant counts a slot as taken by ts. The caller holds e.mu.
 func (e *Engine) grant(ts *tenantSlots) {
 	ts.running++
@@ -173,6 +222,9 @@ func (e *Engine) leave(tenant string, w *waiter) (granted bool) {
 	defer e.mu.Unlock()
 	if w.granted {
 		return true
+	}
+	if w.evicted {
+		return false // already out of the queue
 	}
 	ts := e.tenants[tenant]
 	ts.queue = slices.DeleteFunc(ts.queue, func(x *waiter) bool { return x == w })
@@ -192,11 +244,18 @@ func (e *Engine) forget(tenant string, ts *tenantSlots) {
 	}
 }
 
-// dispatch hands free slots to waiters, one tenant's turn at a time. The
-// caller holds e.mu.
+// dispatch hands free slots to waiters: each goes to the waiting tenant
+// that holds the fewest slots and may take one more, the earliest in turn
+// among equals, which then moves to the back. The caller holds e.mu.
 func (e *Engine) dispatch() {
 	for e.running < e.opts.MaxConcurrent {
-		i := slices.IndexFunc(e.turn, func(t string) bool { return e.tenants[t].mayRun() })
+		i := -1
+		for j, t := range e.turn {
+			ts := e.tenants[t]
+			if ts.mayRun() && (i < 0 || ts.running < e.tenants[e.turn[i]].running) {
+				i = j
+			}
+		}
 		if i < 0 {
 			return
 		}

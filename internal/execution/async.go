@@ -44,6 +44,11 @@ type Webhooks struct {
 // MaxBatch is how many executions one batch may hold.
 const MaxBatch = 20
 
+// MaxQueuedPerTenant bounds a tenant's async executions waiting to run on
+// the whole service: more are refused with 429 until some have run, so
+// one tenant's backlog cannot grow without bound in front of others'.
+const MaxQueuedPerTenant = 5 * MaxBatch
+
 // asyncRequest is what an async execution's row keeps to run later.
 type asyncRequest struct {
 	Plan  string `json:"plan"`
@@ -182,6 +187,15 @@ func (s *Service) accept(ctx context.Context, c Caller, req Request, items []Inp
 	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
 	limit := c.Plan.ExecutionsPerDay
 	n := int64(len(items))
+	backlog, err := s.store.CountQueuedAsync(ctx, tenant)
+	if err != nil {
+		return nil, Internal(err)
+	}
+	if backlog+n > MaxQueuedPerTenant {
+		e := Errorf(KindRateLimited, "%d of your async executions are waiting to run; at most %d may wait, retry when some have run", backlog, MaxQueuedPerTenant)
+		e.RetryAfter = 5
+		return nil, e
+	}
 	used, err := s.store.ReserveExecutions(ctx, tenant, day, n, limit)
 	if errors.Is(err, store.ErrQuotaExceeded) {
 		e := Errorf(KindQuotaExceeded, "daily quota of %d executions reached", limit)
@@ -216,7 +230,7 @@ func (s *Service) accept(ctx context.Context, c Caller, req Request, items []Inp
 		if hooks[i] != "" {
 			exes[i].Webhook = &store.Webhook{URL: hooks[i], DeliveryID: newDeliveryID(), State: store.WebhookPending}
 		}
-		jobs[i] = queue.RunArgs{Tenant: tenant, ExecutionID: exes[i].ID}
+		jobs[i] = queue.RunArgs{Tenant: tenant, ExecutionID: exes[i].ID, Backlog: backlog + int64(i)}
 	}
 	if err := s.store.CreateExecutions(ctx, exes); err != nil {
 		refund()

@@ -24,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,7 +46,20 @@ const (
 type RunArgs struct {
 	Tenant      string `json:"tenant"`
 	ExecutionID string `json:"execution_id"`
+	// Backlog is how many of Tenant's executions were queued ahead of
+	// this one when it was accepted; it sets the job's priority (see
+	// Priority). It is not part of the job's identity.
+	Backlog int64 `json:"-"`
 }
+
+// Priority is the River priority (1 first, 4 last) of a run job with
+// backlog executions of its tenant queued ahead of it. River works the
+// lowest number first and, within one, the oldest: so a tenant's first
+// queued execution goes before everyone's second, its second before
+// everyone's third, and so on up to the fourth, after which one tenant's
+// long backlog is worked in order. A tenant with one job therefore waits
+// for at most one job of each other tenant, not for their batches.
+func Priority(backlog int64) int { return 1 + int(min(max(backlog, 0), 3)) }
 
 // Kind names the job in River's tables.
 func (RunArgs) Kind() string { return "vertal_execution" }
@@ -229,7 +243,8 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate 
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &runWorker{h: h})
-	river.AddWorker(workers, &deliverWorker{h: h, base: o.RetryBase, cap: o.RetryCap})
+	river.AddWorker(workers, &deliverWorker{h: h, base: o.RetryBase, cap: o.RetryCap,
+		perTenant: max(1, o.WebhookWorkers/2), inFlight: map[string]int{}})
 	c, err := river.NewClient(driver, &river.Config{
 		ID:                   o.NodeID,
 		Logger:               o.Logger,
@@ -266,7 +281,7 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate 
 func (q *Queue) EnqueueRuns(ctx context.Context, jobs []RunArgs) error {
 	params := make([]river.InsertManyParams, len(jobs))
 	for i, j := range jobs {
-		params[i] = river.InsertManyParams{Args: j}
+		params[i] = river.InsertManyParams{Args: j, InsertOpts: &river.InsertOpts{Priority: Priority(j.Backlog)}}
 	}
 	if err := q.insertMany(ctx, params); err != nil {
 		return fmt.Errorf("queue: enqueueing %d executions: %w", len(jobs), err)
@@ -304,10 +319,38 @@ type deliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
 	h         Handlers
 	base, cap time.Duration
+
+	// perTenant bounds one tenant's deliveries in flight on this node
+	// (half the webhook workers, at least one), so a tenant whose
+	// receiver hangs or fails holds at most that many workers and the
+	// others keep delivering. A job over the bound is snoozed, which
+	// River does not count as an attempt; it comes back after the jobs
+	// of other tenants that were waiting.
+	perTenant int
+	mu        sync.Mutex
+	inFlight  map[string]int
 }
 
+// tenantSnooze is how long a delivery over its tenant's bound waits.
+const tenantSnooze = 2 * time.Second
+
 func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	return w.h.Deliver(ctx, job.Args.Tenant, job.Args.ExecutionID, job.Attempt, job.CreatedAt)
+	tenant := job.Args.Tenant
+	w.mu.Lock()
+	if w.inFlight[tenant] >= w.perTenant {
+		w.mu.Unlock()
+		return river.JobSnooze(tenantSnooze)
+	}
+	w.inFlight[tenant]++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.inFlight[tenant]--; w.inFlight[tenant] == 0 {
+			delete(w.inFlight, tenant)
+		}
+		w.mu.Unlock()
+	}()
+	return w.h.Deliver(ctx, tenant, job.Args.ExecutionID, job.Attempt, job.CreatedAt)
 }
 
 // NextRetry is exponential backoff with jitter: base·2^(n-1), capped, then

@@ -138,3 +138,16 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestPriority: a tenant's first queued job goes before every tenant's
+// second, and so on up to River's lowest priority.
+func TestPriority(t *testing.T) {
+	for _, tc := range []struct {
+		backlog int64
+		want    int
+	}{{-1, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 4}, {19, 4}, {1 << 40, 4}} {
+		if got := Priority(tc.backlog); got != tc.want {
+			t.Errorf("Priority(%d) = %d, want %d", tc.backlog, got, tc.want)
+		}
+	}
+}

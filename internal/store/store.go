@@ -235,6 +235,9 @@ type Store interface {
 	// created before before, oldest first (then by id), at most limit (none
 	// for a limit below 1).
 	QueuedAsync(ctx context.Context, before time.Time, limit int) ([]Execution, error)
+	// CountQueuedAsync counts tenant's async executions still queued: its
+	// backlog, which the queue's fairness and cap look at.
+	CountQueuedAsync(ctx context.Context, tenant string) (int64, error)
 	// UpdateWebhook stores the state of an execution's webhook delivery.
 	// ErrNotFound if the execution is unknown or has no webhook.
 	UpdateWebhook(ctx context.Context, tenant, id string, w Webhook) error

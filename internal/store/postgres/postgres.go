@@ -592,6 +592,15 @@ func (s *Store) QueuedAsync(ctx context.Context, before time.Time, limit int) ([
 	return es, nil
 }
 
+// CountQueuedAsync implements store.Store.
+func (s *Store) CountQueuedAsync(ctx context.Context, tenant string) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM executions WHERE tenant = $1 AND async AND status = 'queued'`, tenant).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: count queued async: %w", err)
+	}
+	return n, nil
+}
+
 // UpdateWebhook implements store.Store.
 func (s *Store) UpdateWebhook(ctx context.Context, tenant, id string, w store.Webhook) error {
 	args := append(sqlstore.WebhookArgs(&w), id, tenant)

@@ -566,6 +566,18 @@ func (s *Store) OwnedExecutions(_ context.Context, owner string) ([]store.Execut
 	return out, nil
 }
 
+func (s *Store) CountQueuedAsync(_ context.Context, tenant string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, e := range s.executions {
+		if e.Tenant == tenant && e.Async && e.Status == store.StatusQueued {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (s *Store) QueuedAsync(_ context.Context, before time.Time, limit int) ([]store.Execution, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

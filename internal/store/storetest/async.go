@@ -575,6 +575,14 @@ func testQueuedAsync(t *testing.T, s store.Store) {
 			t.Errorf("QueuedAsync(%v, %d) (-want +got):\n%s", tc.before.Sub(t0), tc.limit, diff)
 		}
 	}
+	// acme: 1, 3, 4 and 5 queued (6 claimed, 7 canceled, 8 sync).
+	for tenant, want := range map[string]int64{"acme": 4, "other": 1, "nobody": 0} {
+		n, err := s.CountQueuedAsync(ctx, tenant)
+		must(t, "CountQueuedAsync", err)
+		if n != want {
+			t.Errorf("CountQueuedAsync(%s) = %d, want %d", tenant, n, want)
+		}
+	}
 	got, err := s.QueuedAsync(ctx, t0, 1)
 	must(t, "QueuedAsync", err)
 	if diff := cmp.Diff([]store.Execution{asStored(accepted(exeID(2), "other", sec(-3)))}, got); diff != "" {
