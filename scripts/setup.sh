@@ -36,7 +36,7 @@ log() { printf '\n== setup: %s\n' "$*"; }
 apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 
 # npm fetches the official Node.js build for the sandbox image (vertal image build).
-pkgs=(crun runc runsc bubblewrap tini debootstrap ca-certificates iproute2 nodejs npm)
+pkgs=(crun runc runsc bubblewrap tini debootstrap ca-certificates iproute2 nodejs npm fakeroot)
 case "$mode" in
   serve) ;;
   engine) pkgs+=(docker.io curl) ;;

@@ -299,6 +299,35 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // reservedEnv are names the sandbox sets itself.
 var reservedEnv = []string{"PATH", "HOME", "LANG", "PWD", "NODE_OPTIONS"}
 
+// startupEnv are names that make the dynamic loader, the C library or an
+// interpreter load or run other code, or write files, before the user's
+// program starts (docs/SECURITY.md lists why each). They are refused so
+// that no request relies on them, whatever a driver does with them;
+// the drivers also keep every request name away from host processes.
+var startupEnv = []string{
+	"GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES", "RESOLV_HOST_CONF", "TZDIR",
+	"PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
+	"PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
+	"NODE_PATH", "NODE_REPL_EXTERNAL_MODULE", "NODE_EXTRA_CA_CERTS",
+	"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "GLOBIGNORE",
+}
+
+// startupEnvPrefixes are families of such names.
+var startupEnvPrefixes = []string{"LD_", "MALLOC_", "BASH_FUNC_", "VERTAL_"}
+
+// reservedName reports whether a request may not set the name n.
+func reservedName(n string) bool {
+	if slices.Contains(reservedEnv, n) || slices.Contains(startupEnv, n) {
+		return true
+	}
+	for _, p := range startupEnvPrefixes {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func checkEnv(env map[string]string) error {
 	if len(env) > MaxEnv {
 		return Errorf(KindInvalidRequest, "env has %d names; the limit is %d", len(env), MaxEnv)
@@ -314,8 +343,9 @@ func checkEnv(env map[string]string) error {
 		switch {
 		case !envName.MatchString(n):
 			return Errorf(KindInvalidRequest, "env[%q]: a name must match [A-Za-z_][A-Za-z0-9_]* and be at most 128 bytes", clip(n, 40))
-		case slices.Contains(reservedEnv, n) || strings.HasPrefix(n, "VERTAL_"):
-			return Errorf(KindInvalidRequest, "env[%q]: the name is reserved (PATH, HOME, LANG, PWD, NODE_OPTIONS, VERTAL_*)", n)
+		case reservedName(n):
+			return Errorf(KindInvalidRequest, "env[%q]: the name is reserved (PATH, HOME, LANG, PWD, NODE_OPTIONS, VERTAL_*, "+
+				"and the loader and interpreter start-up names: LD_*, MALLOC_*, GLIBC_TUNABLES, GCONV_PATH, PYTHON*PATH-style hooks, NODE_PATH, BASH_ENV, ENV; see docs/SECURITY.md)", n)
 		case strings.ContainsRune(v, 0):
 			return Errorf(KindInvalidRequest, "env[%q]: the value must not contain a NUL byte", n)
 		}

@@ -118,6 +118,7 @@ func Run(t *testing.T, d engine.Driver, langs map[string]engine.Language, opts .
 		t.Run(p.Name, func(t *testing.T) { e.runProbe(t, p) })
 	}
 	cases := append(attackCases(e), fileCases(t, e)...)
+	cases = append(cases, hostWallCases(e)...)
 	cases = append(cases, o.Extra...)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) { e.runCase(t, c) })

@@ -35,6 +35,7 @@ const (
 	bwrapInfoFD    = 3 // --info-fd: {"child-pid": N}, the sandbox's pid 1
 	bwrapSeccompFD = 4 // --userns-block-fd and --seccomp (see above)
 	bwrapStatusFD  = 5 // --json-status-fd: {"exit-code": N} once the command ran
+	bwrapArgsFD    = 6 // --args: the request's env and args (bwrapPlan.inner), when it has any
 )
 
 // bwrapPlan is one spec as a bwrap invocation.
@@ -42,7 +43,12 @@ type bwrapPlan struct {
 	// args are bwrap's options; the command follows "--".
 	args    []string
 	command []string
-	env     []string
+	// env is bwrap's own environment: the spec's fixed one only.
+	env []string
+	// inner holds bwrap options read from bwrapArgsFD (NUL-separated),
+	// never from its command line or environment: --setenv for the
+	// request's env and args (see render).
+	inner []byte
 	// uid and gid run bwrap and are the sandbox's, inside and out.
 	uid, gid uint32
 	// rlimits are set on the sandbox's pid 1 before it goes on.
@@ -274,9 +280,9 @@ func bwrapPlanFor(spec *specs.Spec, env bwrapEnv) (*bwrapPlan, error) {
 	cwd := pr.Cwd
 	p.args = append(p.args, "--chdir", cwd)
 	pr.Cwd = ""
-	// The environment is bwrap's own, which it passes on: set on the
-	// exec.Cmd, not as --setenv arguments, which any host user can read
-	// in /proc/<pid>/cmdline.
+	// The spec's fixed environment is bwrap's own, which it passes on.
+	// A request's env and args never are (render): bwrap runs in the
+	// host's namespaces, so LD_PRELOAD and the like would act there.
 	p.env, pr.Env = pr.Env, nil
 	if len(pr.Args) == 0 {
 		return fail("process.args is empty")

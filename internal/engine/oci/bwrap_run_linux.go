@@ -133,9 +133,47 @@ func (p *bwrapPlan) render(bundle string, uid uint32, args, env []string) *bwrap
 	if p.gid == uidPlaceholder {
 		r.gid = uid
 	}
-	r.command = append(append([]string(nil), p.command...), args...)
-	r.env = append(append([]string(nil), p.env...), env...)
+	r.command, r.inner = innerCommand(p.command, args, env)
+	if r.inner != nil {
+		r.args = append(r.args, "--args", strconv.Itoa(bwrapArgsFD))
+	}
 	return &r
+}
+
+// innerCommand keeps a request's args and env off every host process:
+// bwrap's parent runs in the host's namespaces, its command line is
+// world-readable in /proc, and its environment would be read by the
+// host's dynamic loader when bwrap starts (LD_PRELOAD, LD_DEBUG_OUTPUT).
+// Both go into options bwrap reads from a descriptor (--args), as
+// --setenv, which bwrap applies with setenv(3) after it started: the
+// loader never sees them, and its /proc/<pid>/environ is what it was
+// started with. Args travel as VERTAL_ARG_<i> (a reserved prefix), and a
+// fixed /bin/sh line inside the sandbox appends them to the command and
+// unsets them before it execs: the program gets exactly its command line
+// and environment. Without args or env, nothing changes (no extra exec).
+func innerCommand(command, args, env []string) ([]string, []byte) {
+	if len(args) == 0 && len(env) == 0 {
+		return command, nil
+	}
+	var b []byte
+	setenv := func(name, value string) {
+		for _, s := range []string{"--setenv", name, value} {
+			b = append(append(b, s...), 0)
+		}
+	}
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		setenv(name, value)
+	}
+	if len(args) == 0 {
+		return command, b
+	}
+	for i, a := range args {
+		setenv("VERTAL_ARG_"+strconv.Itoa(i+1), a)
+	}
+	script := `i=0; while [ "$i" -lt ` + strconv.Itoa(len(args)) + ` ]; do i=$((i+1)); ` +
+		`eval "set -- \"\$@\" \"\$VERTAL_ARG_$i\"; unset VERTAL_ARG_$i"; done; exec "$@"`
+	return append([]string{"/bin/sh", "-c", script, "sh"}, command...), b
 }
 
 // bwrapProcess is one bwrap sandbox as engine.Supervise drives it.
@@ -181,6 +219,13 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 	}
 	p.info, p.block, p.status = ends[0][0], ends[1][1], ends[2][0]
 	p.extra = []*os.File{ends[0][1], ends[1][0], ends[2][1]}
+	if plan.inner != nil {
+		f, err := innerArgsFile(plan.inner)
+		if err != nil {
+			return nil, err
+		}
+		p.extra = append(p.extra, f) // bwrapArgsFD; bwrap closes it once read
+	}
 
 	argv := append(append(append([]string(nil), plan.args...), "--"), plan.command...)
 	// Not CommandContext: cancelling must kill the sandbox (Kill).
@@ -210,6 +255,29 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 		p.cmd.SysProcAttr.CgroupFD = int(p.cgroupFD.Fd())
 	}
 	return p, nil
+}
+
+// innerArgsFile is a sealed memfd holding data, read from its start: no
+// path on the host names it, and its size needs no pipe buffer.
+func innerArgsFile(data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("vertal-bwrap-args", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("oci: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "vertal-bwrap-args")
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("oci: writing bwrap's args: %w", err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("oci: sealing bwrap's args: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("oci: bwrap's args: %w", err)
+	}
+	return f, nil
 }
 
 // Start runs bwrap and, while it waits for the go-ahead, does what the

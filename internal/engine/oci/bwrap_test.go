@@ -54,6 +54,10 @@ func TestBwrapArgvGolden(t *testing.T) {
 	for _, e := range r.env {
 		b.WriteString(e + "\n")
 	}
+	b.WriteString("# --args (a memfd)\n")
+	for _, a := range strings.Split(strings.TrimSuffix(string(r.inner), "\x00"), "\x00") {
+		b.WriteString(a + "\n")
+	}
 	b.WriteString("# host side\n")
 	for _, l := range r.rlimits {
 		fmt.Fprintf(&b, "rlimit %d %d %d\n", l.resource, l.limit.Cur, l.limit.Max)
