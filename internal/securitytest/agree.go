@@ -17,6 +17,7 @@ var agreeLimits = engine.Limits{MemoryBytes: 512 << 20}
 // every driver and runtime must give it.
 type behaviour struct {
 	name, lang, code string
+	stdin            string
 	status           engine.Status
 	exit             int
 	// check asserts more of the outcome; nil for none.
@@ -31,6 +32,34 @@ type behaviour struct {
 func behaviours() []behaviour {
 	lim := agreeLimits.WithDefaults()
 	return []behaviour{
+		{
+			// Issue 20: the standard streams by name. Under bwrap the
+			// pipes belonged to the host's root, which the sandbox's
+			// user namespace does not map, so opening them was EACCES.
+			name: "dev_stdio_bash", lang: "bash", stdin: "21\n", status: engine.StatusSucceeded,
+			code:  "read n < /dev/stdin\necho err > /dev/stderr\necho $((n * 2)) > /dev/stdout\n",
+			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
+		{
+			// The usual competitive-programming reader.
+			name: "dev_stdio_javascript", lang: "javascript", stdin: "20 22\n", status: engine.StatusSucceeded,
+			code: `const fs = require('fs');
+const [a, b] = fs.readFileSync('/dev/stdin', 'utf8').trim().split(' ').map(Number);
+fs.writeFileSync('/dev/stderr', 'err\n');
+fs.writeFileSync('/dev/stdout', String(a + b) + '\n');
+`,
+			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
+		{
+			name: "dev_stdio_python", lang: "python", stdin: "6 7\n", status: engine.StatusSucceeded,
+			code: `import math
+a = open('/dev/stdin').read().split()
+open('/dev/stderr', 'w').write('err\n')
+with open('/dev/stdout', 'w') as f:
+    f.write(str(math.prod(map(int, a))) + '\n')
+`,
+			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
 		{
 			// Issue 9: ran on oci+crun, "memory_exceeded" elsewhere.
 			name: "worker_threads_arithmetic", lang: "javascript", status: engine.StatusSucceeded,
@@ -134,7 +163,7 @@ print("threads", n, "refused", err is not None)
 func agree(t *testing.T, e *env) {
 	for _, b := range behaviours() {
 		t.Run(b.name, func(t *testing.T) {
-			res, err := e.run(t, Case{Lang: b.lang, Code: b.code, Limits: agreeLimits, Timeout: 30 * time.Second})
+			res, err := e.run(t, Case{Lang: b.lang, Code: b.code, Stdin: b.stdin, Limits: agreeLimits, Timeout: 30 * time.Second})
 			wantStatus(t, res, err, b.status, b.exit)
 			if b.check != nil && err == nil {
 				b.check(t, res)
@@ -144,6 +173,14 @@ func agree(t *testing.T, e *env) {
 					res.Usage.PeakMemoryBytes>>20, clip(res.Stdout), clip(lastLines(res.Stderr, 5)))
 			}
 		})
+	}
+}
+
+// wantEqual checks a result's whole stdout and stderr.
+func wantEqual(t *testing.T, res engine.Result, stdout, stderr string) {
+	t.Helper()
+	if res.Stdout != stdout || res.Stderr != stderr {
+		t.Errorf("stdout, stderr = %q, %q; want %q, %q", res.Stdout, res.Stderr, stdout, stderr)
 	}
 }
 

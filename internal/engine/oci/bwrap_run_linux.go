@@ -166,6 +166,14 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 	if err := p.stdio.open(); err != nil {
 		return nil, err
 	}
+	// The OCI runtimes chown the sandbox's stdio to its user; bwrap does
+	// not, and the sandbox's user namespace does not map the host's
+	// root, so /dev/stdin, /dev/stdout and /dev/stderr (reopened through
+	// /proc/self/fd) were EACCES. The pipes are the sandbox's own, so
+	// giving them to its uid gives it nothing of the host.
+	if err := p.stdio.chown(plan.uid, plan.gid); err != nil {
+		return nil, err
+	}
 	// Control descriptors, in bwrap's fd order (3, 4, 5).
 	var ends [3][2]*os.File
 	for i := range ends {

@@ -270,6 +270,17 @@ func (s *stdio) open() error {
 	return nil
 }
 
+// chown gives the pipes to the sandbox's uid and gid, as the OCI
+// runtimes do (one inode per pipe: both ends change).
+func (s *stdio) chown(uid, gid uint32) error {
+	for _, f := range s.child {
+		if err := f.Chown(int(uid), int(gid)); err != nil {
+			return fmt.Errorf("oci: giving the sandbox its stdio: %w", err)
+		}
+	}
+	return nil
+}
+
 // attach gives cmd the sandbox's ends.
 func (s *stdio) attach(cmd *exec.Cmd) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.child[0], s.child[1], s.child[2]
