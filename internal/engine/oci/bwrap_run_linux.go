@@ -21,6 +21,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
 )
 
 // bundlePlaceholder stands for the bundle directory in a cached plan.
@@ -329,6 +330,12 @@ func prepareDev(dir string) error {
 		if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
 			return err
 		}
+	}
+	// The mount point of node's warm launcher: bwrap cannot create it
+	// in this read-only /dev. Empty and root's, it is all a cold sandbox
+	// sees of it.
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(launcher.NodePreload)), nil, 0o444); err != nil {
+		return err
 	}
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
 		return fmt.Errorf("remounting %s read-only: %w", dir, err)
