@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // agreeLimits are a pro plan's: 512 MiB, and the engine's fixed CPU,
@@ -59,6 +60,53 @@ with open('/dev/stdout', 'w') as f:
     f.write(str(math.prod(map(int, a))) + '\n')
 `,
 			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
+		{
+			// Issue 20: no /dev/shm, so multiprocessing's locks (SemLock)
+			// failed with FileNotFoundError. Pool is Python's own first
+			// example, here with the default start method (fork); under
+			// runsc a semaphore that another process opens by name (the
+			// spawn and forkserver methods) is not shared (docs/SECURITY.md).
+			name: "multiprocessing_pool", lang: "python", status: engine.StatusSucceeded,
+			code: `
+import multiprocessing as mp
+def sq(x):
+    return x * x
+if __name__ == "__main__":
+    with mp.Pool(2) as p:
+        print(mp.get_start_method(), sum(p.map(sq, range(100))))
+    q = mp.Queue()
+    q.put("queued")
+    print(q.get())
+`,
+			check: func(t *testing.T, res engine.Result) {
+				wantEqual(t, res, "fork 328350\nqueued\n", "")
+			},
+		},
+		{
+			// /dev/shm is the sandbox's own tmpfs: capped, and what is
+			// written there counts against the sandbox's memory. (That
+			// nothing written there runs is the noexec probes'.)
+			name: "dev_shm_capped_and_charged", lang: "python", status: engine.StatusSucceeded,
+			code: `
+import errno
+n, chunk = 0, b"\1" * (1 << 20)  # RLIMIT_FSIZE: one MiB a file
+try:
+    for i in range(1024):
+        with open("/dev/shm/fill%d" % i, "wb") as f:
+            f.write(chunk)
+        n += 1
+except OSError as e:
+    print("stopped", errno.errorcode[e.errno])
+print("MiB", n)
+`,
+			check: func(t *testing.T, res engine.Result) {
+				shm := sandbox.ShmBytes(lim)
+				wantEqual(t, res, fmt.Sprintf("stopped ENOSPC\nMiB %d\n", shm>>20), "")
+				if res.Usage.PeakMemoryBytes < shm {
+					t.Errorf("peak memory %d MiB; want at least /dev/shm's %d MiB", res.Usage.PeakMemoryBytes>>20, shm>>20)
+				}
+			},
 		},
 		{
 			// Issue 9: ran on oci+crun, "memory_exceeded" elsewhere.

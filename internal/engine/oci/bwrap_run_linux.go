@@ -331,6 +331,11 @@ func prepareDev(dir string) error {
 			return err
 		}
 	}
+	// The mount point of the sandbox's own /dev/shm (a bind of its
+	// bundle's shm tmpfs).
+	if err := os.Mkdir(filepath.Join(dir, "shm"), 0o755); err != nil {
+		return err
+	}
 	// The mount point of node's warm launcher: bwrap cannot create it
 	// in this read-only /dev. Empty and root's, it is all a cold sandbox
 	// sees of it.
