@@ -57,11 +57,12 @@ func cmdImageBuild(ctx context.Context, e *env, args []string) error {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: vertal image build [flags]\n\n"+
 			"Builds a sandbox image: Debian "+image.DefaultSuite+" (debootstrap --variant=minbase) with\n"+
-			"python3 (full standard library) and bash from Debian, the official Node.js binary\n"+
-			"from the npm registry, and the packages of --apt, --npm and --pip-wheelhouse; or\n"+
-			"extends an image (--from). Needs root, debootstrap and npm. Each build is a new\n"+
-			"version; the image switches to it atomically once complete, and running sandboxes\n"+
-			"keep the version they started on (replaced versions are deleted once unused).\n\nflags:")
+			"python3 (full standard library), bash, bc, jq, file and procps from Debian, the\n"+
+			"official Node.js binary from the npm registry, and the packages of --apt, --npm\n"+
+			"and --pip-wheelhouse; or extends an image (--from). Needs root, debootstrap and\n"+
+			"npm. Each build is a new version; the image switches to it atomically once\n"+
+			"complete, and running sandboxes keep the version they started on (replaced\n"+
+			"versions are deleted once unused).\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

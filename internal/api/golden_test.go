@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
 )
 
 var volatile = []struct {
@@ -95,4 +97,24 @@ func TestGoldenAsyncResponses(t *testing.T) {
 	golden(t, "error_batch_item", env.do(request{method: "POST", path: "/v1/executions/batch",
 		body: `{"executions":[{"language":"python","code":"print(6 * 7)"},{"language":"cobol","code":"x"}]}`}))
 	golden(t, "webhook_secret", env.do(request{path: "/v1/webhook-secret"}))
+}
+
+// TestGoldenImages: GET /v1/images of an image built by vertal image
+// build, with its main packages and the tools every built image carries
+// (one, file, is missing: the image predates it, so it is not listed).
+func TestGoldenImages(t *testing.T) {
+	dir := t.TempDir()
+	m := `{"name":"datasci","version":"20261201T080500Z-1","built_at":"2026-12-01T08:05:00Z",
+	  "recipe":{"apt":["python3-numpy"]},"languages":{"python":"3.11.2"},
+	  "packages":{"dpkg":{"python3-numpy":"1:1.24.2-1","bc":"1.07.1-3+b1","jq":"1.6-2.1","procps":"2:4.0.2-3"},"npm":{},"pip":{}}}`
+	if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := newEnv(t, withOptions(func(o *Options) {
+		o.Service.Images = []config.Image{
+			{Name: config.DefaultImage, Languages: testLanguages},
+			{Name: "datasci", Dir: dir, Languages: testLanguages},
+		}
+	}))
+	golden(t, "images", env.do(request{path: "/v1/images"}))
 }

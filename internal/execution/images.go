@@ -87,6 +87,9 @@ type ImageInfo struct {
 	BuiltAt   *time.Time      `json:"built_at"`
 	Languages []LanguageInfo  `json:"languages"`
 	Packages  []image.Package `json:"packages"`
+	// Tools are the command-line tools every built image carries
+	// (image.Tools) that this one has installed.
+	Tools []image.Tool `json:"tools"`
 }
 
 // lookupImage resolves a request's image for caller c: a name that is not
@@ -127,12 +130,13 @@ func (s *Service) Images(c Caller) []ImageInfo {
 	out := []ImageInfo{}
 	for _, n := range s.ImageNames(c) {
 		img := s.images.byName[n]
-		info := ImageInfo{Name: n, Languages: img.langs.List(), Packages: []image.Package{}}
+		info := ImageInfo{Name: n, Languages: img.langs.List(), Packages: []image.Package{}, Tools: []image.Tool{}}
 		if img.Dir != "" {
 			if m, err := image.ReadManifest(img.Dir); err == nil {
 				v, at := m.Version, m.BuiltAt
 				info.Version, info.BuiltAt = &v, &at
 				info.Packages = m.Main()
+				info.Tools = m.Tools()
 				info.Languages = withVersions(info.Languages, m.Languages)
 			}
 		}

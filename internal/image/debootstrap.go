@@ -192,8 +192,9 @@ func debootstrapArgs(o Options, target string) []string {
 	return append(args, o.Suite, target, o.Mirror)
 }
 
-// basePackages are added to minbase (which already has bash).
-var basePackages = []string{"python3", "ca-certificates", "libstdc++6"}
+// basePackages are added to minbase (which already has bash): the
+// interpreters' needs, then the Tools that shell scripts expect.
+var basePackages = append([]string{"python3", "ca-certificates", "libstdc++6"}, toolPackages()...)
 
 // includePackages is basePackages, then what o asks for: its --apt
 // packages, and pip when wheels are to be installed.

@@ -61,6 +61,10 @@ func TestBuildE2E(t *testing.T) {
 		{[]string{"/bin/bash", "-c", `echo "${BASH_VERSION%%(*}"`}, v.Bash + "\n"},
 		{[]string{"/usr/bin/id", "-un", "65534"}, "nobody\n"},
 		{[]string{"/usr/bin/id", "-gn", "65534"}, "nogroup\n"},
+		// The tools every image carries (Tools): HackerRank-style Bash
+		// needs bc, or "succeeds" with a wrong answer.
+		{[]string{"/bin/bash", "-c", `echo 'scale=3; 1/3' | bc; echo '{"a":42}' | jq .a; file -b --mime-type /bin/bash; command -v ps free top pgrep pkill watch`},
+			".333\n42\napplication/x-pie-executable\n/usr/bin/ps\n/usr/bin/free\n/usr/bin/top\n/usr/bin/pgrep\n/usr/bin/pkill\n/usr/bin/watch\n"},
 	} {
 		got, err := RunInRoot(ctx, rootfs, tc.argv...)
 		if err != nil || got != tc.want {

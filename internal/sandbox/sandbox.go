@@ -158,6 +158,20 @@ func TmpfsOptions(l engine.Limits) []string {
 	return []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}
 }
 
+// ShmBytes is the size of a sandbox's own /dev/shm: a quarter of its
+// memory limit, at most 64 MiB. POSIX shared memory and semaphores live
+// there (Python's multiprocessing locks and queues need it). Like /tmp it
+// is a tmpfs, whose pages count against the memory limit of the sandbox
+// that writes them.
+func ShmBytes(l engine.Limits) int64 {
+	return min(64<<20, l.WithDefaults().MemoryBytes/4)
+}
+
+// ShmOptions are the mount options of /dev/shm: /tmp's, with its own size.
+func ShmOptions(l engine.Limits) []string {
+	return []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(ShmBytes(l), 10)}
+}
+
 // Rlimit is one POSIX resource limit, soft = hard.
 type Rlimit struct {
 	Type  string // e.g. "RLIMIT_FSIZE"

@@ -47,6 +47,25 @@ func TestTmpfsOptions(t *testing.T) {
 	}
 }
 
+func TestShmOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits engine.Limits
+		want   string
+	}{
+		{"default memory: a quarter", engine.Limits{}, "size=67108864"},
+		{"small plan: a quarter", engine.Limits{MemoryBytes: 64 << 20}, "size=16777216"},
+		{"large plan: capped", engine.Limits{MemoryBytes: 4 << 30}, "size=67108864"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", tc.want}
+			if diff := cmp.Diff(want, ShmOptions(tc.limits)); diff != "" {
+				t.Errorf("ShmOptions (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // syscallActions maps each named system call of a profile to the actions
 // its rules give it.
 func syscallActions(s *specs.LinuxSeccomp) map[string][]string {

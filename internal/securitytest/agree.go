@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // agreeLimits are a pro plan's: 512 MiB, and the engine's fixed CPU,
@@ -17,6 +18,7 @@ var agreeLimits = engine.Limits{MemoryBytes: 512 << 20}
 // every driver and runtime must give it.
 type behaviour struct {
 	name, lang, code string
+	stdin            string
 	status           engine.Status
 	exit             int
 	// check asserts more of the outcome; nil for none.
@@ -31,6 +33,81 @@ type behaviour struct {
 func behaviours() []behaviour {
 	lim := agreeLimits.WithDefaults()
 	return []behaviour{
+		{
+			// Issue 20: the standard streams by name. Under bwrap the
+			// pipes belonged to the host's root, which the sandbox's
+			// user namespace does not map, so opening them was EACCES.
+			name: "dev_stdio_bash", lang: "bash", stdin: "21\n", status: engine.StatusSucceeded,
+			code:  "read n < /dev/stdin\necho err > /dev/stderr\necho $((n * 2)) > /dev/stdout\n",
+			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
+		{
+			// The usual competitive-programming reader.
+			name: "dev_stdio_javascript", lang: "javascript", stdin: "20 22\n", status: engine.StatusSucceeded,
+			code: `const fs = require('fs');
+const [a, b] = fs.readFileSync('/dev/stdin', 'utf8').trim().split(' ').map(Number);
+fs.writeFileSync('/dev/stderr', 'err\n');
+fs.writeFileSync('/dev/stdout', String(a + b) + '\n');
+`,
+			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
+		{
+			name: "dev_stdio_python", lang: "python", stdin: "6 7\n", status: engine.StatusSucceeded,
+			code: `import math
+a = open('/dev/stdin').read().split()
+open('/dev/stderr', 'w').write('err\n')
+with open('/dev/stdout', 'w') as f:
+    f.write(str(math.prod(map(int, a))) + '\n')
+`,
+			check: func(t *testing.T, res engine.Result) { wantEqual(t, res, "42\n", "err\n") },
+		},
+		{
+			// Issue 20: no /dev/shm, so multiprocessing's locks (SemLock)
+			// failed with FileNotFoundError. Pool is Python's own first
+			// example, here with the default start method (fork); under
+			// runsc a semaphore that another process opens by name (the
+			// spawn and forkserver methods) is not shared (docs/SECURITY.md).
+			name: "multiprocessing_pool", lang: "python", status: engine.StatusSucceeded,
+			code: `
+import multiprocessing as mp
+def sq(x):
+    return x * x
+if __name__ == "__main__":
+    with mp.Pool(2) as p:
+        print(mp.get_start_method(), sum(p.map(sq, range(100))))
+    q = mp.Queue()
+    q.put("queued")
+    print(q.get())
+`,
+			check: func(t *testing.T, res engine.Result) {
+				wantEqual(t, res, "fork 328350\nqueued\n", "")
+			},
+		},
+		{
+			// /dev/shm is the sandbox's own tmpfs: capped, and what is
+			// written there counts against the sandbox's memory. (That
+			// nothing written there runs is the noexec probes'.)
+			name: "dev_shm_capped_and_charged", lang: "python", status: engine.StatusSucceeded,
+			code: `
+import errno
+n, chunk = 0, b"\1" * (1 << 20)  # RLIMIT_FSIZE: one MiB a file
+try:
+    for i in range(1024):
+        with open("/dev/shm/fill%d" % i, "wb") as f:
+            f.write(chunk)
+        n += 1
+except OSError as e:
+    print("stopped", errno.errorcode[e.errno])
+print("MiB", n)
+`,
+			check: func(t *testing.T, res engine.Result) {
+				shm := sandbox.ShmBytes(lim)
+				wantEqual(t, res, fmt.Sprintf("stopped ENOSPC\nMiB %d\n", shm>>20), "")
+				if res.Usage.PeakMemoryBytes < shm {
+					t.Errorf("peak memory %d MiB; want at least /dev/shm's %d MiB", res.Usage.PeakMemoryBytes>>20, shm>>20)
+				}
+			},
+		},
 		{
 			// Issue 9: ran on oci+crun, "memory_exceeded" elsewhere.
 			name: "worker_threads_arithmetic", lang: "javascript", status: engine.StatusSucceeded,
@@ -134,7 +211,7 @@ print("threads", n, "refused", err is not None)
 func agree(t *testing.T, e *env) {
 	for _, b := range behaviours() {
 		t.Run(b.name, func(t *testing.T) {
-			res, err := e.run(t, Case{Lang: b.lang, Code: b.code, Limits: agreeLimits, Timeout: 30 * time.Second})
+			res, err := e.run(t, Case{Lang: b.lang, Code: b.code, Stdin: b.stdin, Limits: agreeLimits, Timeout: 30 * time.Second})
 			wantStatus(t, res, err, b.status, b.exit)
 			if b.check != nil && err == nil {
 				b.check(t, res)
@@ -144,6 +221,14 @@ func agree(t *testing.T, e *env) {
 					res.Usage.PeakMemoryBytes>>20, clip(res.Stdout), clip(lastLines(res.Stderr, 5)))
 			}
 		})
+	}
+}
+
+// wantEqual checks a result's whole stdout and stderr.
+func wantEqual(t *testing.T, res engine.Result, stdout, stderr string) {
+	t.Helper()
+	if res.Stdout != stdout || res.Stderr != stderr {
+		t.Errorf("stdout, stderr = %q, %q; want %q, %q", res.Stdout, res.Stderr, stdout, stderr)
 	}
 }
 

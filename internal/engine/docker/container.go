@@ -59,7 +59,7 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		// (a process may be killed, even by itself) and zombies are reaped.
 		Init:           &init,
 		NetworkMode:    "none",                // own network namespace, loopback only
-		IpcMode:        container.IPCModeNone, // own IPC namespace and no /dev/shm at all
+		IpcMode:        container.IPCModeNone, // own IPC namespace; /dev/shm is ours (below)
 		PidMode:        "",                    // own PID namespace
 		UTSMode:        "",                    // own UTS namespace
 		CgroupnsMode:   container.CgroupnsModePrivate,
@@ -95,18 +95,22 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		// the gofer cannot be mapped executable: the host kernel refuses.
 		// An anonymous local volume of type tmpfs is exactly that, made
 		// and removed by Docker with the container.
-		host.Mounts = append(host.Mounts, mount.Mount{
-			Type:   mount.TypeVolume,
-			Target: "/tmp",
-			VolumeOptions: &mount.VolumeOptions{
-				Labels: cfg.Labels,
-				DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
-					"type": "tmpfs", "device": "tmpfs", "o": tmpfs(lim),
-				}},
-			},
-		})
+		// The same goes for /dev/shm.
+		for _, m := range [][2]string{{"/tmp", tmpfs(lim)}, {"/dev/shm", shm(lim)}} {
+			target, o := m[0], m[1]
+			host.Mounts = append(host.Mounts, mount.Mount{
+				Type:   mount.TypeVolume,
+				Target: target,
+				VolumeOptions: &mount.VolumeOptions{
+					Labels: cfg.Labels,
+					DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
+						"type": "tmpfs", "device": "tmpfs", "o": o,
+					}},
+				},
+			})
+		}
 	} else {
-		host.Tmpfs = map[string]string{"/tmp": tmpfs(lim)}
+		host.Tmpfs = map[string]string{"/tmp": tmpfs(lim), "/dev/shm": shm(lim)}
 	}
 	if d.acct != nil {
 		host.CgroupParent = d.acct.parent(d.instance, spec.ID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,6 +104,7 @@ func TestContainerConfig(t *testing.T) {
 			init := true
 			labels := wantCfg.Labels
 			tmpOpts := "rw,noexec,nosuid,nodev,mode=1777,size=16777216"
+			shmOpts := fmt.Sprintf("rw,noexec,nosuid,nodev,mode=1777,size=%d", min(64<<20, tc.wantMem/4))
 			wantHost := &container.HostConfig{
 				Runtime:        tc.runtime,
 				Init:           &init,
@@ -134,9 +136,12 @@ func TestContainerConfig(t *testing.T) {
 				wantHost.Mounts = append(wantHost.Mounts, mount.Mount{Type: mount.TypeVolume, Target: "/tmp", VolumeOptions: &mount.VolumeOptions{
 					Labels:       labels,
 					DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{"type": "tmpfs", "device": "tmpfs", "o": tmpOpts}},
+				}}, mount.Mount{Type: mount.TypeVolume, Target: "/dev/shm", VolumeOptions: &mount.VolumeOptions{
+					Labels:       labels,
+					DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{"type": "tmpfs", "device": "tmpfs", "o": shmOpts}},
 				}})
 			} else {
-				wantHost.Tmpfs = map[string]string{"/tmp": tmpOpts}
+				wantHost.Tmpfs = map[string]string{"/tmp": tmpOpts, "/dev/shm": shmOpts}
 			}
 			if diff := cmp.Diff(wantCfg, cfg); diff != "" {
 				t.Errorf("container config (-want +got):\n%s", diff)

@@ -47,6 +47,11 @@ func tmpfs(l engine.Limits) string {
 	return strings.Join(sandbox.TmpfsOptions(l), ",")
 }
 
+// shm is the /dev/shm mount in Docker's "options" string form.
+func shm(l engine.Limits) string {
+	return strings.Join(sandbox.ShmOptions(l), ",")
+}
+
 // ulimits turns the policy's rlimits into Docker's names ("RLIMIT_FSIZE"
 // is "fsize"). Docker sets no RLIMIT_FSIZE of its own, so this is the only
 // file size limit.

@@ -76,6 +76,9 @@ func TestWarmMatchesCold(t *testing.T) {
 		{"no_stdin", "bash", "[ -c /dev/stdin ] && echo chr; cat; echo end", ""},
 		{"identity", "bash", "echo \"$0\" \"$SHLVL\"; export -p; ls /proc/self/fd", ""},
 	}
+	for _, c := range securitytest.ChildPrograms() {
+		programs = append(programs, struct{ name, lang, code, stdin string }{c.Name, c.Lang, c.Code, ""})
+	}
 	addr := regexp.MustCompile(`0x[0-9a-f]+`)
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {

@@ -147,13 +147,16 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(sandbox.Pids(l)), Soft: uint64(sandbox.Pids(l))})
 	}
 	tmp := specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: sandbox.TmpfsOptions(l)}
+	shm := specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: sandbox.ShmOptions(l)}
 	if d.rt.gvisor || d.rt.bwrap {
 		// gVisor's in-sandbox tmpfs lets the dynamic loader map files
 		// from a noexec mount; a host tmpfs served by the gofer does not
 		// (the host kernel refuses the executable mapping). bwrap's
-		// --tmpfs has no noexec at all. The driver mounts it at
-		// <bundle>/tmp with the same options.
+		// --tmpfs has no noexec at all. The driver mounts them at
+		// <bundle>/tmp and <bundle>/shm with the same options
+		// (hostTmpfs).
 		tmp = specs.Mount{Destination: "/tmp", Type: "bind", Source: "tmp", Options: []string{"rbind", "rw", "noexec", "nosuid", "nodev"}}
+		shm = specs.Mount{Destination: "/dev/shm", Type: "bind", Source: "shm", Options: []string{"rbind", "rw", "noexec", "nosuid", "nodev"}}
 	}
 	var namespaces []specs.LinuxNamespace
 	for _, ns := range sandbox.Namespaces() {
@@ -181,6 +184,8 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}},
+			// The sandbox's own /dev/shm, in its IPC namespace's place.
+			shm,
 			tmp,
 			// The working directory: a host tmpfs (engine.MountWorkdir)
 			// with the code file and the request's files.
@@ -201,7 +206,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 	}
 	if !d.rt.bwrap {
 		init := specs.Mount{Destination: initPath, Type: "bind", Source: d.initPath, Options: []string{"bind", "ro", "nosuid", "nodev"}}
-		s.Mounts = slices.Insert(s.Mounts, 2, init)
+		s.Mounts = slices.Insert(s.Mounts, 3, init)
 	}
 	return s, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
 )
 
 // bundlePlaceholder stands for the bundle directory in a cached plan.
@@ -202,6 +203,14 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 		}
 	}()
 	if err := p.stdio.open(); err != nil {
+		return nil, err
+	}
+	// The OCI runtimes chown the sandbox's stdio to its user; bwrap does
+	// not, and the sandbox's user namespace does not map the host's
+	// root, so /dev/stdin, /dev/stdout and /dev/stderr (reopened through
+	// /proc/self/fd) were EACCES. The pipes are the sandbox's own, so
+	// giving them to its uid gives it nothing of the host.
+	if err := p.stdio.chown(plan.uid, plan.gid); err != nil {
 		return nil, err
 	}
 	// Control descriptors, in bwrap's fd order (3, 4, 5).
@@ -389,6 +398,17 @@ func prepareDev(dir string) error {
 		if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
 			return err
 		}
+	}
+	// The mount point of the sandbox's own /dev/shm (a bind of its
+	// bundle's shm tmpfs).
+	if err := os.Mkdir(filepath.Join(dir, "shm"), 0o755); err != nil {
+		return err
+	}
+	// The mount point of node's warm launcher: bwrap cannot create it
+	// in this read-only /dev. Empty and root's, it is all a cold sandbox
+	// sees of it.
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(launcher.NodePreload)), nil, 0o444); err != nil {
+		return err
 	}
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
 		return fmt.Errorf("remounting %s read-only: %w", dir, err)

@@ -133,15 +133,25 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid
 		}
 	}
 	if d.rt.gvisor || d.rt.bwrap {
-		tmp := filepath.Join(bundle, "tmp")
-		if err := os.Mkdir(tmp, 0o700); err != nil {
-			return fmt.Errorf("creating tmp: %w", err)
+		if err := hostTmpfs(filepath.Join(bundle, "tmp"), spec.Limits.TmpBytes); err != nil {
+			return fmt.Errorf("/tmp: %w", err)
 		}
-		// The same options as sandbox.TmpfsOptions, as flags and data.
-		data := "mode=1777,size=" + strconv.FormatInt(spec.Limits.TmpBytes, 10)
-		if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-			return fmt.Errorf("mounting tmpfs for /tmp: %w", err)
+		if err := hostTmpfs(filepath.Join(bundle, "shm"), sandbox.ShmBytes(spec.Limits)); err != nil {
+			return fmt.Errorf("/dev/shm: %w", err)
 		}
+	}
+	return nil
+}
+
+// hostTmpfs mounts a tmpfs of size bytes at dir, with the options of
+// sandbox.TmpfsOptions as flags and data, for runtimes that bind it in.
+func hostTmpfs(dir string, size int64) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	data := "mode=1777,size=" + strconv.FormatInt(size, 10)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mounting tmpfs at %s: %w", dir, err)
 	}
 	return nil
 }
@@ -265,6 +275,17 @@ func (s *stdio) open() error {
 			s.child[i], s.ours[i] = r, w
 		} else {
 			s.child[i], s.ours[i] = w, r
+		}
+	}
+	return nil
+}
+
+// chown gives the pipes to the sandbox's uid and gid, as the OCI
+// runtimes do (one inode per pipe: both ends change).
+func (s *stdio) chown(uid, gid uint32) error {
+	for _, f := range s.child {
+		if err := f.Chown(int(uid), int(gid)); err != nil {
+			return fmt.Errorf("oci: giving the sandbox its stdio: %w", err)
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
 
@@ -130,7 +131,11 @@ type program struct {
 // exceptions and tracebacks, stdin, identity of the main module, output
 // caps and timeouts.
 func programs() []program {
-	return []program{
+	var children []program
+	for _, c := range securitytest.ChildPrograms() {
+		children = append(children, program{name: c.Name, lang: c.Lang, code: c.Code})
+	}
+	return append(children, []program{
 		{name: "hello", lang: "python", code: "print(6*7)"},
 		{name: "sys_exit_3", lang: "python", code: "import sys\nprint('before')\nsys.exit(3)\n"},
 		{name: "system_exit_message", lang: "python", code: "raise SystemExit('bye')\n"},
@@ -168,7 +173,7 @@ func programs() []program {
 		// numbered (seen on cold and warm alike), so only its order of
 		// magnitude is compared: the launcher adds no process layers.
 		{name: "identity", lang: "bash", code: "echo \"$0\" \"$BASH_SOURCE\" \"$SHLVL\"; [ $$ -le 10 ] && echo low-pid\nexport -p\ntr '\\0' ' ' < /proc/$$/cmdline\n"},
-	}
+	}...)
 }
 
 // comparable is what must match between the cold and warm paths.
@@ -291,7 +296,7 @@ func normalise(s string) string {
 // command line carries the preload option (process.argv and
 // process.execArgv do not).
 func knownDifferences(s string) string {
-	return strings.Replace(s, `node\u0000--require\u0000/code/main.js\u0000`, `node\u0000`, 1)
+	return strings.Replace(s, `node\u0000--require\u0000`+launcher.NodePreload+`\u0000`, `node\u0000`, 1)
 }
 
 // TestTimeoutCountsFromHandOver runs, with a 1 s timeout, code that takes

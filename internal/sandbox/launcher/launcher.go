@@ -16,9 +16,12 @@
 //     sys.path, __main__, tracebacks, exit codes and frame depth are the
 //     cold path's. Images without sitecustomize.py get the main-script
 //     launcher instead (see python_main.py and its documented differences).
-//   - javascript: node preloads the launcher (--require) under the main
-//     module's path; after the go line node loads the new file as the main
-//     module through its ordinary path, so stack traces are identical.
+//   - javascript: node preloads the launcher (--require NodePreload, a
+//     read-only file of its own); after the go line node loads the user's
+//     file as the main module through its ordinary path, so stack traces
+//     are identical. Node gives every worker thread the process's preload
+//     too: there the launcher only removes itself, so a worker runs its
+//     own code alone, as on the cold path.
 //   - bash (any POSIX shell): the launcher reads the go line and execs the
 //     cold path's command line; the saving is the sandbox, not the shell.
 //
@@ -82,6 +85,14 @@ const (
 	KindShell      = "shell"       // read, then exec
 )
 
+// NodePreload is where node's launcher is mounted. It is not the main
+// module's path: node preloads it again in every worker thread, where the
+// main module's path holds the user's code by then (which then ran once
+// more in each worker). /dev is a tmpfs of the sandbox's own under every
+// runtime but bwrap, whose shared /dev has an empty file there for the
+// mount (see package oci).
+const NodePreload = "/dev/vertal-launcher.js"
+
 // Launcher is how one language starts in a warm sandbox.
 type Launcher struct {
 	Kind string
@@ -92,7 +103,8 @@ type Launcher struct {
 	Program []byte
 	// Args is the sandbox's command line.
 	Args []string
-	// Files are bind-mounted read-only over files of the image.
+	// Files are bind-mounted read-only over files of the image (or, for
+	// NodePreload, into /dev).
 	Files []File
 }
 
@@ -122,7 +134,8 @@ func For(lang engine.Language, argv []string, image fs.FS) (Launcher, error) {
 		}
 		return Launcher{Kind: KindPythonMain, Program: pythonMain, Args: clone(argv)}, nil
 	case (base == "node" || base == "nodejs") && len(argv) == 2:
-		return Launcher{Kind: KindNode, Program: nodePreload, Args: []string{argv[0], "--require", file, file}}, nil
+		return Launcher{Kind: KindNode, Args: []string{argv[0], "--require", NodePreload, file},
+			Files: []File{{Target: NodePreload, Content: nodePreload}}}, nil
 	case base == "bash" || base == "sh" || base == "dash":
 		return Launcher{Kind: KindShell, Program: shellLauncher(argv), Args: clone(argv)}, nil
 	}

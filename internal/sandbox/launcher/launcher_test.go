@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
 
 // These tests run the launchers on the host's interpreters, without a
@@ -110,7 +111,12 @@ func runWarm(t *testing.T, in interp, dir, code string, stdin *string) outcome {
 		l = Launcher{Args: append([]string{"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
 			`mount --bind "$1" "$2" && shift 2 && unset PWD && exec "$@"`, "sh", hook, target, "python3"}, cold[1:]...)}
 	case KindNode:
-		l = Launcher{Program: nodePreload, Args: []string{cold[0], "--require", file, file}}
+		// The preload is a file of its own (NodePreload in a sandbox).
+		preload := filepath.Join(t.TempDir(), "launcher.js")
+		if err := os.WriteFile(preload, nodePreload, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l = Launcher{Args: []string{cold[0], "--require", preload, file}}
 	case KindShell:
 		// The shell finds the interpreter on PATH, as tini does.
 		l = Launcher{Program: shellLauncher([]string{filepath.Base(cold[0]), file}), Args: cold}
@@ -290,8 +296,12 @@ console.log(JSON.stringify({argv: process.argv.slice(1), execArgv: process.execA
 
 func TestLaunchersMatchDirectRun(t *testing.T) {
 	dir := t.TempDir()
+	all := programs()
+	for _, c := range securitytest.ChildPrograms() {
+		all = append(all, program{name: c.Name, lang: c.Lang, code: c.Code})
+	}
 	for _, in := range hostInterpreters(t) {
-		for _, p := range programs() {
+		for _, p := range all {
 			if p.lang != in.lang || p.frames && in.kind == KindPythonMain {
 				continue
 			}
@@ -331,7 +341,7 @@ func TestFor(t *testing.T) {
 		{py, []string{"python3", "-m", "/code/main.py"}, "", nil},
 		{py, []string{"python3", "-c", "/code/main.py"}, "", nil},
 		{py, []string{"python3", "/code/other.py"}, "", nil},
-		{js, []string{"node", "/code/main.js"}, KindNode, []string{"node", "--require", "/code/main.js", "/code/main.js"}},
+		{js, []string{"node", "/code/main.js"}, KindNode, []string{"node", "--require", NodePreload, "/code/main.js"}},
 		{js, []string{"node", "--max-old-space-size=100", "/code/main.js"}, "", nil},
 		{sh, []string{"bash", "/code/main.sh"}, KindShell, []string{"bash", "/code/main.sh"}},
 		{sh, []string{"ruby", "/code/main.sh"}, "", nil},
@@ -343,7 +353,7 @@ func TestFor(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || l.Kind != tc.wantKind || !cmp.Equal(l.Args, tc.wantArgs) || len(l.Program) == 0 {
+		if err != nil || l.Kind != tc.wantKind || !cmp.Equal(l.Args, tc.wantArgs) || len(l.Program)+len(l.Files) == 0 {
 			t.Errorf("For(%v) = %q %v, %v; want %q %v", tc.argv, l.Kind, l.Args, err, tc.wantKind, tc.wantArgs)
 		}
 	}

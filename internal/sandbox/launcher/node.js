@@ -1,11 +1,25 @@
 'use strict';
-// Vertal Run warm-pool launcher. Node preloads it (--require) with the same
-// path as the main module, so it runs once the runtime has booted and
+// Vertal Run warm-pool launcher. Node preloads it (--require) from a
+// read-only file of its own, so it runs once the runtime has booted and
 // before the main module is loaded. It announces that node is up, waits
 // for the host's go line, and then lets node load /code/main.js (which the
-// host has replaced with the user's code) as the main module, exactly as
-// the cold path does. It leaves no module, cache entry or option behind.
+// host has meanwhile written) as the main module, exactly as the cold path
+// does. It leaves no module, cache entry or option behind.
+//
+// Node preloads it again in every worker thread (a worker inherits the
+// process's --require): there it only removes itself, and the worker runs
+// its own code, as on the cold path. A worker is told apart by a module
+// node loads in workers only, so nothing is loaded to ask.
 (function () {
+  const forget = () => {
+    delete require.cache[__filename];
+    const i = process.execArgv.indexOf('--require');
+    if (i >= 0) process.execArgv.splice(i, 2);
+  };
+  if (process.moduleLoadList.includes('NativeModule internal/process/worker_thread_only')) {
+    forget();
+    return;
+  }
   const fs = require('fs');
   fs.writeSync(1, '\0vertal-ready\0');
   const b = Buffer.alloc(1);
@@ -32,7 +46,5 @@
     const fd = fs.openSync('/dev/null', 'r');
     if (fd !== 0) process.reallyExit(112);
   }
-  delete require.cache[__filename];
-  const i = process.execArgv.indexOf('--require');
-  if (i >= 0) process.execArgv.splice(i, 2);
+  forget();
 })();

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -12,11 +13,11 @@ import (
 )
 
 // readonlyCode tries to write, make directories and change modes outside
-// /tmp and the working directory, and to change or replace the code file;
+// /tmp, /dev/shm and the working directory, and to change or replace the code file;
 // it prints WRITABLE for every attempt that worked.
 const readonlyCode = `
 import os
-for d in ["/", "/dev/shm", "/var/tmp", "/etc", "/usr", "/usr/bin", "/usr/local/bin", "/bin", "/dev", "/run",
+for d in ["/", "/var/tmp", "/etc", "/usr", "/usr/bin", "/usr/local/bin", "/bin", "/dev", "/run",
           "/run/lock", "/var/lock", "/var/log", "/home", "/root", "/opt", "/sys", "/sys/fs/cgroup", "/proc",
           "/dev/mqueue", "/dev/pts", "/var/cache", "/var/lib", "/lib", "/srv", "/mnt", "/media"]:
     p = os.path.join(d, "w%d" % os.getpid())
@@ -66,7 +67,7 @@ func readonlyProbe() Probe {
 			if w := markers(r, "WRITABLE"); len(w) > 0 {
 				return false, "writable: " + strings.Join(w, "; ")
 			}
-			return true, fmt.Sprintf("%d places outside /tmp and the working directory refused writes (/, /etc, /usr, /var/tmp, /dev/shm, …); the code file, /etc/passwd and /dev/null refused changes",
+			return true, fmt.Sprintf("%d places outside /tmp, /dev/shm and the working directory refused writes (/, /etc, /usr, /var/tmp, /dev, …); the code file, /etc/passwd and /dev/null refused changes",
 				countLines(r, "read-only"))
 		},
 		Fix: "mount the root read-only (OCI root.readonly; docker --read-only) and give no writable mount but /tmp and the working directory",
@@ -91,7 +92,7 @@ for d in @DIRS@:
             o[how] = "denied (" + err.strerror + ")"
     n, errno, msg = 0, 0, ""
     try:
-        for i in range(40):
+        for i in range(@FILL@):
             with open(os.path.join(d, "fill%d" % i), "wb") as f:
                 f.write(b"\0" * 1000000)
             n += 1
@@ -102,14 +103,23 @@ for d in @DIRS@:
 print(json.dumps(out))
 `
 
-// writableProbe checks /tmp and the working directory, the only writable
-// places: nothing written there runs, and each is bounded in size.
+// writableDirs are the only writable places: /tmp, the working directory
+// and /dev/shm (POSIX shared memory).
+var writableDirs = []string{"/tmp", engine.CodeDir, "/dev/shm"}
+
+// writableProbe checks the writable places: nothing written there runs,
+// and each is bounded in size.
 func writableProbe() Probe {
-	sizes := map[string]int64{"/tmp": engine.DefaultTmpBytes, engine.CodeDir: engine.DefaultWorkdirBytes}
-	dirs := []string{"/tmp", engine.CodeDir}
+	sizes := map[string]int64{"/tmp": engine.DefaultTmpBytes, engine.CodeDir: engine.DefaultWorkdirBytes,
+		"/dev/shm": sandbox.ShmBytes(engine.Limits{})}
+	dirs := writableDirs
+	fill := int64(0)
+	for _, n := range sizes {
+		fill = max(fill, n/1_000_000+2) // MB files, past the largest size
+	}
 	return Probe{
-		Name: "noexec_and_size_limit", Protection: "/tmp and working directory: no exec, size-limited", Essential: true, Language: "python",
-		Code: strings.ReplaceAll(writableCode, "@DIRS@", pyList(dirs)),
+		Name: "noexec_and_size_limit", Protection: "/tmp, /dev/shm and working directory: no exec, size-limited", Essential: true, Language: "python",
+		Code: strings.NewReplacer("@DIRS@", pyList(dirs), "@FILL@", strconv.FormatInt(fill, 10)).Replace(writableCode),
 		Evaluate: func(r engine.Result) (bool, string) {
 			var out map[string]struct {
 				Direct, Env, Error string
@@ -139,7 +149,7 @@ func writableProbe() Probe {
 			}
 			return ok, strings.Join(details, "; ")
 		},
-		Fix: "mount /tmp and the working directory as tmpfs with noexec,nosuid,nodev and a size (internal/sandbox TmpfsOptions; 16 MiB for /tmp, engine.Limits.WorkdirBytes)",
+		Fix: "mount /tmp, /dev/shm and the working directory as tmpfs with noexec,nosuid,nodev and a size (internal/sandbox TmpfsOptions and ShmOptions; 16 MiB for /tmp, engine.Limits.WorkdirBytes)",
 	}
 }
 
@@ -232,7 +242,7 @@ print(json.dumps(out))
 
 func ldsoProbe(arch string) Probe {
 	ld, _ := json.Marshal(loaders[arch])
-	dirs := []string{"/tmp", engine.CodeDir}
+	dirs := writableDirs
 	p := Probe{
 		Name: "noexec_loader_and_mmap", Protection: "noexec also through ld.so and mmap", Language: "python",
 		Code: strings.NewReplacer("@LD@", string(ld), "@RET@", retInstr[arch], "@DIRS@", pyList(dirs)).Replace(ldsoCode),
@@ -257,7 +267,7 @@ func ldsoProbe(arch string) Probe {
 				return false, strings.Join(gaps, "; ")
 			}
 			t := out["/tmp"]
-			return true, "ld.so /tmp/program " + OneLine(t.Ldso, 80) + "; mmap(PROT_EXEC) " + OneLine(t.Mmap, 60) + "; the same in " + engine.CodeDir
+			return true, "ld.so /tmp/program " + OneLine(t.Ldso, 80) + "; mmap(PROT_EXEC) " + OneLine(t.Mmap, 60) + "; the same in " + engine.CodeDir + " and /dev/shm"
 		},
 		Fix:       "the kernel refuses executable mappings from noexec mounts; check that /tmp and the working directory are mounted noexec",
 		FixGVisor: "runsc (2022-12)'s own tmpfs lets ld.so and mmap(PROT_EXEC) map a file from a noexec mount: the drivers give it a host tmpfs instead (docs/SECURITY.md, per-runtime gaps); check that /tmp and the working directory are host mounts",

@@ -57,7 +57,8 @@ func TestEvaluations(t *testing.T) {
 		dir := func(exec, fill string) string {
 			return `{"direct": "` + exec + `", "env": "refused (exit 126)", ` + fill + `, "error": "No space left on device"}`
 		}
-		return ok(`{"/tmp": ` + dir("denied (Permission denied)", tmp) + `, "/code": ` + dir("denied (Permission denied)", code) + `}`)
+		shm := dir("denied (Permission denied)", `"bytes": 67000000, "errno": 28`)
+		return ok(`{"/tmp": ` + dir("denied (Permission denied)", tmp) + `, "/code": ` + dir("denied (Permission denied)", code) + `, "/dev/shm": ` + shm + `}`)
 	}
 	const full = `"bytes": 16000000, "errno": 28`
 	cpu := func(cpuSecs, secs float64) engine.Result {
@@ -77,7 +78,7 @@ func TestEvaluations(t *testing.T) {
 		{"no_network", ok("blocked tcp 127.0.0.1 4000 111\nOPENED raw icmp\ninterfaces lo\n"), false},
 		{"no_network", engine.Result{Status: engine.StatusFailed, Stderr: "Traceback"}, false},
 		{"readonly_everywhere_but_tmp_and_workdir", ok("read-only / 30\nread-only /etc 30\ntmp writable\nworkdir writable /code\n"), true},
-		{"readonly_everywhere_but_tmp_and_workdir", ok("read-only / 30\nWRITABLE file /dev/shm\ntmp writable\nworkdir writable /code\n"), false},
+		{"readonly_everywhere_but_tmp_and_workdir", ok("read-only / 30\nWRITABLE file /var/tmp\ntmp writable\nworkdir writable /code\n"), false},
 		{"readonly_everywhere_but_tmp_and_workdir", ok("read-only / 30\nWRITABLE code file remove\ntmp writable\nworkdir writable /code\n"), false},
 		{"readonly_everywhere_but_tmp_and_workdir", ok("read-only / 30\n"), false}, // never got to write /tmp
 		{"noexec_and_size_limit", fill(full, full), true},
@@ -87,11 +88,11 @@ func TestEvaluations(t *testing.T) {
 		{"noexec_and_size_limit", fill(`"bytes": 4000000, "errno": 28`, full), false}, // far smaller than promised
 		{"tmp_mount_options", ok(`{"options": "rw,nosuid,nodev,noexec,relatime,rw,size=16384k"}`), true},
 		{"tmp_mount_options", ok(`{"options": "rw,noexec,rw,mode=1777"}`), false},
-		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit 127): failed to map segment", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), true},
+		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit 127): failed to map segment", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}, "/dev/shm": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), true},
 		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), false}, // the working directory not tried
 		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "ran", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit 127)", "mmap": "refused: Operation not permitted"}}`), false},
 		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit -11)", "mmap": "refused: Operation not permitted"}, "/code": {"ldso": "refused (exit -11)", "mmap": "executed"}}`), false},
-		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}, "/code": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}}`), true}, // gVisor 2022-12 on a host tmpfs`
+		{"noexec_loader_and_mmap", ok(`{"/tmp": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}, "/code": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}, "/dev/shm": {"ldso": "refused (exit -11)", "mmap": "mapped, but calling it faulted (signal 11)"}}`), true}, // gVisor 2022-12 on a host tmpfs`
 		{"unprivileged_identity", identityWith("", ""), true},
 		{"unprivileged_identity", identityWith(`"groups": []`, `"groups": [0]`), false},
 		{"unprivileged_identity", ok(strings.ReplaceAll(strings.ReplaceAll(identityOK, "2000000042", "65534"), "\n", "")), false}, // shared by every sandbox
