@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -196,21 +195,6 @@ func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
 	}
 	return newServer(t, langs, images, opts.Version)
 }
-
-// ServeStdio serves MCP on r and w (newline-delimited JSON-RPC) until r
-// ends or ctx is cancelled.
-func ServeStdio(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts Options) error {
-	s := New(ctx, c, opts)
-	err := s.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}})
-	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
-		return nil
-	}
-	return err
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // fetchLanguages asks the API which languages it runs. It gives up quickly:
 // the tools work without versions in their description.
