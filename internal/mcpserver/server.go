@@ -143,7 +143,11 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 		version = "dev"
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "vertal-run", Title: "Vertal Run", Version: version}, &mcp.ServerOptions{
-		Logger:       sdkLogger(t.log),
+		Logger: sdkLogger(t.log),
+		// Only what both servers (this and sdk/python's) honour: tools,
+		// whose list never changes. The SDK's defaults would add logging,
+		// which no tool uses, and tools.listChanged, never sent.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
 	})
 	s.AddTool(runCodeTool(langs, images), t.runCode)
