@@ -629,3 +629,17 @@ func TestHTTPHandlerOnlyPOST(t *testing.T) {
 		})
 	}
 }
+
+// TestCapabilities pins what the server advertises: tools only, the same
+// as sdk/python's server (its test_mcp asserts the same object).
+func TestCapabilities(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+	got, err := json.Marshal(cs.InitializeResult().Capabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"tools":{}}`; string(got) != want {
+		t.Errorf("capabilities = %s, want %s", got, want)
+	}
+}

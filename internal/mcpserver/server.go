@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -144,7 +143,11 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 		version = "dev"
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "vertal-run", Title: "Vertal Run", Version: version}, &mcp.ServerOptions{
-		Logger:       sdkLogger(t.log),
+		Logger: sdkLogger(t.log),
+		// Only what both servers (this and sdk/python's) honour: tools,
+		// whose list never changes. The SDK's defaults would add logging,
+		// which no tool uses, and tools.listChanged, never sent.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
 	})
 	s.AddTool(runCodeTool(langs, images), t.runCode)
@@ -196,21 +199,6 @@ func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
 	}
 	return newServer(t, langs, images, opts.Version)
 }
-
-// ServeStdio serves MCP on r and w (newline-delimited JSON-RPC) until r
-// ends or ctx is cancelled.
-func ServeStdio(ctx context.Context, c *client.Client, r io.Reader, w io.Writer, opts Options) error {
-	s := New(ctx, c, opts)
-	err := s.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}})
-	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
-		return nil
-	}
-	return err
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // fetchLanguages asks the API which languages it runs. It gives up quickly:
 // the tools work without versions in their description.

@@ -94,7 +94,7 @@ class ServerTest(unittest.TestCase):
         init = h({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                   "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
         self.assertEqual(init["result"]["protocolVersion"], "2025-06-18")
-        self.assertEqual(init["result"]["capabilities"], {"tools": {"listChanged": False}})
+        self.assertEqual(init["result"]["capabilities"], {"tools": {}})  # as TestCapabilities in Go
         future = h({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": "2099-01-01"}})
         self.assertEqual(future["result"]["protocolVersion"], PROTOCOL_VERSIONS[0])
         self.assertIsNone(h({"jsonrpc": "2.0", "method": "notifications/initialized"}))

@@ -486,7 +486,8 @@ class Server:
             version = wanted if wanted in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
             return _result(msg_id, {
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": False}},
+                # The same as the Go server's: tools, whose list never changes.
+                "capabilities": {"tools": {}},
                 "serverInfo": {"name": "vertal-run", "title": "Vertal Run", "version": __version__},
                 "instructions": INSTRUCTIONS,
             })

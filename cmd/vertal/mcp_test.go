@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestMCPStdioAnswersBeforeExit runs the real binary with a stdin that
+// closes right after the last request, as `echo '<request>' | vertal mcp`
+// does, and checks that every request is answered before it exits. The
+// API's answer to the tool call is held back until stdin has closed, so
+// the end of input always comes first.
+func TestMCPStdioAnswersBeforeExit(t *testing.T) {
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  map[float64]string // response id -> a text its result contains
+	}{
+		{name: "initialize alone", lines: []string{initialize}, want: map[float64]string{1: `"name":"vertal-run"`}},
+		{name: "tool call in flight at the end of input", lines: []string{initialize,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+			`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_usage","arguments":{}}}`},
+			want: map[float64]string{1: `"name":"vertal-run"`, 2: `tenant: acme`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdinClosed := make(chan struct{})
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch r.URL.Path {
+				case "/v1/usage":
+					select {
+					case <-stdinClosed:
+					case <-r.Context().Done():
+						return
+					}
+					io.WriteString(w, `{"tenant":"acme","plan":"free","today":{"date":"2026-12-01","executions":3,"sandbox_seconds":2.5},"limits":{"executions_per_day":100,"max_timeout_s":10}}`)
+				case "/v1/languages":
+					io.WriteString(w, `{"languages":[{"name":"python","version":"3.11.2"}]}`)
+				default:
+					w.WriteHeader(http.StatusNotFound)
+					io.WriteString(w, `{"error":{"code":"not_found","message":"no such route"},"request_id":"req_1"}`)
+				}
+			}))
+			defer api.Close()
+
+			// The bound only keeps a hung binary from hanging the suite.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, vertalBinary(t), "mcp")
+			cmd.Env = []string{"KUBO_API_URL=" + api.URL, "KUBO_API_KEY=kubo_sk_test0123456789abcdef"}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(stdin, strings.Join(tc.lines, "\n")+"\n")
+			stdin.Close()
+			close(stdinClosed)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("vertal mcp: %v\nstderr: %s", err, stderr.String())
+			}
+
+			got := map[float64]string{}
+			for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+				var msg struct {
+					ID     float64         `json:"id"`
+					Result json.RawMessage `json:"result"`
+				}
+				if json.Unmarshal([]byte(line), &msg) != nil || msg.Result == nil {
+					continue
+				}
+				for id, text := range tc.want {
+					if id == msg.ID && strings.Contains(string(msg.Result), text) {
+						got[id] = text
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("answers (-want +got):\n%s\nstdout: %s\nstderr: %s", diff, stdout.String(), stderr.String())
+			}
+		})
+	}
+}
