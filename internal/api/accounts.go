@@ -334,7 +334,7 @@ func (s *Server) signupPage(w http.ResponseWriter, r *http.Request, se *session)
 func (s *Server) signup(w http.ResponseWriter, r *http.Request, se *session) error {
 	in := account.SignUp{Email: r.PostFormValue("email"), Name: r.PostFormValue("name"),
 		Password: r.PostFormValue("password"), Invite: r.PostFormValue("invite"), IP: s.clientIP(r)}
-	a, err := s.opts.Accounts.SignUp(r.Context(), in, s.publicBase(r))
+	a, err := s.opts.Accounts.SignUp(r.Context(), in)
 	if err != nil {
 		if isAccountError(err) {
 			status := http.StatusBadRequest
@@ -375,7 +375,7 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request, se *session) err
 }
 
 func (s *Server) resendVerification(w http.ResponseWriter, r *http.Request, se *session) error {
-	if err := s.opts.Accounts.SendVerification(r.Context(), se.account, s.publicBase(r)); err != nil {
+	if err := s.opts.Accounts.SendVerification(r.Context(), se.account); err != nil {
 		return &Error{Kind: KindUnavailable, Msg: "the email could not be sent; try again later", Err: err}
 	}
 	http.Redirect(w, r, "/dashboard", http.StatusSeeOther)
@@ -393,7 +393,7 @@ func (s *Server) resetPage(w http.ResponseWriter, r *http.Request, se *session) 
 }
 
 func (s *Server) requestReset(w http.ResponseWriter, r *http.Request, se *session) error {
-	if err := s.opts.Accounts.RequestReset(r.Context(), r.PostFormValue("email"), s.publicBase(r)); err != nil {
+	if err := s.opts.Accounts.RequestReset(r.Context(), r.PostFormValue("email")); err != nil {
 		s.log.Warn("sending a reset email", "error", err)
 	}
 	return s.render(w, r, http.StatusOK, "message.html", se, Page{Title: "Check your email",

@@ -245,7 +245,7 @@ func TestSignInBruteForceInBrowser(t *testing.T) {
 	requireE2E(t)
 	var skew atomic.Int64 // how far the service's clock is ahead of the real one
 	base, acc := startAccountServer(t, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
-	if _, err := acc.SignUp(t.Context(), account.SignUp{Email: "ann@example.com", Password: testPassword}, base); err != nil {
+	if _, err := acc.SignUp(t.Context(), account.SignUp{Email: "ann@example.com", Password: testPassword}); err != nil {
 		t.Fatal(err)
 	}
 	b := newBrowser(t, 390, 844)
