@@ -230,6 +230,9 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 			t.Fatalf("keys 2-5: refused: %s", eval[string](b, `document.getElementById('key-error').textContent`))
 		}
 	}
+	if got := eval[string](b, `document.getElementById('active-keys').textContent`); got != "5" {
+		t.Errorf("after creating 5 keys the heading says %s of 5 active", got)
+	}
 	if k := createKey(); k != "" {
 		t.Errorf("a 6th key was made")
 	}
