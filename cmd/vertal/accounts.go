@@ -58,13 +58,6 @@ func operatorCommand(ctx context.Context, e *env, args []string, name, usage str
 	return run(cfg, st, pos)
 }
 
-func publicURL(cfg config.Config) (string, error) {
-	if cfg.PublicURL == "" {
-		return "", errors.New("links need the server's address: set --public-url (or VERTAL_PUBLIC_URL), e.g. https://vertalrun.com")
-	}
-	return cfg.PublicURL, nil
-}
-
 func cmdInvite(ctx context.Context, e *env, args []string) error {
 	var plan, tenant *string
 	return operatorCommand(ctx, e, args, "invite", "invite EMAIL [--plan P] [--tenant T]\n\nPrints a one-time sign-up link (valid 7 days). With --tenant the account\nowns that existing tenant (one made with create-key), keeping its plan.", 1,
@@ -79,15 +72,11 @@ func cmdInvite(ctx context.Context, e *env, args []string) error {
 			if _, ok := cfg.Plans[*plan]; !ok {
 				return fmt.Errorf("unknown plan %q (configured: %v)", *plan, config.PlanNames(cfg.Plans))
 			}
-			base, err := publicURL(cfg)
+			svc, err := account.New(account.Options{Store: st, Signup: cfg.Signup, PublicURL: cfg.PublicURL})
 			if err != nil {
 				return err
 			}
-			svc, err := account.New(account.Options{Store: st, Signup: cfg.Signup})
-			if err != nil {
-				return err
-			}
-			link, err := svc.Invite(ctx, pos[0], *plan, *tenant, base)
+			link, err := svc.Invite(ctx, pos[0], *plan, *tenant)
 			if err != nil {
 				return err
 			}
@@ -99,15 +88,11 @@ func cmdInvite(ctx context.Context, e *env, args []string) error {
 func cmdResetLink(ctx context.Context, e *env, args []string) error {
 	return operatorCommand(ctx, e, args, "reset-link", "reset-link EMAIL\n\nPrints a one-time password reset link (valid one hour) for a server without SMTP.", 1, nil,
 		func(cfg config.Config, st store.Store, pos []string) error {
-			base, err := publicURL(cfg)
+			svc, err := account.New(account.Options{Store: st, Signup: cfg.Signup, PublicURL: cfg.PublicURL})
 			if err != nil {
 				return err
 			}
-			svc, err := account.New(account.Options{Store: st, Signup: cfg.Signup})
-			if err != nil {
-				return err
-			}
-			link, err := svc.ResetLink(ctx, pos[0], base)
+			link, err := svc.ResetLink(ctx, pos[0])
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("no account with email %s", pos[0])
 			}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -103,7 +104,10 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&outDir, "out", ".", "directory the returned files are written to")
 	fs.BoolVar(&async, "async", false, "queue the run and print its id at once (with --json: the queued execution); vertal wait ID gets the result")
 	fs.StringVar(&webhook, "webhook", "", "with --async: URL (https) the server POSTs the signed result to when the run ends")
-	fs.Usage = func() {
+	// The flag package calls Usage after every parse error too; the whole
+	// text is printed only for -h, so that an error stays on screen.
+	fs.Usage = func() {}
+	usage := func() {
 		fmt.Fprint(e.Stderr, `usage: vertal run [flags] CODE | FILE | - [-- ARGS...]
 
 Runs code on a Vertal Run server and mirrors the program: its stdout and
@@ -136,8 +140,10 @@ flags:
 	positional, rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return nil
 		}
+		fmt.Fprintln(e.Stderr, "vertal run: see vertal run -h for the flags")
 		return exitCode(exitUsage)
 	}
 	if len(positional) == 0 && len(rest) > 0 {
@@ -158,7 +164,7 @@ flags:
 		return exitCode(exitUsage)
 	}
 
-	code, inferred, err := readCode(positional[0], e.Stdin)
+	code, inferred, err := readCode(positional[0], e.Stdin, language != "")
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "vertal run: %v\n", err)
 		return exitCode(exitUsage)
@@ -397,10 +403,16 @@ func parseInterspersed(fs *flag.FlagSet, args []string) (positional, rest []stri
 	}
 }
 
+// fileLike is an argument that reads as a file name (main.py, src/t.ts)
+// rather than as code: one word ending in a short extension.
+var fileLike = regexp.MustCompile(`^[\w./~-]*\w\.[A-Za-z][A-Za-z0-9]{0,4}$`)
+
 // readCode resolves the positional argument: "-" is standard input, an
-// existing regular file is read (its extension suggests the language), and
-// anything else is the code itself.
-func readCode(arg string, stdin io.Reader) (code, language string, err error) {
+// existing regular file is read (its extension names the language, unless
+// --language does), and anything else is the code itself. An argument
+// that reads as a file name but names no file, or a file whose extension
+// is no language's, is an error rather than code to run as Python.
+func readCode(arg string, stdin io.Reader, languageGiven bool) (code, language string, err error) {
 	if arg == "-" {
 		b, err := io.ReadAll(stdin)
 		if err != nil {
@@ -408,13 +420,23 @@ func readCode(arg string, stdin io.Reader) (code, language string, err error) {
 		}
 		return string(b), "", nil
 	}
+	ext := strings.ToLower(filepath.Ext(arg))
 	if fi, err := os.Stat(arg); err == nil && fi.Mode().IsRegular() {
+		name, known := lang.ByExt(ext)
+		if !known && !languageGiven {
+			return "", "", fmt.Errorf("%s: the extension %q is no language's; name one with --language", arg, ext)
+		}
 		b, err := os.ReadFile(arg)
 		if err != nil {
 			return "", "", fmt.Errorf("reading code file: %w", err)
 		}
-		name, _ := lang.ByExt(strings.ToLower(filepath.Ext(arg)))
 		return string(b), name, nil
+	}
+	if fileLike.MatchString(arg) {
+		if _, known := lang.ByExt(ext); !known {
+			return "", "", fmt.Errorf("%s: no such file, and %q is no language's extension", arg, ext)
+		}
+		return "", "", fmt.Errorf("%s: no such file (to run text as code, pass the code itself or - for standard input)", arg)
 	}
 	return arg, "", nil
 }

@@ -141,6 +141,10 @@ func TestCmdRun(t *testing.T) {
 	if err := os.WriteFile(script, []byte("echo from-file\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	tsFile := filepath.Join(dir, "t.ts")
+	if err := os.WriteFile(tsFile, []byte("console.log(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name     string
@@ -207,6 +211,23 @@ func TestCmdRun(t *testing.T) {
 		{
 			name: "no code", args: []string{"--json"},
 			want: cliResult{Stderr: "vertal run: want exactly one CODE, FILE or -; see vertal run -h\n", Exit: 2},
+		},
+		{
+			name: "a file name that names no file is not code", args: []string{"plott.py"},
+			want: cliResult{Stderr: "vertal run: plott.py: no such file (to run text as code, pass the code itself or - for standard input)\n", Exit: 2},
+		},
+		{
+			name: "an unknown extension is not code", args: []string{"t.ts"},
+			want: cliResult{Stderr: "vertal run: t.ts: no such file, and \".ts\" is no language's extension\n", Exit: 2},
+		},
+		{
+			name: "a file with an unknown extension needs --language", args: []string{tsFile},
+			want: cliResult{Stderr: "vertal run: " + tsFile + ": the extension \".ts\" is no language's; name one with --language\n", Exit: 2},
+		},
+		{
+			name: "a file with an unknown extension and --language", args: []string{tsFile, "-l", "javascript"},
+			want:     cliResult{Stdout: "console.log(1)\n"},
+			wantBody: map[string]any{"language": "javascript", "code": "console.log(1)\n"},
 		},
 		{
 			name: "stdin used twice", args: []string{"-", "--stdin", "-"},
@@ -383,6 +404,10 @@ func TestCmdRunFilesEnvArgs(t *testing.T) {
 		got := runCLI(t, cmdRun, environ, "", append(tc.args, "print(1)")...)
 		if got.Exit != 2 || !strings.Contains(got.Stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, got.Exit, got.Stderr, tc.want)
+		}
+		// The error and a one-line hint, not the whole usage after it.
+		if n := strings.Count(got.Stderr, "\n"); n > 2 || strings.Contains(got.Stderr, "usage:") {
+			t.Errorf("%v: %d lines on stderr, want the error and a hint:\n%s", tc.args, n, got.Stderr)
 		}
 	}
 }

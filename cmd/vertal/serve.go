@@ -191,7 +191,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		}
 		mailer = m
 	}
-	accounts, err := account.New(account.Options{Store: st, Signup: cfg.Signup, Mailer: mailer, Logger: logger})
+	accounts, err := account.New(account.Options{Store: st, Signup: cfg.Signup, Mailer: mailer, PublicURL: cfg.PublicURL, Logger: logger})
 	if err != nil {
 		return err
 	}

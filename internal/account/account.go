@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net/mail"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ var (
 	ErrBadName         = errors.New("a name is at most 100 characters, without control characters")
 	ErrWeakPassword    = errors.New("a password has 10 to 200 characters")
 	ErrNoSession       = errors.New("not signed in")
+	// ErrNoPublicURL is the answer of a link's maker on a service
+	// without Options.PublicURL.
+	ErrNoPublicURL = errors.New("links need the server's address: set --public-url (or VERTAL_PUBLIC_URL), e.g. https://vertalrun.com")
 )
 
 // Throttling of sign-in attempts, counted in the store's rate windows so
@@ -99,6 +103,13 @@ type Options struct {
 	// Mailer sends verification and reset emails. Nil: no email, so new
 	// accounts count as verified and resets go through `vertal reset-link`.
 	Mailer Mailer
+	// PublicURL is the server's origin as browsers see it
+	// (https://vertalrun.com). Every link the service makes starts with
+	// it, and only with it: a link built from a request's Host header
+	// would let whoever sends the request choose where a mailed token
+	// goes. Required with a Mailer; without one, links (invites, resets)
+	// fail with ErrNoPublicURL.
+	PublicURL string
 	// Logger receives mail failures; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -110,8 +121,10 @@ type Service struct {
 	st     store.Store
 	signup string
 	mailer Mailer
-	log    *slog.Logger
-	now    func() time.Time
+	// publicURL starts every link (no trailing slash); "" refuses links.
+	publicURL string
+	log       *slog.Logger
+	now       func() time.Time
 	// hashing bounds concurrent argon2id computations (19 MiB each), so a
 	// flood of sign-ins cannot exhaust memory.
 	hashing chan struct{}
@@ -129,8 +142,16 @@ func New(opts Options) (*Service, error) {
 	if !ValidSignup(opts.Signup) {
 		return nil, fmt.Errorf("account: sign-up mode %q is not open, invite or closed", opts.Signup)
 	}
+	if opts.PublicURL != "" {
+		u, err := url.Parse(opts.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("account: PublicURL %q is not an http(s) origin", opts.PublicURL)
+		}
+	} else if opts.Mailer != nil {
+		return nil, fmt.Errorf("account: a Mailer needs PublicURL: %w", ErrNoPublicURL)
+	}
 	s := &Service{st: opts.Store, signup: opts.Signup, mailer: opts.Mailer, log: opts.Logger, now: opts.Now,
-		hashing: make(chan struct{}, 4)}
+		publicURL: strings.TrimRight(opts.PublicURL, "/"), hashing: make(chan struct{}, 4)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -223,9 +244,9 @@ type SignUp struct {
 }
 
 // SignUp creates an account (and its tenant, unless the invite attaches an
-// existing one). With a Mailer it sends the verification link, built on
-// baseURL; without one the account is verified at once.
-func (s *Service) SignUp(ctx context.Context, in SignUp, baseURL string) (store.Account, error) {
+// existing one). With a Mailer it sends the verification link; without one
+// the account is verified at once.
+func (s *Service) SignUp(ctx context.Context, in SignUp) (store.Account, error) {
 	if s.signup == SignupClosed {
 		return store.Account{}, ErrSignupClosed
 	}
@@ -292,7 +313,7 @@ func (s *Service) SignUp(ctx context.Context, in SignUp, baseURL string) (store.
 		return store.Account{}, err
 	}
 	if s.mailer != nil {
-		if err := s.SendVerification(ctx, a, baseURL); err != nil {
+		if err := s.SendVerification(ctx, a); err != nil {
 			s.log.Warn("sending the verification email", "account", a.ID, "error", err)
 		}
 	}
@@ -310,8 +331,17 @@ func (s *Service) newToken(ctx context.Context, t store.Token, ttl time.Duration
 	return secret, nil
 }
 
+// link returns the page at path with query key=secret on the configured
+// origin, never on one a request named.
+func (s *Service) link(path, key, secret string) (string, error) {
+	if s.publicURL == "" {
+		return "", ErrNoPublicURL
+	}
+	return s.publicURL + path + "?" + url.Values{key: {secret}}.Encode(), nil
+}
+
 // SendVerification emails a's verification link.
-func (s *Service) SendVerification(ctx context.Context, a store.Account, baseURL string) error {
+func (s *Service) SendVerification(ctx context.Context, a store.Account) error {
 	if s.mailer == nil {
 		return errors.New("account: no SMTP server configured")
 	}
@@ -319,7 +349,10 @@ func (s *Service) SendVerification(ctx context.Context, a store.Account, baseURL
 	if err != nil {
 		return err
 	}
-	link := strings.TrimRight(baseURL, "/") + "/verify?token=" + tok
+	link, err := s.link("/verify", "token", tok)
+	if err != nil {
+		return err
+	}
 	return s.mailer.Send(ctx, a.Email, "Verify your Vertal Run email",
 		"Open this link to verify the email of your Vertal Run account:\n\n"+link+"\n\nIt works once, for 48 hours.\n")
 }
@@ -341,7 +374,10 @@ func (s *Service) Verify(ctx context.Context, token string) (store.Account, erro
 
 // Invite returns a one-time sign-up link for email on plan; tenant, if
 // set, is an existing tenant (made with create-key) the account will own.
-func (s *Service) Invite(ctx context.Context, email, plan, tenant, baseURL string) (string, error) {
+func (s *Service) Invite(ctx context.Context, email, plan, tenant string) (string, error) {
+	if s.publicURL == "" {
+		return "", ErrNoPublicURL
+	}
 	email, err := NormalizeEmail(email)
 	if err != nil {
 		return "", err
@@ -355,7 +391,7 @@ func (s *Service) Invite(ctx context.Context, email, plan, tenant, baseURL strin
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimRight(baseURL, "/") + "/signup?invite=" + tok, nil
+	return s.link("/signup", "invite", tok)
 }
 
 // PeekInvite returns the invite behind a link, to fill in the form.
@@ -369,7 +405,10 @@ func (s *Service) PeekInvite(ctx context.Context, token string) (store.Token, er
 
 // ResetLink returns a password reset link for the account with email
 // (store.ErrNotFound if there is none): `vertal reset-link` prints it.
-func (s *Service) ResetLink(ctx context.Context, email, baseURL string) (string, error) {
+func (s *Service) ResetLink(ctx context.Context, email string) (string, error) {
+	if s.publicURL == "" {
+		return "", ErrNoPublicURL
+	}
 	if norm, err := NormalizeEmail(email); err == nil {
 		email = norm
 	}
@@ -381,12 +420,12 @@ func (s *Service) ResetLink(ctx context.Context, email, baseURL string) (string,
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimRight(baseURL, "/") + "/reset?token=" + tok, nil
+	return s.link("/reset", "token", tok)
 }
 
 // RequestReset emails a reset link if an account has email; the caller
 // answers the same either way.
-func (s *Service) RequestReset(ctx context.Context, email, baseURL string) error {
+func (s *Service) RequestReset(ctx context.Context, email string) error {
 	if s.mailer == nil {
 		return nil
 	}
@@ -402,7 +441,7 @@ func (s *Service) RequestReset(ctx context.Context, email, baseURL string) error
 		s.log.Warn("password reset requests over the limit; no email sent", "window", ThrottleWindow.String())
 		return nil
 	}
-	link, err := s.ResetLink(ctx, email, baseURL)
+	link, err := s.ResetLink(ctx, email)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}

@@ -30,7 +30,7 @@ func TestPassword(t *testing.T) {
 
 func newService(t *testing.T, mode string) (*Service, *storefake.Store) {
 	st := storefake.New()
-	s, err := New(Options{Store: st, Signup: mode})
+	s, err := New(Options{Store: st, Signup: mode, PublicURL: "http://h"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestSignupModes(t *testing.T) {
 		want error
 	}{{SignupOpen, nil}, {SignupInvite, ErrInviteRequired}, {SignupClosed, ErrSignupClosed}} {
 		s, _ := newService(t, tc.mode)
-		a, err := s.SignUp(ctx, in, "http://x")
+		a, err := s.SignUp(ctx, in)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: SignUp error = %v, want %v", tc.mode, err, tc.want)
 		}
@@ -61,22 +61,22 @@ func TestInviteAttachesTenant(t *testing.T) {
 	if _, err := st.CreateKey(ctx, store.NewKey{ID: "key_000000000001", Tenant: "legacy", Plan: "pro", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	link, err := s.Invite(ctx, "lee@example.com", "", "legacy", "http://h")
+	link, err := s.Invite(ctx, "lee@example.com", "", "legacy")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tok := link[len("http://h/signup?invite="):]
-	if _, err := s.SignUp(ctx, SignUp{Email: "other@example.com", Password: "0123456789", Invite: tok}, ""); !errors.Is(err, ErrInviteEmail) {
+	if _, err := s.SignUp(ctx, SignUp{Email: "other@example.com", Password: "0123456789", Invite: tok}); !errors.Is(err, ErrInviteEmail) {
 		t.Errorf("invite used by another email: %v, want ErrInviteEmail", err)
 	}
-	a, err := s.SignUp(ctx, SignUp{Email: "lee@example.com", Password: "0123456789", Invite: tok}, "")
+	a, err := s.SignUp(ctx, SignUp{Email: "lee@example.com", Password: "0123456789", Invite: tok})
 	if err != nil || a.Tenant != "legacy" {
 		t.Fatalf("SignUp with invite = %+v, %v; want tenant legacy", a, err)
 	}
 	if tn, _ := st.Tenant(ctx, "legacy"); tn.Plan != "pro" {
 		t.Errorf("attached tenant plan = %q, want pro", tn.Plan)
 	}
-	if _, err := s.SignUp(ctx, SignUp{Email: "lee@example.com", Password: "0123456789", Invite: tok}, ""); !errors.Is(err, ErrBadLink) {
+	if _, err := s.SignUp(ctx, SignUp{Email: "lee@example.com", Password: "0123456789", Invite: tok}); !errors.Is(err, ErrBadLink) {
 		t.Errorf("invite used twice: %v, want ErrBadLink", err)
 	}
 }
@@ -84,7 +84,7 @@ func TestInviteAttachesTenant(t *testing.T) {
 func TestSignInSameAnswerAndThrottle(t *testing.T) {
 	ctx := t.Context()
 	s, _ := newService(t, SignupOpen)
-	if _, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"}, ""); err != nil {
+	if _, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.SignIn(ctx, "ann@example.com", "0123456789", "10.0.0.1"); err != nil {
@@ -118,7 +118,7 @@ func TestSignInSameAnswerAndThrottle(t *testing.T) {
 func TestResetEndsSessions(t *testing.T) {
 	ctx := t.Context()
 	s, _ := newService(t, SignupOpen)
-	a, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"}, "")
+	a, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Password: "0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestResetEndsSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	link, err := s.ResetLink(ctx, "ann@example.com", "http://h")
+	link, err := s.ResetLink(ctx, "ann@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,16 +155,16 @@ func TestResetEmailsAreBounded(t *testing.T) {
 	ctx := t.Context()
 	st := storefake.New()
 	m := &countingMailer{}
-	s, err := New(Options{Store: st, Signup: SignupOpen, Mailer: m})
+	s, err := New(Options{Store: st, Signup: SignupOpen, Mailer: m, PublicURL: "http://h"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Name: "Ann", Password: "0123456789"}, "http://x"); err != nil {
+	if _, err := s.SignUp(ctx, SignUp{Email: "ann@example.com", Name: "Ann", Password: "0123456789"}); err != nil {
 		t.Fatal(err)
 	}
 	m.sent = 0 // the verification email
 	for range 10 {
-		if err := s.RequestReset(ctx, "Ann@example.com", "http://x"); err != nil {
+		if err := s.RequestReset(ctx, "Ann@example.com"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,7 +187,7 @@ func TestSignupLimits(t *testing.T) {
 	n := 0
 	signUp := func(ip, password string) error {
 		n++
-		_, err := s.SignUp(ctx, SignUp{Email: fmt.Sprintf("u%d@example.com", n), Password: password, IP: ip}, "")
+		_, err := s.SignUp(ctx, SignUp{Email: fmt.Sprintf("u%d@example.com", n), Password: password, IP: ip})
 		return err
 	}
 	if err := signUp("10.0.0.1", "short"); !errors.Is(err, ErrWeakPassword) {
@@ -255,11 +255,11 @@ func (c *fakeClock) add(d time.Duration) {
 func signedIn(t *testing.T, c *fakeClock) (*Service, *storefake.Store, store.Account, string) {
 	t.Helper()
 	st := storefake.New()
-	s, err := New(Options{Store: st, Signup: SignupOpen, Now: c.now})
+	s, err := New(Options{Store: st, Signup: SignupOpen, PublicURL: "http://h", Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.SignUp(t.Context(), SignUp{Email: "ann@example.com", Password: "0123456789"}, "")
+	a, err := s.SignUp(t.Context(), SignUp{Email: "ann@example.com", Password: "0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestPurge(t *testing.T) {
 	ctx := t.Context()
 	c := &fakeClock{t: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)}
 	s, _, a, old := signedIn(t, c)
-	if _, err := s.ResetLink(ctx, "ann@example.com", "http://h"); err != nil {
+	if _, err := s.ResetLink(ctx, "ann@example.com"); err != nil {
 		t.Fatal(err)
 	}
 	c.add(SessionTTL - time.Hour)
@@ -318,4 +318,23 @@ func TestPurgeEvery(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestMailNeedsPublicURL: a service that mails links must know its own
+// origin, since the only other source would be the request's Host header,
+// which the sender chooses (reset poisoning). Without one, printed links
+// are refused too.
+func TestMailNeedsPublicURL(t *testing.T) {
+	if _, err := New(Options{Store: storefake.New(), Mailer: &countingMailer{}}); !errors.Is(err, ErrNoPublicURL) {
+		t.Errorf("New with a Mailer and no PublicURL: error %v, want ErrNoPublicURL", err)
+	}
+	for _, bad := range []string{"attacker.example", "ftp://x", "https://"} {
+		if _, err := New(Options{Store: storefake.New(), PublicURL: bad}); err == nil {
+			t.Errorf("New with PublicURL %q: no error", bad)
+		}
+	}
+	s, _ := New(Options{Store: storefake.New(), Signup: SignupOpen})
+	if _, err := s.Invite(t.Context(), "ann@example.com", "", ""); !errors.Is(err, ErrNoPublicURL) {
+		t.Errorf("Invite without PublicURL: error %v, want ErrNoPublicURL", err)
+	}
 }

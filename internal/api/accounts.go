@@ -247,12 +247,25 @@ func (s *Server) signedIn(h pageHandler) handlerFunc {
 	})
 }
 
+// notices are the messages a redirect may ask a page to show, by code
+// (?notice=signed-out): the text is the server's, so a link cannot make
+// the real origin show words of its sender's choosing. An unknown code
+// shows nothing.
+var notices = map[string]string{
+	"signed-out":            "Signed out.",
+	"signed-out-everywhere": "Signed out on every device.",
+	"password-changed":      "Password changed: sign in.",
+}
+
+// noticeParam is the message for r's ?notice= code, or "".
+func noticeParam(r *http.Request) string { return notices[r.URL.Query().Get("notice")] }
+
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request, se *session) error {
 	if se != nil {
 		http.Redirect(w, r, "/dashboard", http.StatusSeeOther)
 		return nil
 	}
-	return s.render(w, r, http.StatusOK, "login.html", nil, Page{Title: "Sign in", Section: "login", Notice: r.URL.Query().Get("notice")})
+	return s.render(w, r, http.StatusOK, "login.html", nil, Page{Title: "Sign in", Section: "login", Notice: noticeParam(r)})
 }
 
 // login checks the password, ends any session the browser came with (so
@@ -288,7 +301,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request, se *session) err
 		return internal(err)
 	}
 	s.clearSessionCookie(w, r)
-	http.Redirect(w, r, "/login?notice=Signed+out.", http.StatusSeeOther)
+	http.Redirect(w, r, "/login?notice=signed-out", http.StatusSeeOther)
 	return nil
 }
 
@@ -297,7 +310,7 @@ func (s *Server) logoutEverywhere(w http.ResponseWriter, r *http.Request, se *se
 		return internal(err)
 	}
 	s.clearSessionCookie(w, r)
-	http.Redirect(w, r, "/login?notice=Signed+out+on+every+device.", http.StatusSeeOther)
+	http.Redirect(w, r, "/login?notice=signed-out-everywhere", http.StatusSeeOther)
 	return nil
 }
 
@@ -334,7 +347,7 @@ func (s *Server) signupPage(w http.ResponseWriter, r *http.Request, se *session)
 func (s *Server) signup(w http.ResponseWriter, r *http.Request, se *session) error {
 	in := account.SignUp{Email: r.PostFormValue("email"), Name: r.PostFormValue("name"),
 		Password: r.PostFormValue("password"), Invite: r.PostFormValue("invite"), IP: s.clientIP(r)}
-	a, err := s.opts.Accounts.SignUp(r.Context(), in, s.publicBase(r))
+	a, err := s.opts.Accounts.SignUp(r.Context(), in)
 	if err != nil {
 		if isAccountError(err) {
 			status := http.StatusBadRequest
@@ -346,12 +359,15 @@ func (s *Server) signup(w http.ResponseWriter, r *http.Request, se *session) err
 		}
 		return internal(err)
 	}
-	notice := "Your account is ready: sign in."
-	if a.VerifiedAt.IsZero() {
-		notice = "Your account is ready. We sent a verification link to " + a.Email + "; sign in meanwhile."
-	}
-	http.Redirect(w, r, "/login?notice="+url.QueryEscape(notice), http.StatusSeeOther)
-	return nil
+	// The page says what happens next, rather than leaving the person at
+	// an empty sign-in form.
+	p := Page{Title: "Your account is ready", Data: signupDone{Email: a.Email, Verify: a.VerifiedAt.IsZero()}}
+	return s.render(w, r, http.StatusOK, "signup-done.html", se, p)
+}
+
+type signupDone struct {
+	Email  string
+	Verify bool // a verification link was mailed
 }
 
 func isAccountError(err error) bool {
@@ -375,7 +391,7 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request, se *session) err
 }
 
 func (s *Server) resendVerification(w http.ResponseWriter, r *http.Request, se *session) error {
-	if err := s.opts.Accounts.SendVerification(r.Context(), se.account, s.publicBase(r)); err != nil {
+	if err := s.opts.Accounts.SendVerification(r.Context(), se.account); err != nil {
 		return &Error{Kind: KindUnavailable, Msg: "the email could not be sent; try again later", Err: err}
 	}
 	http.Redirect(w, r, "/dashboard", http.StatusSeeOther)
@@ -393,7 +409,7 @@ func (s *Server) resetPage(w http.ResponseWriter, r *http.Request, se *session) 
 }
 
 func (s *Server) requestReset(w http.ResponseWriter, r *http.Request, se *session) error {
-	if err := s.opts.Accounts.RequestReset(r.Context(), r.PostFormValue("email"), s.publicBase(r)); err != nil {
+	if err := s.opts.Accounts.RequestReset(r.Context(), r.PostFormValue("email")); err != nil {
 		s.log.Warn("sending a reset email", "error", err)
 	}
 	return s.render(w, r, http.StatusOK, "message.html", se, Page{Title: "Check your email",
@@ -410,7 +426,7 @@ func (s *Server) confirmReset(w http.ResponseWriter, r *http.Request, se *sessio
 	if err != nil {
 		return internal(err)
 	}
-	http.Redirect(w, r, "/login?notice=Password+changed%3A+sign+in.", http.StatusSeeOther)
+	http.Redirect(w, r, "/login?notice=password-changed", http.StatusSeeOther)
 	return nil
 }
 

@@ -90,7 +90,7 @@ func (e *accountEnv) send(c *http.Client, req *http.Request) (*http.Response, st
 func (e *accountEnv) signUpAndIn(email, name string) (*http.Client, string) {
 	e.t.Helper()
 	c := e.browser()
-	if resp, body := e.post(c, "/signup", url.Values{"email": {email}, "name": {name}, "password": {"0123456789ab"}}, nil); resp.StatusCode != http.StatusSeeOther {
+	if resp, body := e.post(c, "/signup", url.Values{"email": {email}, "name": {name}, "password": {"0123456789ab"}}, nil); resp.StatusCode != http.StatusOK {
 		e.t.Fatalf("signup: %d %s", resp.StatusCode, body)
 	}
 	if resp, body := e.post(c, "/login", url.Values{"email": {email}, "password": {"0123456789ab"}}, nil); resp.StatusCode != http.StatusSeeOther {
@@ -392,7 +392,7 @@ func TestSignupThrottled(t *testing.T) {
 	e := newAccountEnv(t, "")
 	for i := range account.MaxSignupsPerIP {
 		form := url.Values{"email": {fmt.Sprintf("u%d@example.com", i)}, "password": {"0123456789ab"}}
-		if resp, body := e.post(e.browser(), "/signup", form, nil); resp.StatusCode != http.StatusSeeOther {
+		if resp, body := e.post(e.browser(), "/signup", form, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("sign-up %d: %d %s", i+1, resp.StatusCode, body)
 		}
 	}
@@ -403,5 +403,30 @@ func TestSignupThrottled(t *testing.T) {
 	}
 	if _, err := e.st.AccountByEmail(t.Context(), "late@example.com"); err == nil {
 		t.Errorf("the throttled sign-up made an account")
+	}
+}
+
+// TestLoginNoticeIsACode: ?notice= picks one of the server's messages; any
+// other text in the link is not shown on the real origin.
+func TestLoginNoticeIsACode(t *testing.T) {
+	e := newAccountEnv(t, "")
+	for _, tc := range []struct{ query, want, not string }{
+		{"signed-out", "Signed out.", ""},
+		{"password-changed", "Password changed: sign in.", ""},
+		{url.QueryEscape("Your account is locked: call +1 555 0100"), "", "call +1 555 0100"},
+		{"Signed+out.", "", "Signed out."},
+	} {
+		_, body := e.get(e.browser(), "/login?notice="+tc.query, nil)
+		if tc.want != "" && !strings.Contains(body, tc.want) {
+			t.Errorf("notice=%s: the page lacks %q", tc.query, tc.want)
+		}
+		if tc.want == "" && (strings.Contains(body, "form-notice") || strings.Contains(body, tc.not)) {
+			t.Errorf("notice=%s: the page shows the link's text", tc.query)
+		}
+	}
+	// Sign-up ends on a page that says what comes next.
+	resp, body := e.post(e.browser(), "/signup", url.Values{"email": {"ann@example.com"}, "password": {"0123456789ab"}}, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="signup-done"`) || !strings.Contains(body, "Sign in with your email") {
+		t.Errorf("sign-up answered %d without the next steps:\n%s", resp.StatusCode, body)
 	}
 }

@@ -301,7 +301,7 @@ func (s *Server) operatorPage(w http.ResponseWriter, r *http.Request, se *sessio
 		Plans   []string
 	}{rows, config.PlanNames(s.plans)}
 	return s.render(w, r, http.StatusOK, "operator.html", se, Page{Title: "Tenants", Section: "operator", Data: data,
-		Notice: r.URL.Query().Get("notice")})
+		Notice: noticeParam(r)})
 }
 
 func (s *Server) operatorSetPlan(w http.ResponseWriter, r *http.Request, se *session) error {

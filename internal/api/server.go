@@ -375,8 +375,14 @@ func isAPIPath(p string) bool {
 		strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/mcp/")
 }
 
-// serveWeb runs the web handler and replaces its 404 with the API's.
+// serveWeb runs the web handler and, for clients other than browsers,
+// replaces its 404 with the API's error shape. A browser (Accept names
+// text/html) gets the site's page-not-found.
 func (s *Server) serveWeb(w http.ResponseWriter, r *http.Request) error {
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		s.opts.Web.ServeHTTP(w, r)
+		return nil
+	}
 	ww := &webWriter{ResponseWriter: w}
 	s.opts.Web.ServeHTTP(ww, r)
 	if ww.notFound {

@@ -100,8 +100,9 @@ type Config struct {
 	// and password-reset emails; empty: no email.
 	SMTPURL string `json:"smtp_url"`
 	// PublicURL is the server's address as browsers see it
-	// (https://vertalrun.com); it builds links and snippets. Empty: taken
-	// from each request.
+	// (https://vertalrun.com); it builds links and snippets. Required with
+	// SMTPURL: mailed links are built from it only. Empty: snippets take
+	// it from each request, and no link is mailed.
 	PublicURL string `json:"public_url"`
 	// Dev creates tenant "local" on plan "pro" and prints its key on the
 	// first start.
@@ -275,6 +276,11 @@ func (c Config) Validate() error {
 	}
 	if c.SMTPURL != "" && !strings.HasPrefix(c.SMTPURL, "smtp://") {
 		bad("smtp-url must start with smtp://")
+	}
+	if c.SMTPURL != "" && c.PublicURL == "" {
+		// The mailed links (verification, reset) would otherwise need a
+		// request's Host header, which whoever sends the request chooses.
+		bad("smtp-url needs public-url: the links in verification and reset emails are built from it, never from a request's Host header; set --public-url (or VERTAL_PUBLIC_URL) to the address browsers use, e.g. https://vertalrun.com")
 	}
 	if c.EdgeSecret != "" && len(c.EdgeSecret) < 16 {
 		bad("edge-secret must be at least 16 characters")

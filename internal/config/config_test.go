@@ -147,6 +147,9 @@ func TestInvalid(t *testing.T) {
 		{"per-ip not a number", nil, map[string]string{"VERTAL_MAX_CONNS_PER_IP": "many"}, "", "VERTAL_MAX_CONNS_PER_IP"},
 		{"zero idle timeout", []string{"--idle-timeout", "0"}, nil, "", "idle-timeout"},
 		{"long idle timeout in file", nil, nil, `{"idle_timeout": "1h"}`, "idle-timeout 1h0m0s"},
+		// Mailed links come from public-url only, never from a request's Host.
+		{"smtp without public url", []string{"--smtp-url", "smtp://127.0.0.1:25?from=a@b.c"}, nil, "", "smtp-url needs public-url"},
+		{"smtp in env without public url", nil, map[string]string{"VERTAL_SMTP_URL": "smtp://127.0.0.1:25"}, "", "set --public-url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args

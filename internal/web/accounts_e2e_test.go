@@ -2,10 +2,12 @@ package web_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,6 +230,9 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 			t.Fatalf("keys 2-5: refused: %s", eval[string](b, `document.getElementById('key-error').textContent`))
 		}
 	}
+	if got := eval[string](b, `document.getElementById('active-keys').textContent`); got != "5" {
+		t.Errorf("after creating 5 keys the heading says %s of 5 active", got)
+	}
 	if k := createKey(); k != "" {
 		t.Errorf("a 6th key was made")
 	}
@@ -332,5 +337,61 @@ func shootAccount(t *testing.T, dir, base string) {
 		b.signIn(base+"/login", "ann@example.com", "a long enough password")
 		b.do(chromedp.WaitVisible(chromedp.ID("create-key")))
 		save("dashboard")
+	}
+}
+
+// TestMailedLinksIgnoreForgedHost is the reset-poisoning attack against
+// `vertal serve` with a real SMTP sink: sign-up and reset forms sent with
+// `Host: attacker.example` get mail whose links are on --public-url, and
+// serve refuses to start with --smtp-url but no --public-url.
+func TestMailedLinksIgnoreForgedHost(t *testing.T) {
+	requireE2E(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("the oci driver needs root")
+	}
+	dir := t.TempDir()
+	bin := buildVertal(t)
+	sink := startSMTPSink(t)
+	smtp := "smtp://" + sink.addr + "?from=noreply@vertal.test"
+
+	// Today's main starts and serves: the timeout ends it, and the test fails.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, serveArgs(freePort(t), "--data-dir", filepath.Join(dir, "refused"), "--smtp-url", smtp)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "smtp-url needs public-url") {
+		t.Fatalf("serve with --smtp-url and no --public-url: %v, want a refusal naming public-url:\n%s", err, out)
+	}
+
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv := launchServer(t, bin, serveArgs(port, "--data-dir", filepath.Join(dir, "data"), "--public-url", base,
+		"--signup", "open", "--smtp-url", smtp), false)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path string, form url.Values) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(form.Encode()))
+		req.Host = "attacker.example"
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 400 {
+			t.Fatalf("POST %s with a forged Host: %d\n%s", path, resp.StatusCode, srv.log())
+		}
+	}
+	post("/signup", url.Values{"email": {"victim@example.com"}, "password": {"a long enough password"}})
+	post("/reset", url.Values{"email": {"victim@example.com"}})
+	for _, page := range []string{"verify", "reset"} {
+		link := sink.link(t, regexp.MustCompile(`https?://\S+/`+page+`\?token=[0-9a-f]{64}`))
+		if !strings.HasPrefix(link, base+"/"+page+"?token=") {
+			t.Errorf("the %s mail links to %s, want it on %s", page, link, base)
+		}
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if strings.Contains(sink.out.String(), "attacker.example") {
+		t.Errorf("a mail names the forged Host:\n%s", sink.out.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -245,7 +246,7 @@ func TestSignInBruteForceInBrowser(t *testing.T) {
 	requireE2E(t)
 	var skew atomic.Int64 // how far the service's clock is ahead of the real one
 	base, acc := startAccountServer(t, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
-	if _, err := acc.SignUp(t.Context(), account.SignUp{Email: "ann@example.com", Password: testPassword}, base); err != nil {
+	if _, err := acc.SignUp(t.Context(), account.SignUp{Email: "ann@example.com", Password: testPassword}); err != nil {
 		t.Fatal(err)
 	}
 	b := newBrowser(t, 390, 844)
@@ -378,4 +379,30 @@ func TestDisabledTenantOnPostgresPairInBrowser(t *testing.T) {
 	}
 	user.checkClean()
 	op.checkClean()
+}
+
+// TestUnknownPageForBrowsers: a browser asking for a page that does not
+// exist gets the site's page-not-found (HTML, 404); an API client keeps
+// the JSON error shape.
+func TestUnknownPageForBrowsers(t *testing.T) {
+	base, _ := startAccountServer(t, time.Now)
+	for _, tc := range []struct{ accept, wantType, wantBody string }{
+		{"text/html,application/xhtml+xml,*/*;q=0.8", "text/html", "Page not found"},
+		{"application/json", "application/json", `"not_found"`},
+		{"", "application/json", `"not_found"`},
+	} {
+		req, _ := http.NewRequest("GET", base+"/no-such-page", nil)
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.HasPrefix(resp.Header.Get("Content-Type"), tc.wantType) || !strings.Contains(string(body), tc.wantBody) {
+			t.Errorf("Accept %q: %d %s, want 404 %s with %q:\n%.300s", tc.accept, resp.StatusCode, resp.Header.Get("Content-Type"), tc.wantType, tc.wantBody, body)
+		}
+	}
 }

@@ -92,5 +92,8 @@
     const empty = tbody.querySelector('td[colspan]');
     if (empty) empty.parentElement.remove();
     tbody.appendChild(tr);
+    // The heading's count follows the table, not the page as first served.
+    const active = $('active-keys');
+    if (active) active.textContent = String(tbody.querySelectorAll('tr[data-key]').length);
   });
 })();
