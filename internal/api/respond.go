@@ -112,6 +112,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return // too late for a status; the log has it
 	}
 	writeErrorHeaders(e, w.Header())
+	if e.Kind == KindUnauthorized && isMCPPath(r.URL.Path) {
+		w.Header().Set("WWW-Authenticate", s.mcpChallenge(r, e.Msg))
+	}
 	_ = s.writeJSON(w, r, kindStatus(e.Kind), errorBody{
 		Error:     errorDetail{Code: kindCode(e.Kind), Message: e.Msg},
 		RequestID: info.id,

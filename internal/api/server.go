@@ -181,7 +181,19 @@ func (s *Server) routes() {
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {
 			s.handle("POST "+p+"/mcp", s.authed(s.serveMCP))
+			// OAuth discovery, for MCP clients that start it on a 401
+			// (oauth.go). RFC 9728 puts the metadata of /api/mcp at
+			// /.well-known/oauth-protected-resource/api/mcp; the
+			// /api/.well-known/... paths serve a base URL ending in /api.
+			s.handle("GET "+p+"/.well-known/oauth-protected-resource", s.protectedResource(p+"/mcp"))
+			s.handle("GET "+p+"/.well-known/oauth-protected-resource/mcp", s.protectedResource(p+"/mcp"))
+			s.handle("GET "+p+"/.well-known/oauth-authorization-server", notOAuth)
+			s.handle("GET "+p+"/.well-known/openid-configuration", notOAuth)
+			s.handle("POST "+p+"/register", notOAuth)
 		}
+	}
+	if s.opts.MCP != nil {
+		s.handle("GET /.well-known/oauth-protected-resource/api/mcp", s.protectedResource("/api/mcp"))
 	}
 	// The account pages. Their POSTs all pass the origin check, and the
 	// signed-in ones the session's CSRF token too (see accounts.go).
