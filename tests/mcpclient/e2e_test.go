@@ -3,7 +3,7 @@
 // a loopback port and a temporary data directory. It drives `vertal run`
 // and `vertal usage`, the Go SDK, the Python SDK's live tests, and both MCP
 // servers (Go and Python, stdio) plus the Streamable HTTP endpoint through
-// the official TypeScript MCP client (check.mjs).
+// the official TypeScript MCP client (check.mjs) and the MCP Inspector CLI.
 //
 // Gated by VERTAL_E2E=1 (root, an OCI runtime and the sandbox rootfs); it
 // also needs node with `npm ci` done here, and /usr/bin/python3 >= 3.10.
@@ -584,5 +584,41 @@ func TestCLIFilesAndStream(t *testing.T) {
 	got := run(t, env, "", e2e.bin, "run", "-l", "bash", "echo out; sleep 1; echo err >&2; exit 5")
 	if got.exit != 5 || got.stdout != "out\n" || got.stderr != "err\n" {
 		t.Errorf("streamed bash: %+v", got)
+	}
+}
+
+// TestMCPInspector runs the MCP Inspector CLI (pinned in package.json)
+// against the HTTP endpoint. Without a key the Inspector takes the 401 as
+// the start of an OAuth flow; what it prints must still tell the user to
+// pass an API key. MCP_AUTO_OPEN_ENABLED=true is the Inspector's "a user is
+// present" switch: without it and without a TTY it stops before discovery
+// with a message of its own. With the key as --header it lists the tools.
+func TestMCPInspector(t *testing.T) {
+	server(t)
+	dir := filepath.Join(e2e.repo, "tests", "mcpclient")
+	bin := filepath.Join(dir, "node_modules", ".bin", "mcp-inspector")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("MCP Inspector is not installed: run npm ci in %s", dir)
+	}
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "MCP_CATALOG_PATH=" + filepath.Join(home, "mcp.json"),
+		"MCP_INSPECTOR_SECRET_STORE=memory", "MCP_AUTO_OPEN_ENABLED=true"}
+	key := newKey(t, "pro")
+	for _, path := range []string{"/mcp", "/api/mcp"} {
+		t.Run(path+" no key", func(t *testing.T) {
+			got := run(t, env, "", bin, "--cli", e2e.url+path, "--method", "tools/list")
+			out := got.stdout + got.stderr
+			if got.exit == 0 || !strings.Contains(out, "this server takes API keys, not OAuth") ||
+				!strings.Contains(out, "Authorization: Bearer kubo_sk_") {
+				t.Errorf("inspector without a key: exit %d, want an error naming the API key\nstdout: %s\nstderr: %s", got.exit, got.stdout, got.stderr)
+			}
+		})
+		t.Run(path+" key", func(t *testing.T) {
+			got := run(t, env, "", bin, "--cli", e2e.url+path, "--method", "tools/list",
+				"--header", "Authorization: Bearer "+key)
+			if got.exit != 0 || !strings.Contains(got.stdout, `"run_code"`) {
+				t.Errorf("inspector with the key: exit %d\nstdout: %s\nstderr: %s", got.exit, got.stdout, got.stderr)
+			}
+		})
 	}
 }
