@@ -53,11 +53,11 @@ cgroup_v2_smoke() {
     die "the guest is not a stock Debian 12 on pure cgroup v2"
 
   t0=$(now)
-  say "installing crun, runc, bubblewrap and tini from Debian in the guest, as scripts/setup.sh serve does"
+  say "installing crun, runc, bubblewrap and tini from Debian in the guest, as scripts/setup.sh serve does, and fakeroot (the security suite preloads its stock library)"
   gssh "$port" 'export DEBIAN_FRONTEND=noninteractive
     apt-get -o DPkg::Lock::Timeout=600 update -qq &&
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends crun runc bubblewrap tini >/dev/null &&
-    crun --version | head -1' || die "apt-get install crun runc bubblewrap tini failed in the guest"
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends crun runc bubblewrap tini fakeroot >/dev/null &&
+    crun --version | head -1' || die "apt-get install crun runc bubblewrap tini fakeroot failed in the guest"
   times+=("apt-get install crun runc bubblewrap tini in the guest: $(($(now) - t0))s")
 
   t0=$(now)
