@@ -101,7 +101,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		globs = append(globs, v)
 		return nil
 	})
-	fs.StringVar(&outDir, "out", ".", "directory the returned files are written to")
+	fs.StringVar(&outDir, "out", "", "directory the returned files are written to (default: the current one; with --json only when given)")
 	fs.BoolVar(&async, "async", false, "queue the run and print its id at once (with --json: the queued execution); vertal wait ID gets the result")
 	fs.StringVar(&webhook, "webhook", "", "with --async: URL (https) the server POSTs the signed result to when the run ends")
 	// The flag package calls Usage after every parse error too; the whole
@@ -126,7 +126,7 @@ to stderr and the exit status is 125.
 
 Returned files are written under --out (subdirectories are created; a
 path that would leave it or go through a symlink is refused), one line per
-file on stderr.
+file on stderr. With --json and no --out they stay in the JSON only.
 
 With --async the server queues the run and vertal run prints its id (or,
 with --json, the queued execution) and exits 0 without waiting; vertal
@@ -224,7 +224,15 @@ func finishRun(e *env, cmd string, ex *client.Execution, outDir string, asJSON b
 	if !asJSON {
 		reportOutcome(e, cmd, ex)
 	}
-	filesErr := writeReturnedFiles(e, cmd, outDir, ex)
+	// With --json the files are in the document; they are written only
+	// where --out asks, never into the current directory unasked.
+	var filesErr error
+	switch {
+	case outDir != "":
+		filesErr = writeReturnedFiles(e, cmd, outDir, ex)
+	case !asJSON:
+		filesErr = writeReturnedFiles(e, cmd, ".", ex)
+	}
 	if filesErr != nil {
 		fmt.Fprintf(e.Stderr, "vertal %s: %v\n", cmd, filesErr)
 	}

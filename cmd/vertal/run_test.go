@@ -551,3 +551,26 @@ func TestCmdRunErrorEvent(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestCmdRunJSONWritesNoFiles: with --json and no --out the returned
+// files stay in the printed document; nothing lands in the current
+// directory. With --out they are written there as well.
+func TestCmdRunJSONWritesNoFiles(t *testing.T) {
+	srv := httptest.NewServer(&runAPI{})
+	defer srv.Close()
+	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	got := runCLI(t, cmdRun, environ, "", "returns", "--return", "*", "--json")
+	if !strings.Contains(got.Stdout, "chart.png") {
+		t.Errorf("--json document lacks the returned file:\n%s", got.Stdout)
+	}
+	if ents, err := os.ReadDir(cwd); err != nil || len(ents) != 0 {
+		t.Errorf("--json wrote into the current directory: %v %v\nstderr: %s", ents, err, got.Stderr)
+	}
+	out := filepath.Join(t.TempDir(), "results")
+	got = runCLI(t, cmdRun, environ, "", "returns", "--return", "*", "--json", "--out", out)
+	if b, err := os.ReadFile(filepath.Join(out, "chart.png")); err != nil || string(b) != "\x89PNG" {
+		t.Errorf("--json --out: chart.png = %q, %v\nstderr: %s", b, err, got.Stderr)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -282,7 +283,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	fmt.Fprintf(e.Stdout, "  sandboxes: %s, %d at once, %s; store: %s\n", driver.Name(), cfg.MaxConcurrent, warm, storeDesc)
 	fmt.Fprintf(e.Stdout, "  playground: %s/   API: %s/api/v1 (also %s/v1)   OpenAPI: %s/v1/openapi.json\n", base, base, base, base)
 	if cfg.Dev {
-		if err := devKey(ctx, e, st, base); err != nil {
+		if err := devKey(ctx, e, st, base, createKeyHint(cfg, devTenant)); err != nil {
 			_ = httpSrv.Close()
 			return err
 		}
@@ -419,7 +420,7 @@ func clientLanguages(ls []engine.Language) []client.Language {
 
 // devKey gives the development tenant a key on the first start and prints
 // it with the lines to use it; later starts say where it went.
-func devKey(ctx context.Context, e *env, st store.Store, base string) error {
+func devKey(ctx context.Context, e *env, st store.Store, base, hint string) error {
 	keys, err := st.ListKeys(ctx, devTenant)
 	if err != nil {
 		return fmt.Errorf("dev mode: listing keys: %w", err)
@@ -427,7 +428,7 @@ func devKey(ctx context.Context, e *env, st store.Store, base string) error {
 	for _, k := range keys {
 		if k.RevokedAt.IsZero() {
 			fmt.Fprintf(e.Stdout, "Development tenant %q already has a key (printed on its first start).\n"+
-				"  A new one: vertal create-key %s --plan pro\n", devTenant, devTenant)
+				"  A new one: %s\n", devTenant, hint)
 			return nil
 		}
 	}
@@ -440,6 +441,38 @@ func devKey(ctx context.Context, e *env, st store.Store, base string) error {
 	fmt.Fprintf(e.Stdout, "  curl -X POST $KUBO_API_URL/v1/executions -H \"Authorization: Bearer $KUBO_API_KEY\" \\\n"+
 		"    -H \"Content-Type: application/json\" -d '{\"language\": \"python\", \"code\": \"print(6 * 7)\"}'\n")
 	return nil
+}
+
+// createKeyHint is the create-key command line that acts on the server's
+// own database: it names a --data-dir that is not the default (made
+// absolute, since the operator may run it elsewhere), or the PostgreSQL
+// URL with its password masked.
+func createKeyHint(cfg config.Config, tenant string) string {
+	hint := "vertal create-key " + tenant + " --plan pro"
+	switch {
+	case cfg.UsesPostgres():
+		u := cfg.DatabaseURL
+		if pu, err := url.Parse(u); err == nil {
+			u = pu.Redacted()
+		}
+		hint += " --database-url " + shellArg(u)
+	case cfg.DataDir != config.DefaultDataDir:
+		dir := cfg.DataDir
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+		hint += " --data-dir " + shellArg(dir)
+	}
+	return hint
+}
+
+// shellArg quotes s for a POSIX shell when it holds anything but plain
+// path characters.
+func shellArg(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:@,=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // slogWriter sends net/http's own complaints (TLS garbage, hijack errors)

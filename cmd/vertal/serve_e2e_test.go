@@ -807,3 +807,20 @@ func sqliteRunning(p *serverProc) func() (string, error) {
 		return id, err
 	}
 }
+
+// TestServeFirstStartQuietE2E: the first start of `serve --dev` on a fresh
+// data directory shows our banner first; River's migration and poll-mode
+// lines are not in the log at the default level.
+func TestServeFirstStartQuietE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--dev")
+	if p.devKey == "" {
+		t.Fatalf("no development key printed on the first start:\n%s", p.stdout)
+	}
+	for _, line := range strings.Split(p.stderr.String(), "\n") {
+		if strings.Contains(line, "rivermigrate") || strings.Contains(line, "Applied migration") ||
+			strings.Contains(line, "does not support listener") || strings.Contains(line, "River client") {
+			t.Errorf("River's start-up line in the log: %s", line)
+		}
+	}
+}

@@ -19,7 +19,7 @@ func cmdWait(ctx context.Context, e *env, args []string) error {
 	)
 	cf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print the whole final execution as JSON instead of the program's output")
-	fs.StringVar(&outDir, "out", ".", "directory the returned files are written to")
+	fs.StringVar(&outDir, "out", "", "directory the returned files are written to (default: the current one; with --json only when given)")
 	fs.Usage = func() {
 		fmt.Fprint(e.Stderr, `usage: vertal wait [flags] ID
 

@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,5 +152,40 @@ func TestPriority(t *testing.T) {
 		if got := Priority(tc.backlog); got != tc.want {
 			t.Errorf("Priority(%d) = %d, want %d", tc.backlog, got, tc.want)
 		}
+	}
+}
+
+// TestQuietStart: opening, starting and stopping a queue on a fresh
+// database logs nothing at info (River's migration, poll-mode and
+// client lines go to debug), while debug still sees them.
+func TestQuietStart(t *testing.T) {
+	for _, tc := range []struct {
+		level slog.Level
+		want  bool // River's lines visible
+	}{
+		{slog.LevelInfo, false},
+		{slog.LevelDebug, true},
+	} {
+		t.Run(tc.level.String(), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, filepath.Join(t.TempDir(), "q.db"))
+			var buf bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+			q, err := OpenSQLite(ctx, db, newRecorder().handlers(), Options{Logger: logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			q.Stop(ctx)
+			got := strings.Contains(buf.String(), "Applied migration")
+			if got != tc.want {
+				t.Errorf("River's lines visible = %v, want %v; log:\n%s", got, tc.want, buf.String())
+			}
+			if strings.Contains(buf.String(), "level=INFO") {
+				t.Errorf("info lines logged:\n%s", buf.String())
+			}
+		})
 	}
 }
