@@ -53,7 +53,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("ReserveExecution after reopen = %d, %v; want 2, nil", used, err)
 	}
 	var n int
-	if err := s2.(*Store).r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+	if err := s2.(*Store).w.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 7 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending
