@@ -3,7 +3,7 @@
 // invites, email verification and password resets, and the throttling of
 // sign-in attempts. It has no HTTP in it; internal/api serves the pages.
 //
-// Everything is kept in the store (store.Accounts), so sessions, tokens
+// Everything is kept in the store (the roles of Store), so sessions, tokens
 // and throttling counters are shared by every node of a PostgreSQL pair.
 // Session ids and link tokens are 256-bit random strings of which only
 // the SHA-256 is stored.
@@ -95,9 +95,19 @@ const (
 // DefaultPlan is the plan of a tenant made by an open sign-up.
 const DefaultPlan = "free"
 
+// Store is what the service keeps: accounts, their sessions and one-time
+// tokens, the tenant an account owns, and the rate windows that throttle
+// sign-in attempts.
+type Store interface {
+	store.Accounts
+	store.Sessions
+	store.Tenants
+	store.Quota
+}
+
 // Options configure a Service. Store is required.
 type Options struct {
-	Store store.Store
+	Store Store
 	// Signup is the sign-up mode; "" means SignupInvite.
 	Signup string
 	// Mailer sends verification and reset emails. Nil: no email, so new
@@ -118,7 +128,7 @@ type Options struct {
 
 // Service runs accounts. It is safe for concurrent use.
 type Service struct {
-	st     store.Store
+	st     Store
 	signup string
 	mailer Mailer
 	// publicURL starts every link (no trailing slash); "" refuses links.

@@ -57,7 +57,7 @@ func ValidTenant(name string) bool { return tenantPattern.MatchString(name) }
 
 // CreateKey makes a new key for tenant on plan and returns the secret,
 // which exists nowhere else afterwards. The plan is not checked here.
-func CreateKey(ctx context.Context, st store.Store, tenant, plan string, now time.Time) (string, store.Key, error) {
+func CreateKey(ctx context.Context, st store.Keys, tenant, plan string, now time.Time) (string, store.Key, error) {
 	if !ValidTenant(tenant) {
 		return "", store.Key{}, fmt.Errorf("tenant name %q must be 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", tenant)
 	}

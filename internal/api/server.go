@@ -83,10 +83,21 @@ type Options struct {
 	BodyBudget int64
 }
 
+// apiStore is what the handlers themselves keep and read; the execution
+// service has the store for the run sequence.
+type apiStore interface {
+	store.Keys
+	store.Tenants
+	store.Accounts
+	store.Quota
+	store.Executions
+	store.Idempotencies
+}
+
 // Server is the HTTP API. It is an http.Handler.
 type Server struct {
 	opts       Options
-	store      store.Store
+	store      apiStore
 	exec       *execution.Service
 	log        *slog.Logger
 	now        func() time.Time

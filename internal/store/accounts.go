@@ -67,9 +67,8 @@ type Token struct {
 	ExpiresAt time.Time
 }
 
-// Accounts is the part of the Store that keeps tenants' settings,
-// accounts, sessions and one-time tokens.
-type Accounts interface {
+// Tenants keeps tenants' settings.
+type Tenants interface {
 	// CreateTenant inserts a tenant with no keys; ErrExists if it is there.
 	CreateTenant(ctx context.Context, t Tenant) error
 	// Tenant returns one tenant; ErrNotFound if unknown.
@@ -82,10 +81,10 @@ type Accounts interface {
 	// SetTenantDisabled disables or enables a tenant; its keys and its
 	// account's sessions are refused on the next request while disabled.
 	SetTenantDisabled(ctx context.Context, tenant string, disabled bool) error
-	// TouchKey records that a key was used at at; it only moves LastUsedAt
-	// forward.
-	TouchKey(ctx context.Context, keyID string, at time.Time) error
+}
 
+// Accounts keeps the accounts people sign in with.
+type Accounts interface {
 	// CreateAccount inserts a, creating its tenant on plan if there is none
 	// (an existing tenant keeps its plan). ErrExists if the email or the
 	// tenant already has an account.
@@ -101,7 +100,10 @@ type Accounts interface {
 	MarkVerified(ctx context.Context, accountID string, at time.Time) error
 	// SetRole sets an account's role (RoleUser or RoleOperator).
 	SetRole(ctx context.Context, accountID, role string) error
+}
 
+// Sessions keeps signed-in browsers and one-time tokens.
+type Sessions interface {
 	// CreateSession stores a new session.
 	CreateSession(ctx context.Context, s Session) error
 	// SessionByHash returns the session if it has not expired at now;

@@ -167,12 +167,27 @@ type Idempotency struct {
 	CreatedAt   time.Time
 }
 
-// Store is the persistence seam. Days are UTC dates formatted "2006-01-02"
-// (another form is an error). Times are kept to the microsecond and come
-// back in UTC.
+// Store is the persistence seam: the union of the roles below, which one
+// implementation (internal/store/sqlstore, over SQLite or PostgreSQL) and
+// the fake (storefake) provide. A consumer asks for the roles it uses.
+// Days are UTC dates formatted "2006-01-02" (another form is an error).
+// Times are kept to the microsecond and come back in UTC.
 type Store interface {
+	Keys
+	Tenants
 	Accounts
+	Sessions
+	Quota
+	Executions
+	Idempotencies
+	Nodes
+	WebhookSecrets
 
+	Close() error
+}
+
+// Keys keeps API keys.
+type Keys interface {
 	// CreateKey inserts a key, creating the tenant if needed and setting its
 	// plan. ErrTooManyKeys if the tenant already has MaxActiveKeys active.
 	CreateKey(ctx context.Context, k NewKey) (Key, error)
@@ -186,7 +201,14 @@ type Store interface {
 	// ListKeys lists keys (active and revoked) of tenant, or of all tenants
 	// when tenant is "".
 	ListKeys(ctx context.Context, tenant string) ([]Key, error)
+	// TouchKey records that a key was used at at; it only moves LastUsedAt
+	// forward.
+	TouchKey(ctx context.Context, keyID string, at time.Time) error
+}
 
+// Quota counts executions against the daily quota, requests against the
+// rate limit, and the metering of each day.
+type Quota interface {
 	// ReserveExecution atomically counts one execution for tenant on day if
 	// fewer than limit were counted; ErrQuotaExceeded otherwise. It returns
 	// the count including this one. A limit below 1 allows nothing.
@@ -203,7 +225,12 @@ type Store interface {
 	// CountRequest adds one request to tenant's fixed one-minute window
 	// starting at window and returns the count including it.
 	CountRequest(ctx context.Context, tenant string, window time.Time) (count int64, err error)
+	// Usage returns tenant's metering for day (zero if none).
+	Usage(ctx context.Context, tenant, day string) (DayUsage, error)
+}
 
+// Executions keeps executions from acceptance to their final status.
+type Executions interface {
 	// CreateExecution stores an accepted execution that has not finished
 	// (Status queued or running), before anything is acknowledged. It adds
 	// nothing to usage. A duplicate id is an error.
@@ -256,14 +283,15 @@ type Store interface {
 	// Execution returns tenant's execution; ErrNotFound for unknown ids and
 	// for other tenants' ids alike.
 	Execution(ctx context.Context, tenant, id string) (Execution, error)
-	// Usage returns tenant's metering for day (zero if none).
-	Usage(ctx context.Context, tenant, day string) (DayUsage, error)
 	// Purge blanks stdout/stderr, returned files and the stored Request of
 	// executions created before t, whatever their status, and deletes
 	// idempotency records and rate-limit windows older than t; metering is
 	// kept. It returns how many executions were purged.
 	Purge(ctx context.Context, before time.Time) (int64, error)
+}
 
+// Idempotencies keeps claimed Idempotency-Keys.
+type Idempotencies interface {
 	// ClaimIdempotency claims (tenant, key) for bodyHash. claimed is true if
 	// this caller now owns it and must Complete or Release it. Otherwise rec
 	// is the existing record (ExecutionID empty while it is still running).
@@ -279,7 +307,10 @@ type Store interface {
 	// for quota, overload or a platform error), so a retry may run. A
 	// completed claim is kept, and releasing an unknown claim is no error.
 	ReleaseIdempotency(ctx context.Context, tenant, key string) error
+}
 
+// Nodes keeps the heartbeats of the nodes sharing the database.
+type Nodes interface {
 	// Heartbeat records that node is alive at at (inserting it the first
 	// time).
 	Heartbeat(ctx context.Context, node string, at time.Time) error
@@ -288,15 +319,16 @@ type Store interface {
 	StaleNodes(ctx context.Context, before time.Time) ([]string, error)
 	// ForgetNode removes a node's heartbeat.
 	ForgetNode(ctx context.Context, node string) error
+}
 
+// WebhookSecrets keeps each tenant's webhook signing secret.
+type WebhookSecrets interface {
 	// WebhookSecret returns tenant's webhook signing secret and when it was
 	// made; a tenant without one gets create() stored first (two callers
 	// racing get the same secret; create may be called by a loser too).
 	WebhookSecret(ctx context.Context, tenant string, create func() string, at time.Time) (secret string, created time.Time, err error)
 	// RotateWebhookSecret replaces tenant's secret, or sets its first.
 	RotateWebhookSecret(ctx context.Context, tenant, secret string, at time.Time) error
-
-	Close() error
 }
 
 // storedFile is File in the column MarshalFiles writes.

@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
 )
@@ -275,5 +278,56 @@ func TestOpenErrorsHideSecrets(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cr3t-pw") {
 			t.Errorf("Open error shows the password: %v", err)
 		}
+	}
+}
+
+// TestOpenOldDatabase opens a database migrated and filled as the store
+// before internal/store/sqlstore did it (native pgx, timestamptz times): it
+// migrates nothing again and every row reads and changes as before.
+func TestOpenOldDatabase(t *testing.T) {
+	dbURL := newDatabase(t)
+	ctx := t.Context()
+	db, err := sql.Open("pgx", dbURL) // the driver postgres.go's stdlib import registers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations.Load(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE schema_migrations (
+		version    BIGINT PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	applied := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, m := range ms {
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			m.Version, m.Name, applied); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storetest.SeedOldRows(t, db, func(t time.Time) any { return t.UTC() })
+
+	s := openStore(t, dbURL)
+	storetest.CheckOldRows(t, s)
+	var (
+		n    int64
+		last time.Time
+	)
+	if err := db.QueryRowContext(ctx, `SELECT count(*), max(applied_at) FROM schema_migrations`).Scan(&n, &last); err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(ms)) || !last.Equal(applied) {
+		t.Errorf("schema_migrations: %d rows, last applied at %v; want %d, all at %v", n, last, len(ms), applied)
 	}
 }

@@ -161,3 +161,51 @@ func TestUpgradeTo0004(t *testing.T) {
 		t.Errorf("AbortExecution of a row from before 0004: %v", err)
 	}
 }
+
+// TestOpenOldDatabase opens a database migrated and filled as the store
+// before internal/store/sqlstore did it (times as Unix microseconds,
+// booleans as 0 and 1): it migrates nothing again and every row reads and
+// changes as before.
+func TestOpenOldDatabase(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "vertal.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations.Load(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			m.Version, m.Name, int64(1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storetest.SeedOldRows(t, db, func(t time.Time) any { return t.UnixMicro() })
+	db.Close()
+
+	s := openTemp(t, path)
+	storetest.CheckOldRows(t, s)
+	var n, applied int64
+	if err := s.(*Store).w.QueryRowContext(ctx, `SELECT count(*), max(applied_at) FROM schema_migrations`).Scan(&n, &applied); err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(ms)) || applied != 1000 {
+		t.Errorf("schema_migrations: %d rows, last applied at %d; want %d, all at 1000", n, applied, len(ms))
+	}
+}
