@@ -1,9 +1,12 @@
 // Package store keeps tenants, API keys, executions, metering, quotas,
 // rate-limit windows and idempotency records.
 //
-// Store is the seam: internal/store/sqlite is the embedded default and
-// internal/store/postgres lets several API nodes share one database.
-// internal/store/storetest is the one behaviour suite both must pass.
+// Store is the seam, the union of small role interfaces (Keys, Quota,
+// Executions, ...). internal/store/sqlstore implements it once over
+// database/sql; internal/store/sqlite (the embedded default) and
+// internal/store/postgres (several API nodes on one database) open it with
+// their dialect. internal/store/storetest is the one behaviour suite both
+// and the fake must pass.
 // Every method is safe for concurrent use by many goroutines and, for
 // PostgreSQL, by many processes: quota reservation, rate-limit counting,
 // key rotation, idempotency claims, execution claims and aborts, and the
@@ -12,9 +15,7 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -329,39 +330,4 @@ type WebhookSecrets interface {
 	WebhookSecret(ctx context.Context, tenant string, create func() string, at time.Time) (secret string, created time.Time, err error)
 	// RotateWebhookSecret replaces tenant's secret, or sets its first.
 	RotateWebhookSecret(ctx context.Context, tenant, secret string, at time.Time) error
-}
-
-// storedFile is File in the column MarshalFiles writes.
-type storedFile struct {
-	Path    string `json:"path"`
-	Content []byte `json:"content"`
-}
-
-// MarshalFiles is how both SQL stores keep an execution's files in one
-// column: JSON (contents in base64), nil when there are none.
-func MarshalFiles(files []File) ([]byte, error) {
-	if len(files) == 0 {
-		return nil, nil
-	}
-	out := make([]storedFile, len(files))
-	for i, f := range files {
-		out[i] = storedFile(f)
-	}
-	return json.Marshal(out)
-}
-
-// UnmarshalFiles reads what MarshalFiles wrote (nil or empty: none).
-func UnmarshalFiles(b []byte) ([]File, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	var in []storedFile
-	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("decoding stored files: %w", err)
-	}
-	files := make([]File, len(in))
-	for i, f := range in {
-		files[i] = File(f)
-	}
-	return files, nil
 }

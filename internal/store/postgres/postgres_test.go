@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
-	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
 )
@@ -286,7 +285,6 @@ func TestOpenErrorsHideSecrets(t *testing.T) {
 // migrates nothing again and every row reads and changes as before.
 func TestOpenOldDatabase(t *testing.T) {
 	dbURL := newDatabase(t)
-	ctx := t.Context()
 	db, err := sql.Open("pgx", dbURL) // the driver postgres.go's stdlib import registers
 	if err != nil {
 		t.Fatal(err)
@@ -296,26 +294,11 @@ func TestOpenOldDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := migrations.Load(sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE schema_migrations (
+	applied := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	migrated := storetest.MigrateAsOld(t, db, sub, `CREATE TABLE schema_migrations (
 		version    BIGINT PRIMARY KEY,
 		name       TEXT NOT NULL,
-		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	applied := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, m := range ms {
-		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
-			t.Fatalf("%s: %v", m.Name, err)
-		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-			m.Version, m.Name, applied); err != nil {
-			t.Fatal(err)
-		}
-	}
+		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`, 0, applied)
 	storetest.SeedOldRows(t, db, func(t time.Time) any { return t.UTC() })
 
 	s := openStore(t, dbURL)
@@ -324,10 +307,10 @@ func TestOpenOldDatabase(t *testing.T) {
 		n    int64
 		last time.Time
 	)
-	if err := db.QueryRowContext(ctx, `SELECT count(*), max(applied_at) FROM schema_migrations`).Scan(&n, &last); err != nil {
+	if err := db.QueryRowContext(t.Context(), `SELECT count(*), max(applied_at) FROM schema_migrations`).Scan(&n, &last); err != nil {
 		t.Fatal(err)
 	}
-	if n != int64(len(ms)) || !last.Equal(applied) {
-		t.Errorf("schema_migrations: %d rows, last applied at %v; want %d, all at %v", n, last, len(ms), applied)
+	if n != int64(migrated) || !last.Equal(applied) {
+		t.Errorf("schema_migrations: %d rows, last applied at %v; want %d, all at %v", n, last, migrated, applied)
 	}
 }

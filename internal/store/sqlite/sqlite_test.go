@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
-	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storetest"
 )
 
@@ -111,37 +110,41 @@ func TestOpenInvalidPath(t *testing.T) {
 	}
 }
 
-// TestUpgradeTo0004 opens a database made by the migrations before 0004
-// with an execution in it: the row reads back as a sync execution without
-// a webhook, and the new methods work on it.
-func TestUpgradeTo0004(t *testing.T) {
-	ctx := t.Context()
+// oldMigrationsTable is schema_migrations as the store before sqlstore
+// created it.
+const oldMigrationsTable = `CREATE TABLE schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT NOT NULL,
+	applied_at INTEGER NOT NULL)`
+
+// migrateAsOld makes a database at a new path with the migrations below
+// version before (all for 0), recorded at applied_at 1000, and returns it
+// open, with its path and how many migrations it has.
+func migrateAsOld(t *testing.T, before int64) (*sql.DB, string, int) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "vertal.db")
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := migrations.Load(sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := []string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`}
-	for _, m := range ms {
-		if m.Version < 4 {
-			stmts = append(stmts, m.SQL, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, '%s', 0)`, m.Version, m.Name))
-		}
-	}
-	stmts = append(stmts, `INSERT INTO executions (id, tenant, key_id, request_id, language, status, stdout, stderr,
+	return db, path, storetest.MigrateAsOld(t, db, sub, oldMigrationsTable, before, int64(1000))
+}
+
+// TestUpgradeTo0004 opens a database made by the migrations before 0004
+// with an execution in it: the row reads back as a sync execution without
+// a webhook, and the new methods work on it.
+func TestUpgradeTo0004(t *testing.T) {
+	ctx := t.Context()
+	db, path, _ := migrateAsOld(t, 4)
+	if _, err := db.ExecContext(ctx, `INSERT INTO executions (id, tenant, key_id, request_id, language, status, stdout, stderr,
 		exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes, created_at, started_at)
-		VALUES ('exe_old', 'acme', 'key_1', 'req_1', 'python', 'running', x'', x'', 0, 0, 0, 0, 0, 0, 1000000, 1000000)`)
-	for _, q := range stmts {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
+		VALUES ('exe_old', 'acme', 'key_1', 'req_1', 'python', 'running', x'', x'', 0, 0, 0, 0, 0, 0, 1000000, 1000000)`); err != nil {
+		t.Fatal(err)
 	}
 	db.Close()
 
@@ -167,45 +170,17 @@ func TestUpgradeTo0004(t *testing.T) {
 // booleans as 0 and 1): it migrates nothing again and every row reads and
 // changes as before.
 func TestOpenOldDatabase(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "vertal.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := migrations.Load(sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE schema_migrations (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
-			t.Fatalf("%s: %v", m.Name, err)
-		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-			m.Version, m.Name, int64(1000)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, path, migrated := migrateAsOld(t, 0)
 	storetest.SeedOldRows(t, db, func(t time.Time) any { return t.UnixMicro() })
 	db.Close()
 
 	s := openTemp(t, path)
 	storetest.CheckOldRows(t, s)
 	var n, applied int64
-	if err := s.(*Store).w.QueryRowContext(ctx, `SELECT count(*), max(applied_at) FROM schema_migrations`).Scan(&n, &applied); err != nil {
+	if err := s.(*Store).w.QueryRowContext(t.Context(), `SELECT count(*), max(applied_at) FROM schema_migrations`).Scan(&n, &applied); err != nil {
 		t.Fatal(err)
 	}
-	if n != int64(len(ms)) || applied != 1000 {
-		t.Errorf("schema_migrations: %d rows, last applied at %d; want %d, all at 1000", n, applied, len(ms))
+	if n != int64(migrated) || applied != 1000 {
+		t.Errorf("schema_migrations: %d rows, last applied at %d; want %d, all at 1000", n, applied, migrated)
 	}
 }

@@ -52,7 +52,7 @@ func webhookArgs(w *store.Webhook) []any {
 
 // executionArgs are the arguments of qInsertExecution and qUpdateExecution.
 func (s *Store) executionArgs(e store.Execution) ([]any, error) {
-	files, err := store.MarshalFiles(e.Files)
+	files, err := marshalFiles(e.Files)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func scanExecution(row scanner) (store.Execution, error) {
 		return store.Execution{}, notFound(err)
 	}
 	e.Stdout, e.Stderr = string(stdout), string(stderr)
-	if e.Files, err = store.UnmarshalFiles(files); err != nil {
+	if e.Files, err = unmarshalFiles(files); err != nil {
 		return store.Execution{}, err
 	}
 	if webhookURL.Valid {

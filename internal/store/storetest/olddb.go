@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"io/fs"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/migrations"
 )
 
 // The rows of a database written before the stores became one
@@ -27,6 +29,37 @@ const (
 	oldDone    = "exe_0000000000000000000000000000old1"
 	oldRunning = "exe_0000000000000000000000000000old2"
 )
+
+// MigrateAsOld applies the migrations in fsys below version before (all
+// for 0) on db and records each in schema_migrations, created by table,
+// with applied as its applied_at: what the stores before sqlstore did. It
+// returns how many it applied.
+func MigrateAsOld(t *testing.T, db *sql.DB, fsys fs.FS, table string, before int64, applied any) int {
+	t.Helper()
+	ctx := context.Background()
+	ms, err := migrations.Load(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, table); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range ms {
+		if before > 0 && m.Version >= before {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+			m.Version, m.Name, applied); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
+}
 
 // SeedOldRows writes one row of every table with plain SQL on db, whose
 // migrations the caller applied and recorded as the old store did. at
