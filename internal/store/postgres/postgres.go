@@ -18,7 +18,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -96,16 +95,13 @@ func open(ctx context.Context, url string) (*Store, error) {
 	// database/sql over the pool: each statement borrows one of the
 	// pool's connections, with the statement cache pgx keeps on it.
 	db := stdlib.OpenDBFromPool(pool)
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err == nil {
-		var s *sqlstore.Store
-		if s, err = sqlstore.Open(ctx, dialect, db, db, sub); err == nil {
-			return &Store{Store: s, pool: pool}, nil
-		}
+	s, err := sqlstore.Open(ctx, dialect, db, db, migrationFiles)
+	if err != nil {
+		db.Close()
+		pool.Close()
+		return nil, err
 	}
-	db.Close()
-	pool.Close()
-	return nil, err
+	return &Store{Store: s, pool: pool}, nil
 }
 
 // Close closes the store and its pool.

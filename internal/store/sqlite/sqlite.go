@@ -17,7 +17,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,14 +112,11 @@ func open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
 
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err == nil {
-		var s *sqlstore.Store
-		if s, err = sqlstore.Open(ctx, dialect, w, r, sub); err == nil {
-			return &Store{Store: s, w: w}, nil
-		}
+	s, err := sqlstore.Open(ctx, dialect, w, r, migrationFiles)
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, err
 	}
-	r.Close()
-	w.Close()
-	return nil, err
+	return &Store{Store: s, w: w}, nil
 }

@@ -73,8 +73,9 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open applies the migrations in fsys (NNNN_name.sql files, see package
-// migrations) to the database behind w and returns the store. w and r are
+// Open applies the migrations in fsys's directory migrations (NNNN_name.sql
+// files, see package migrations) to the database behind w and returns the
+// store. w and r are
 // the writer and reader pools (the same one where the database needs no
 // split); Close closes both.
 func Open(ctx context.Context, d Dialect, w, r *sql.DB, fsys fs.FS) (*Store, error) {
@@ -103,7 +104,11 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) migrate(ctx context.Context, fsys fs.FS) error {
-	ms, err := migrations.Load(fsys)
+	sub, err := fs.Sub(fsys, "migrations")
+	if err != nil {
+		return s.errf("migrate", err)
+	}
+	ms, err := migrations.Load(sub)
 	if err != nil {
 		return s.errf("migrate", err)
 	}
