@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -121,23 +120,18 @@ type edgeSecretState struct {
 }
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal status", flag.ContinueOnError)
+	fs := newFlagSet(e, "status", "status [--url URL] [--json]\n\nShows the server's health and version, the sandbox driver and warm pool, today's totals\n"+
+		"over all tenants, the store and whether the edge secret is on. Exits 1 if the server or the\n"+
+		"store cannot be reached. Never prints a secret.")
 	url := fs.String("url", "http://127.0.0.1:8080", "the server to ask (its /health), as reachable from here")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long each question to the server may take")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal status [--url URL] [--json]\n\nShows the server's health and version, the sandbox driver and warm pool, today's totals\n"+
-			"over all tenants, the store and whether the edge secret is on. Exits 1 if the server or the\n"+
-			"store cannot be reached. Never prints a secret.\n\nflags:")
-		fs.PrintDefaults()
-	}
 	cfg, pos, err := operatorFlags(e, fs, args, statusSettings...)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	hc := &http.Client{Timeout: *timeout}
 	rep := gatherStatus(ctx, cfg, hc, strings.TrimRight(*url, "/"), time.Now())
