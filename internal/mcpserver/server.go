@@ -22,6 +22,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/logx"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -159,30 +160,7 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 // HTTP handler makes a session per request, and the SDK logs "connecting",
 // "connected" and "disconnected" for each: three lines a message that
 // say nothing the access log does not.
-func sdkLogger(l *slog.Logger) *slog.Logger { return slog.New(demoteInfo{l.Handler()}) }
-
-type demoteInfo struct{ slog.Handler }
-
-func demote(l slog.Level) slog.Level {
-	if l == slog.LevelInfo {
-		return slog.LevelDebug
-	}
-	return l
-}
-
-func (h demoteInfo) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.Handler.Enabled(ctx, demote(l))
-}
-
-func (h demoteInfo) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = demote(r.Level)
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h demoteInfo) WithAttrs(as []slog.Attr) slog.Handler {
-	return demoteInfo{h.Handler.WithAttrs(as)}
-}
-func (h demoteInfo) WithGroup(name string) slog.Handler { return demoteInfo{h.Handler.WithGroup(name)} }
+func sdkLogger(l *slog.Logger) *slog.Logger { return slog.New(logx.DemoteInfo(l.Handler())) }
 
 // New returns an MCP server whose tools call the API with c.
 func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
