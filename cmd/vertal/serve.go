@@ -252,6 +252,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		go func() { errc <- msrv.Serve(mln) }()
 		logger.Info("metrics listening", "addr", mln.Addr().String())
 	}
+	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driver.Name(), nodeID, asyncWorkers), logger)()
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(e.Stdout, "Vertal Run %s listening on %s\n", version, base)
