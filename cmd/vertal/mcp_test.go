@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestMCPStdioAnswersBeforeExit runs the real binary with a stdin that
@@ -94,5 +95,51 @@ func TestMCPStdioAnswersBeforeExit(t *testing.T) {
 				t.Errorf("answers (-want +got):\n%s\nstdout: %s\nstderr: %s", diff, stdout.String(), stderr.String())
 			}
 		})
+	}
+}
+
+// TestMCPServersAgreeE2E: `vertal mcp` (stdio, calling the API) and the
+// server's own /mcp answer initialize alike (protocol version,
+// capabilities, server info, instructions) and list the same tools.
+func TestMCPServersAgreeE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--dev")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mc := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+
+	cmd := exec.Command(vertalBinary(t), "mcp")
+	cmd.Env = []string{"KUBO_API_URL=" + p.url, "KUBO_API_KEY=" + p.devKey}
+	stdio, err := mc.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("vertal mcp: %v", err)
+	}
+	defer stdio.Close()
+	remote, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{p.devKey}}, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatalf("/mcp: %v", err)
+	}
+	defer remote.Close()
+
+	if init := stdio.InitializeResult(); init.ServerInfo == nil || init.ServerInfo.Version != version {
+		t.Errorf("vertal mcp initialize: %+v, want server info with version %s", init, version)
+	}
+	if diff := cmp.Diff(stdio.InitializeResult(), remote.InitializeResult()); diff != "" {
+		t.Errorf("initialize (-stdio +http):\n%s", diff)
+	}
+	stdioTools, err := stdio.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpTools, err := remote.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stdioTools.Tools) == 0 {
+		t.Errorf("vertal mcp lists no tools")
+	}
+	if diff := cmp.Diff(stdioTools.Tools, httpTools.Tools); diff != "" {
+		t.Errorf("tools/list (-stdio +http):\n%s", diff)
 	}
 }

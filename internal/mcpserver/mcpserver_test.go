@@ -643,3 +643,56 @@ func TestCapabilities(t *testing.T) {
 		t.Errorf("capabilities = %s, want %s", got, want)
 	}
 }
+
+// TestStdioAndHTTPAgree: the stdio server (vertal mcp) and the HTTP one
+// (/mcp) answer initialize alike (protocol version, capabilities, server
+// info, instructions) and list the same tools.
+func TestStdioAndHTTPAgree(t *testing.T) {
+	ctx := context.Background()
+	_, api := newFakeAPI(t)
+	opts := Options{Version: "test", Languages: testLanguages, Images: testImages}
+	c, err := client.New(api.URL, "kubo_sk_alice", client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go func() {
+		_ = ServeStdio(ctx, c, inR, outW, opts)
+		outW.Close()
+	}()
+	stdio, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdio.Close() })
+
+	mcpSrv := httptest.NewServer(HTTPHandler(HTTPOptions{Options: opts, Backend: func(*http.Request) (Backend, error) { return ClientBackend(c), nil }}))
+	t.Cleanup(mcpSrv.Close)
+	remote, err := httpSession(t, mcpSrv.URL, "kubo_sk_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if init := stdio.InitializeResult(); init.ServerInfo == nil || init.ServerInfo.Name != "vertal-run" || init.Capabilities.Tools == nil {
+		t.Fatalf("stdio initialize: %+v", init)
+	}
+	if diff := cmp.Diff(stdio.InitializeResult(), remote.InitializeResult()); diff != "" {
+		t.Errorf("initialize (-stdio +http):\n%s", diff)
+	}
+	stdioTools, err := stdio.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpTools, err := remote.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stdioTools.Tools) != 2 {
+		t.Errorf("stdio lists %d tools, want run_code and get_usage", len(stdioTools.Tools))
+	}
+	if diff := cmp.Diff(stdioTools.Tools, httpTools.Tools); diff != "" {
+		t.Errorf("tools/list (-stdio +http):\n%s", diff)
+	}
+}
