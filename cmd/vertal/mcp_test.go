@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver/mcptest"
 )
 
 // TestMCPStdioAnswersBeforeExit runs the real binary with a stdin that
@@ -125,21 +127,5 @@ func TestMCPServersAgreeE2E(t *testing.T) {
 	if init := stdio.InitializeResult(); init.ServerInfo == nil || init.ServerInfo.Version != version {
 		t.Errorf("vertal mcp initialize: %+v, want server info with version %s", init, version)
 	}
-	if diff := cmp.Diff(stdio.InitializeResult(), remote.InitializeResult()); diff != "" {
-		t.Errorf("initialize (-stdio +http):\n%s", diff)
-	}
-	stdioTools, err := stdio.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpTools, err := remote.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(stdioTools.Tools) == 0 {
-		t.Errorf("vertal mcp lists no tools")
-	}
-	if diff := cmp.Diff(stdioTools.Tools, httpTools.Tools); diff != "" {
-		t.Errorf("tools/list (-stdio +http):\n%s", diff)
-	}
+	mcptest.Agree(t, stdio, remote)
 }
