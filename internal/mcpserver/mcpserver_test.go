@@ -669,7 +669,11 @@ func TestStdioAndHTTPAgree(t *testing.T) {
 	}
 	t.Cleanup(func() { stdio.Close() })
 
-	mcpSrv := httptest.NewServer(HTTPHandler(HTTPOptions{Options: opts, Backend: func(*http.Request) (Backend, error) { return ClientBackend(c), nil }}))
+	// The API server hands its languages over in configuration order;
+	// vertal mcp reads them from /v1/languages, sorted by name.
+	httpOpts := opts
+	httpOpts.Languages = []client.Language{testLanguages[2], testLanguages[1], testLanguages[0]}
+	mcpSrv := httptest.NewServer(HTTPHandler(HTTPOptions{Options: httpOpts, Backend: func(*http.Request) (Backend, error) { return ClientBackend(c), nil }}))
 	t.Cleanup(mcpSrv.Close)
 	remote, err := httpSession(t, mcpSrv.URL, "kubo_sk_alice")
 	if err != nil {

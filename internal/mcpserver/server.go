@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,6 +152,9 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
 	})
+	// By name, as GET /v1/languages lists them: the stdio server reads
+	// that list, the HTTP one gets the server's configuration order.
+	langs = slices.SortedFunc(slices.Values(langs), func(a, b client.Language) int { return strings.Compare(a.Name, b.Name) })
 	s.AddTool(runCodeTool(langs, images), t.runCode)
 	s.AddTool(getUsageTool(), t.getUsage)
 	return s
