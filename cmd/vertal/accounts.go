@@ -15,40 +15,22 @@ import (
 
 // accountSettings are what the account commands read besides the store:
 // the public URL their links start with, and the sign-up mode.
-var accountSettings = append([]string{"public-url", "signup"}, storeSettings...)
+var accountSettings = []string{"public-url", "signup"}
 
 // operatorCommand parses an operator command with want positional
 // arguments, opens the store and calls run.
 func operatorCommand(ctx context.Context, e *env, args []string, name, usage string, want int,
 	extra func(fs *flag.FlagSet), run func(cfg config.Config, st store.Store, pos []string) error) error {
-	fs := flag.NewFlagSet("vertal "+name, flag.ContinueOnError)
+	fs := newFlagSet(e, name, usage)
 	if extra != nil {
 		extra(fs)
 	}
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal "+usage+"\n\nflags:")
-		fs.PrintDefaults()
-	}
-	fs.SetOutput(e.Stderr)
-	b := config.Bind(fs, accountSettings...)
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	cfg, err := b.Resolve(e.Getenv)
+	cfg, pos, err := operatorFlags(e, fs, args, accountSettings...)
 	if err != nil {
 		return err
 	}
 	if len(pos) != want {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	st, _, err := openStore(ctx, cfg)
 	if err != nil {

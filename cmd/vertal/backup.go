@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -22,20 +21,15 @@ and restore into an empty database with pg_restore --no-owner -d URL FILE.
 See docs/DEPLOY.md, "Backups".`
 
 func cmdBackup(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal backup", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal backup DEST\n\nCopies the SQLite database (data-dir/vertal.db) to the new file DEST while the\n"+
-			"server keeps running, then checks the copy with PRAGMA integrity_check. DEST must not\n"+
-			"exist. For PostgreSQL it prints how to use pg_dump instead and exits 1.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "backup", "backup DEST\n\nCopies the SQLite database (data-dir/vertal.db) to the new file DEST while the\n"+
+		"server keeps running, then checks the copy with PRAGMA integrity_check. DEST must not\n"+
+		"exist. For PostgreSQL it prints how to use pg_dump instead and exits 1.")
 	cfg, pos, err := operatorFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	if cfg.UsesPostgres() {
 		_, _ = io.WriteString(e.Stderr, pgDumpHowTo+"\n")

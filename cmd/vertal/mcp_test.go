@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver/mcptest"
 )
 
 // TestMCPStdioAnswersBeforeExit runs the real binary with a stdin that
@@ -95,4 +98,34 @@ func TestMCPStdioAnswersBeforeExit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMCPServersAgreeE2E: `vertal mcp` (stdio, calling the API) and the
+// server's own /mcp answer initialize alike (protocol version,
+// capabilities, server info, instructions) and list the same tools.
+func TestMCPServersAgreeE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil, "--dev")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mc := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+
+	cmd := exec.Command(vertalBinary(t), "mcp")
+	cmd.Env = []string{"KUBO_API_URL=" + p.url, "KUBO_API_KEY=" + p.devKey}
+	stdio, err := mc.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("vertal mcp: %v", err)
+	}
+	defer stdio.Close()
+	remote, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{p.devKey}}, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatalf("/mcp: %v", err)
+	}
+	defer remote.Close()
+
+	if init := stdio.InitializeResult(); init.ServerInfo == nil || init.ServerInfo.Version != version {
+		t.Errorf("vertal mcp initialize: %+v, want server info with version %s", init, version)
+	}
+	mcptest.Agree(t, stdio, remote)
 }

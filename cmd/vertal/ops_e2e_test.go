@@ -65,6 +65,9 @@ func TestOperatorCommandsE2E(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
+		if rep.Settings.From != "server" {
+			t.Errorf("settings: %+v, want the server's", rep.Settings)
+		}
 		if !rep.Server.Healthy || rep.Server.Version != version || rep.Sandboxes.Driver != "oci" {
 			t.Errorf("server/sandboxes: %+v %+v", rep.Server, rep.Sandboxes)
 		}
@@ -174,4 +177,36 @@ func TestOperatorCommandsE2E(t *testing.T) {
 			t.Errorf("second backup to the same file: %v %q", err, errOut)
 		}
 	})
+}
+
+// TestServerSettingsInStatusE2E: status, run with none of the server's
+// flags, prints the settings the server runs with, not its own defaults.
+func TestServerSettingsInStatusE2E(t *testing.T) {
+	needE2E(t)
+	metricsAddr := freeAddr(t)
+	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "3", "--pool-min", "1", "--pool-max", "3", "--pool-memory-mb", "300", "--metrics-addr", metricsAddr)
+	out, errOut, err := p.vertal(t, nil, "status", "--url", p.url, "--json")
+	if err != nil {
+		t.Fatalf("vertal status: %v %s %s", err, out, errOut)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Settings.From != "server" || rep.Settings.Socket != filepath.Join(p.dataDir, "vertal.sock") {
+		t.Errorf("settings: %+v, want the server's socket", rep.Settings)
+	}
+	if s := rep.Sandboxes; s.Driver != "oci" || s.Runtime == "auto" || s.MaxConcurrent != 3 {
+		t.Errorf("sandboxes: %+v, want oci with the runtime it picked and 3 at once", s)
+	}
+	if pl := rep.Pool; !pl.Enabled || pl.Min != 1 || pl.Max != 3 || pl.MemoryMB != 300 {
+		t.Errorf("pool: %+v, want 1..3 and 300 MiB", pl)
+	}
+	if rep.Metrics.Addr != metricsAddr || rep.Metrics.Error != "" || rep.Pool.Live == nil {
+		t.Errorf("metrics: %+v %+v, want the live numbers at the server's %s", rep.Metrics, rep.Pool.Live, metricsAddr)
+	}
+	text, _, err := p.vertal(t, nil, "status", "--url", p.url)
+	if err != nil || !strings.Contains(text, "3 at once") || !strings.Contains(text, "1..3 per language, up to 300 MiB") {
+		t.Errorf("status text: %v\n%s", err, text)
+	}
 }

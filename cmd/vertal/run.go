@@ -47,8 +47,30 @@ func (cf *clientFlags) client(e *env) (*client.Client, error) {
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal run", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "run", `run [flags] CODE | FILE | - [-- ARGS...]
+
+Runs code on a Vertal Run server and mirrors the program: its stdout and
+stderr go to this command's stdout and stderr as the program writes them,
+and vertal run exits with the program's exit code. If the API refuses the
+request or cannot be reached, the error's code, message and request id go
+to stderr and the exit status is 125.
+
+  vertal run "print('hello')"
+  vertal run "console.log(6*7)" --language javascript --timeout 5
+  vertal run script.py --stdin "input text"
+  echo 'echo hi' | vertal run - -l bash
+  vertal run plot.py --file data.csv --return '*.png' --out results
+  vertal run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
+  id=$(vertal run --async job.py --webhook https://example.com/hook) && vertal wait "$id"
+
+Returned files are written under --out (subdirectories are created; a
+path that would leave it or go through a symlink is refused), one line per
+file on stderr. With --json and no --out they stay in the JSON only.
+
+With --async the server queues the run and vertal run prints its id (or,
+with --json, the queued execution) and exits 0 without waiting; vertal
+wait ID prints the result as vertal run would have, returned files
+included.`)
 	var (
 		cf        clientFlags
 		language  string
@@ -106,37 +128,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&webhook, "webhook", "", "with --async: URL (https) the server POSTs the signed result to when the run ends")
 	// The flag package calls Usage after every parse error too; the whole
 	// text is printed only for -h, so that an error stays on screen.
+	usage := fs.Usage
 	fs.Usage = func() {}
-	usage := func() {
-		fmt.Fprint(e.Stderr, `usage: vertal run [flags] CODE | FILE | - [-- ARGS...]
-
-Runs code on a Vertal Run server and mirrors the program: its stdout and
-stderr go to this command's stdout and stderr as the program writes them,
-and vertal run exits with the program's exit code. If the API refuses the
-request or cannot be reached, the error's code, message and request id go
-to stderr and the exit status is 125.
-
-  vertal run "print('hello')"
-  vertal run "console.log(6*7)" --language javascript --timeout 5
-  vertal run script.py --stdin "input text"
-  echo 'echo hi' | vertal run - -l bash
-  vertal run plot.py --file data.csv --return '*.png' --out results
-  vertal run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
-  id=$(vertal run --async job.py --webhook https://example.com/hook) && vertal wait "$id"
-
-Returned files are written under --out (subdirectories are created; a
-path that would leave it or go through a symlink is refused), one line per
-file on stderr. With --json and no --out they stay in the JSON only.
-
-With --async the server queues the run and vertal run prints its id (or,
-with --json, the queued execution) and exits 0 without waiting; vertal
-wait ID prints the result as vertal run would have, returned files
-included.
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
 	positional, rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -333,23 +326,15 @@ func lookupEnv(e *env, name string) (string, bool) {
 }
 
 func cmdUsage(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal usage", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := newFlagSet(e, "usage", "usage [flags]\n\nShows today's usage (UTC) and the plan's limits for the API key.")
 	var (
 		cf     clientFlags
 		asJSON bool
 	)
 	cf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print the API response as JSON")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal usage [flags]\n\nShows today's usage (UTC) and the plan's limits for the API key.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(exitUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(e.Stderr, "vertal usage: takes no arguments")
@@ -387,28 +372,6 @@ func cmdUsage(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	return nil
-}
-
-// parseInterspersed parses flags that may come before or after positional
-// arguments, as in the documented `run "code" --language javascript`. The
-// standard flag package stops at the first positional argument; "--" ends
-// flag parsing, and what follows it is returned apart as rest.
-func parseInterspersed(fs *flag.FlagSet, args []string) (positional, rest []string, err error) {
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, nil, err
-		}
-		left := fs.Args()
-		if len(left) == 0 {
-			return positional, nil, nil
-		}
-		// fs.Parse consumed a "--" if that is what stopped it.
-		if len(args) > len(left) && args[len(args)-len(left)-1] == "--" {
-			return positional, left, nil
-		}
-		positional = append(positional, left[0])
-		args = left[1:]
-	}
 }
 
 // fileLike is an argument that reads as a file name (main.py, src/t.ts)

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +20,8 @@ import (
 // runAPI stands in for the Vertal Run API: it answers executions from a
 // table keyed by code and records the request bodies.
 type runAPI struct {
-	mu      sync.Mutex
-	bodies  []map[string]any
+	bodyLog
+	hmu     sync.Mutex
 	auth    []string
 	accepts []string
 }
@@ -45,17 +43,13 @@ var runReplies = map[string]struct {
 
 func (a *runAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	a.mu.Lock()
+	a.hmu.Lock()
 	a.auth = append(a.auth, r.Header.Get("Authorization"))
 	a.accepts = append(a.accepts, r.Header.Get("Accept"))
-	a.mu.Unlock()
+	a.hmu.Unlock()
 	switch strings.TrimPrefix(r.URL.Path, "/api") {
 	case "/v1/executions":
-		var body map[string]any
-		json.NewDecoder(r.Body).Decode(&body)
-		a.mu.Lock()
-		a.bodies = append(a.bodies, body)
-		a.mu.Unlock()
+		body := a.record(r)
 		code, _ := body["code"].(string)
 		rep, ok := runReplies[strings.TrimSpace(code)]
 		if !ok { // echo the code so tests can see what was sent
@@ -108,32 +102,9 @@ func streamReply(w http.ResponseWriter, execution string) {
 	event("end", "result", json.RawMessage(execution))
 }
 
-type cliResult struct {
-	Stdout, Stderr string
-	Exit           int
-}
-
-func runCLI(t *testing.T, cmd func(context.Context, *env, []string) error, environ map[string]string, stdin string, args ...string) cliResult {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	e := &env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return environ[k] }}
-	err := cmd(context.Background(), e, args)
-	res := cliResult{Stdout: out.String(), Stderr: errOut.String()}
-	var code exitCode
-	switch {
-	case err == nil:
-	case errors.As(err, &code):
-		res.Exit = int(code)
-	default:
-		t.Fatalf("unexpected error: %v", err)
-	}
-	return res
-}
-
 func TestCmdRun(t *testing.T) {
 	api := &runAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
+	srv, _ := startAPI(t, api)
 	environ := map[string]string{"KUBO_API_URL": srv.URL + "/api", "KUBO_API_KEY": "kubo_sk_env"}
 
 	dir := t.TempDir()
@@ -235,35 +206,18 @@ func TestCmdRun(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			api.mu.Lock()
-			api.bodies = nil
-			api.mu.Unlock()
 			en := environ
 			if tc.environ != nil {
 				en = tc.environ
 			}
-			got := runCLI(t, cmdRun, en, tc.stdin, tc.args...)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("result (-want +got):\n%s", diff)
-			}
-			api.mu.Lock()
-			bodies := api.bodies
-			api.mu.Unlock()
-			var want []map[string]any
-			if tc.wantBody != nil {
-				want = []map[string]any{tc.wantBody}
-			}
-			if diff := cmp.Diff(want, bodies); diff != "" {
-				t.Errorf("request bodies (-want +got):\n%s", diff)
-			}
+			checkRequest(t, &api.bodyLog, cmdRun, en, tc.stdin, tc.args, tc.want, tc.wantBody)
 		})
 	}
 }
 
 func TestCmdRunJSONAndFlagsOverrideEnv(t *testing.T) {
 	api := &runAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
+	srv, _ := startAPI(t, api)
 	environ := map[string]string{"KUBO_API_URL": "http://127.0.0.1:1", "KUBO_API_KEY": "kubo_sk_env"}
 	got := runCLI(t, cmdRun, environ, "", "--url", srv.URL, "--key", "kubo_sk_flag", "--json", "print(6 * 7)")
 	if got.Exit != 0 || got.Stderr != "" {
@@ -290,9 +244,7 @@ func TestCmdRunUnreachable(t *testing.T) {
 }
 
 func TestCmdUsage(t *testing.T) {
-	srv := httptest.NewServer(&runAPI{})
-	defer srv.Close()
-	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "kubo_sk_env"}
+	srv, environ := startAPI(t, &runAPI{})
 
 	got := runCLI(t, cmdUsage, environ, "")
 	want := cliResult{Stdout: `tenant  acme
@@ -337,9 +289,8 @@ func TestCmdRunStreamsUnlessAskedNot(t *testing.T) {
 		{[]string{"print(6 * 7)", "--json"}, "application/json"},
 	} {
 		api := &runAPI{}
-		srv := httptest.NewServer(api)
-		got := runCLI(t, cmdRun, map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}, "", tc.args...)
-		srv.Close()
+		_, environ := startAPI(t, api)
+		got := runCLI(t, cmdRun, environ, "", tc.args...)
 		if got.Exit != 0 || got.Stderr != "" || !strings.Contains(got.Stdout, "42") {
 			t.Errorf("%v: %+v", tc.args, got)
 		}
@@ -351,8 +302,8 @@ func TestCmdRunStreamsUnlessAskedNot(t *testing.T) {
 
 func TestCmdRunFilesEnvArgs(t *testing.T) {
 	api := &runAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
+	_, environ := startAPI(t, api)
+	environ["TOKEN"] = "from-here"
 	dir := t.TempDir()
 	csv := filepath.Join(dir, "data.csv")
 	bin := filepath.Join(dir, "blob.bin")
@@ -362,7 +313,6 @@ func TestCmdRunFilesEnvArgs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k", "TOKEN": "from-here"}
 	got := runCLI(t, cmdRun, environ, "", "import sys", "--file", csv, "--file", bin+":in/blob.bin", "--file", colon,
 		"--env", "MODE=fast", "--env", "EQ=a=b", "--env", "TOKEN", "--arg", "--n", "--return", "*.png", "--return", "out/**", "--", "x y", "-z")
 	if got.Exit != 0 {
@@ -379,16 +329,15 @@ func TestCmdRunFilesEnvArgs(t *testing.T) {
 		"args":         []any{"--n", "x y", "-z"},
 		"return_files": []any{"*.png", "out/**"},
 	}}
-	if diff := cmp.Diff(want, api.bodies); diff != "" {
+	if diff := cmp.Diff(want, api.take()); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
 
 	// `vertal run -- CODE ARGS` takes the code from after the --.
-	api.bodies = nil
 	if got := runCLI(t, cmdRun, environ, "", "-l", "bash", "--", "echo", "a"); got.Exit != 0 {
 		t.Fatalf("%+v", got)
 	}
-	if diff := cmp.Diff([]map[string]any{{"language": "bash", "code": "echo", "args": []any{"a"}}}, api.bodies); diff != "" {
+	if diff := cmp.Diff([]map[string]any{{"language": "bash", "code": "echo", "args": []any{"a"}}}, api.take()); diff != "" {
 		t.Errorf("-- CODE ARGS (-want +got):\n%s", diff)
 	}
 
@@ -413,10 +362,7 @@ func TestCmdRunFilesEnvArgs(t *testing.T) {
 }
 
 func TestCmdRunWritesReturnedFiles(t *testing.T) {
-	api := &runAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}
+	_, environ := startAPI(t, &runAPI{})
 	for _, stream := range []string{"", "--no-stream"} {
 		t.Run("stream="+stream, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "results")
@@ -444,8 +390,7 @@ func TestCmdRunWritesReturnedFiles(t *testing.T) {
 // or through a symlink there.
 func TestCmdRunRefusesHostileReturnedPaths(t *testing.T) {
 	api := &runAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
+	_, environ := startAPI(t, api)
 	base := t.TempDir()
 	out, elsewhere := filepath.Join(base, "out"), filepath.Join(base, "elsewhere")
 	for _, d := range []string{out, elsewhere} {
@@ -459,7 +404,7 @@ func TestCmdRunRefusesHostileReturnedPaths(t *testing.T) {
 	if err := os.Symlink(filepath.Join(elsewhere, "target"), filepath.Join(out, "final")); err != nil {
 		t.Fatal(err)
 	}
-	got := runCLI(t, cmdRun, map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}, "", "hostile", "--return", "*", "--out", out)
+	got := runCLI(t, cmdRun, environ, "", "hostile", "--return", "*", "--out", out)
 	for _, want := range []string{
 		`not writing returned file "../escape.txt"`, `not writing returned file "/abs.txt"`,
 		`not writing returned file "link/x.txt": link is a symlink`, `not writing returned file "final": final exists and is not a regular file`,
@@ -504,7 +449,7 @@ func (w *notifyWriter) Write(p []byte) (int, error) {
 // the server holds the result back until the first chunk was written.
 func TestCmdRunWritesOutputAsItArrives(t *testing.T) {
 	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, environ := startAPI(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "id: 0-0\nevent: started\ndata: {\"id\":\"exe_l\",\"language\":\"python\"}\n\n")
 		io.WriteString(w, "id: 6-0\nevent: stdout\ndata: {\"text\":\"first\\n\"}\n\n")
@@ -517,11 +462,10 @@ func TestCmdRunWritesOutputAsItArrives(t *testing.T) {
 		io.WriteString(w, "id: 6-4\nevent: stderr\ndata: {\"text\":\"err\\n\"}\n\n")
 		io.WriteString(w, "id: end\nevent: result\ndata: {\"id\":\"exe_l\",\"status\":\"failed\",\"stdout\":\"first\\n\",\"stderr\":\"err\\n\",\"exit_code\":7,\"duration_ms\":3,\"truncated\":false,\"usage\":{\"sandbox_seconds\":0.003},\"request_id\":\"req_l\",\"files\":[],\"files_truncated\":false}\n\n")
 	}))
-	defer srv.Close()
 	stdout := &notifyWriter{writes: make(chan string, 10)}
 	var stderr bytes.Buffer
 	e := &env{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: &stderr,
-		Getenv: func(k string) string { return map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}[k] }}
+		Getenv: func(k string) string { return environ[k] }}
 	done := make(chan error, 1)
 	go func() { done <- cmdRun(context.Background(), e, []string{"print('first')"}) }()
 	select {
@@ -543,9 +487,8 @@ func TestCmdRunWritesOutputAsItArrives(t *testing.T) {
 }
 
 func TestCmdRunErrorEvent(t *testing.T) {
-	srv := httptest.NewServer(&runAPI{})
-	defer srv.Close()
-	got := runCLI(t, cmdRun, map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}, "", "broken")
+	_, environ := startAPI(t, &runAPI{})
+	got := runCLI(t, cmdRun, environ, "", "broken")
 	want := cliResult{Stderr: "vertal run: internal: the sandbox failed (request id req_sse)\n", Exit: 125}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -556,9 +499,7 @@ func TestCmdRunErrorEvent(t *testing.T) {
 // files stay in the printed document; nothing lands in the current
 // directory. With --out they are written there as well.
 func TestCmdRunJSONWritesNoFiles(t *testing.T) {
-	srv := httptest.NewServer(&runAPI{})
-	defer srv.Close()
-	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}
+	_, environ := startAPI(t, &runAPI{})
 	cwd := t.TempDir()
 	t.Chdir(cwd)
 	got := runCLI(t, cmdRun, environ, "", "returns", "--return", "*", "--json")

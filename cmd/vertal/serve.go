@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -45,12 +43,7 @@ import (
 const devTenant = "local"
 
 func cmdServe(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal serve", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal serve [flags]\n\nStarts the API. Every flag can also be set with the VERTAL_* variable shown, or in the --config file.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet(e, "serve", "serve [flags]\n\nStarts the API. Every flag can also be set with the VERTAL_* variable shown, or in the --config file.")
 	b := config.Bind(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -64,20 +57,6 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	}
 	logger := slog.New(slog.NewJSONHandler(e.Stderr, nil))
 	return serve(ctx, e, cfg, logger)
-}
-
-// parseFlags parses fs, turning -h into a clean exit and a bad flag into
-// exit status 2 (the flag package has printed why).
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		return exitCode(0)
-	default:
-		return exitCode(2)
-	}
 }
 
 func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) error {
@@ -273,6 +252,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		go func() { errc <- msrv.Serve(mln) }()
 		logger.Info("metrics listening", "addr", mln.Addr().String())
 	}
+	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driver.Name(), nodeID, asyncWorkers), logger)()
 
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(e.Stdout, "Vertal Run %s listening on %s\n", version, base)

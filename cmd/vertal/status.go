@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -23,6 +22,10 @@ import (
 
 // `vertal status` needs no new route on the server and no key: it puts
 // together what an operator on the host can already read.
+//   - The settings the server runs with (driver and runtime, pool sizes,
+//     metrics address), from the server's operator socket in the data
+//     directory (operator_socket.go). When the server cannot be asked,
+//     the configuration this command resolves stands in, and says so.
 //   - The public GET /health of the server at --url: up, and its version.
 //   - One unauthenticated request to /v1/languages: 403 means the server
 //     enforces the edge secret, 401 that it does not. The secret itself
@@ -32,10 +35,9 @@ import (
 //   - The store, opened as the other operator commands do: today's totals
 //     over every tenant and the async executions still queued.
 //   - The configuration this command resolves (the same flags, VERTAL_*
-//     variables and --config file as serve): driver, runtime, pool sizes.
-//     Run it where the server's environment is (inside the container:
-//     docker compose exec vertal vertal status) for those to be the
-//     server's.
+//     variables and --config file as serve) finds the store and the
+//     socket: run it where the server's data directory is (inside the
+//     container: docker compose exec vertal vertal status).
 
 // statusSettings are the settings status reads besides the store's.
 var statusSettings = []string{"driver", "runtime", "max-concurrent", "pool-min", "pool-max", "pool-memory-mb", "metrics-addr", "edge-secret", "docker-image"}
@@ -46,6 +48,7 @@ const queuedCap = 1000
 type statusReport struct {
 	CLIVersion string          `json:"cli_version"`
 	Server     serverStatus    `json:"server"`
+	Settings   settingsSource  `json:"settings"`
 	Sandboxes  sandboxStatus   `json:"sandboxes"`
 	Pool       poolStatus      `json:"pool"`
 	Metrics    metricsStatus   `json:"metrics"`
@@ -115,29 +118,31 @@ type storeStatus struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// settingsSource says whose settings the report shows.
+type settingsSource struct {
+	From   string `json:"from"` // "server", or "this command" when it could not be asked
+	Socket string `json:"socket"`
+	Error  string `json:"error,omitempty"`
+}
+
 type edgeSecretState struct {
 	Configured bool  `json:"configured"`         // in this command's configuration
 	Enforced   *bool `json:"enforced,omitempty"` // by the running server; absent if it could not be asked
 }
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal status", flag.ContinueOnError)
+	fs := newFlagSet(e, "status", "status [--url URL] [--json]\n\nShows the server's health and version, the sandbox driver and warm pool, today's totals\n"+
+		"over all tenants, the store and whether the edge secret is on. Exits 1 if the server or the\n"+
+		"store cannot be reached. Never prints a secret.")
 	url := fs.String("url", "http://127.0.0.1:8080", "the server to ask (its /health), as reachable from here")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long each question to the server may take")
-	fs.Usage = func() {
-		fmt.Fprintln(e.Stderr, "usage: vertal status [--url URL] [--json]\n\nShows the server's health and version, the sandbox driver and warm pool, today's totals\n"+
-			"over all tenants, the store and whether the edge secret is on. Exits 1 if the server or the\n"+
-			"store cannot be reached. Never prints a secret.\n\nflags:")
-		fs.PrintDefaults()
-	}
 	cfg, pos, err := operatorFlags(e, fs, args, statusSettings...)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
-		fs.Usage()
-		return exitCode(2)
+		return usageError(fs)
 	}
 	hc := &http.Client{Timeout: *timeout}
 	rep := gatherStatus(ctx, cfg, hc, strings.TrimRight(*url, "/"), time.Now())
@@ -157,18 +162,18 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 }
 
 func gatherStatus(ctx context.Context, cfg config.Config, hc *http.Client, url string, now time.Time) statusReport {
-	runtime := cfg.Runtime
-	if runtime == "" {
-		runtime = "auto"
-	}
-	if cfg.Driver == "docker" && runtime == "auto" {
-		runtime = "docker's default"
+	src := settingsSource{From: "server", Socket: operatorSocket(cfg.DataDir)}
+	set, err := askServer(ctx, cfg.DataDir, hc.Timeout)
+	if err != nil {
+		src.From, src.Error = "this command", err.Error()
+		set = newServerSettings(cfg, cfg.Driver+"/"+cfg.Runtime, "", 0)
 	}
 	rep := statusReport{
 		CLIVersion: version,
 		Server:     serverStatus{URL: url},
-		Sandboxes:  sandboxStatus{Driver: cfg.Driver, Runtime: runtime, MaxConcurrent: cfg.MaxConcurrent},
-		Pool:       poolStatus{Enabled: cfg.PoolMax > 0, Min: cfg.PoolMin, Max: cfg.PoolMax, MemoryMB: cfg.PoolMemoryMB},
+		Settings:   src,
+		Sandboxes:  sandboxStatus{Driver: set.Driver, Runtime: set.Runtime, MaxConcurrent: set.MaxConcurrent},
+		Pool:       poolStatus{Enabled: set.PoolMax > 0, Min: set.PoolMin, Max: set.PoolMax, MemoryMB: set.PoolMemoryMB},
 		Today:      todayStatus{Day: now.UTC().Format(time.DateOnly)},
 		EdgeSecret: edgeSecretState{Configured: cfg.EdgeSecret != ""},
 	}
@@ -178,9 +183,9 @@ func gatherStatus(ctx context.Context, cfg config.Config, hc *http.Client, url s
 		rep.Server.Healthy, rep.Server.Version = true, v
 		rep.EdgeSecret.Enforced = edgeEnforced(ctx, hc, url)
 	}
-	if cfg.MetricsAddr != "" {
-		rep.Metrics.Addr = cfg.MetricsAddr
-		if err := readMetrics(ctx, hc, cfg.MetricsAddr, &rep); err != nil {
+	if set.MetricsAddr != "" {
+		rep.Metrics.Addr = set.MetricsAddr
+		if err := readMetrics(ctx, hc, set.MetricsAddr, &rep); err != nil {
 			rep.Metrics.Error = err.Error()
 		}
 	}
@@ -354,6 +359,11 @@ func (r statusReport) write(w io.Writer) error {
 		row("server", "%s: ok, version %s (this vertal: %s)", r.Server.URL, r.Server.Version, r.CLIVersion)
 	} else {
 		row("server", "%s: NOT REACHABLE: %s", r.Server.URL, r.Server.Error)
+	}
+	if r.Settings.From == "server" {
+		row("settings", "the server's (from %s)", r.Settings.Socket)
+	} else {
+		row("settings", "THIS COMMAND'S, not the server's: %s", r.Settings.Error)
 	}
 	sb := fmt.Sprintf("%s driver, runtime %s, %d at once", r.Sandboxes.Driver, r.Sandboxes.Runtime, r.Sandboxes.MaxConcurrent)
 	if r.Sandboxes.InUse != nil {

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +89,8 @@ func TestStatus(t *testing.T) {
 		want := statusReport{
 			CLIVersion: version,
 			Server:     serverStatus{URL: srv.URL, Healthy: true, Version: "9.9.9"},
+			Settings: settingsSource{From: "this command", Socket: filepath.Join(dir, "vertal.sock"),
+				Error: "no server socket at " + filepath.Join(dir, "vertal.sock") + " (is the server running, with this --data-dir?)"},
 			Sandboxes:  sandboxStatus{Driver: "oci", Runtime: "runsc", MaxConcurrent: rep.Sandboxes.MaxConcurrent, InUse: &two, Waiting: &one},
 			Pool:       poolStatus{Enabled: true, Min: 1, Max: 4, MemoryMB: 1024, Live: &poolLive{Ready: 3, Hits: 7}},
 			Metrics:    metricsStatus{Addr: rep.Metrics.Addr},
@@ -135,6 +140,72 @@ func TestStatus(t *testing.T) {
 			t.Errorf("%v\n%s", r.err, r.stdout)
 		}
 	})
+}
+
+// TestStatusAsksTheServer: with a server answering on the data
+// directory's socket, status shows the server's settings, not the
+// defaults of its own flags, and reads the metrics at the server's
+// address.
+func TestStatusAsksTheServer(t *testing.T) {
+	dir := t.TempDir()
+	openTestStore(t, dir)
+	srv := fakeServer(t, true)
+	set := serverSettings{Driver: "docker", Runtime: "runsc", MaxConcurrent: 7, MaxQueue: 3, PoolMin: 2, PoolMax: 5, PoolMemoryMB: 300,
+		MetricsAddr: fakeMetrics(t), EdgeSecret: true, NodeID: "n1", AsyncWorkers: 2}
+	stop := serveOperatorSocket(dir, set, slog.New(slog.DiscardHandler))
+	defer stop()
+	sock := filepath.Join(dir, "vertal.sock")
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v %v, want mode 0600", fi, err)
+	}
+
+	r := runOperator(t, cmdStatus, dir, "--url", srv.URL, "--json")
+	if r.err != nil {
+		t.Fatalf("status: %v %s", r.err, r.stderr)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	two, one := 2.0, 1.0
+	got := struct {
+		Settings  settingsSource
+		Sandboxes sandboxStatus
+		Pool      poolStatus
+		Metrics   metricsStatus
+	}{rep.Settings, rep.Sandboxes, rep.Pool, rep.Metrics}
+	want := struct {
+		Settings  settingsSource
+		Sandboxes sandboxStatus
+		Pool      poolStatus
+		Metrics   metricsStatus
+	}{
+		Settings:  settingsSource{From: "server", Socket: sock},
+		Sandboxes: sandboxStatus{Driver: "docker", Runtime: "runsc", MaxConcurrent: 7, InUse: &two, Waiting: &one},
+		Pool:      poolStatus{Enabled: true, Min: 2, Max: 5, MemoryMB: 300, Live: &poolLive{Ready: 3, Hits: 7}},
+		Metrics:   metricsStatus{Addr: set.MetricsAddr},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status --json (-want +got):\n%s", diff)
+	}
+
+	r = runOperator(t, cmdStatus, dir, "--url", srv.URL)
+	for _, s := range []string{"settings     the server's (from " + sock + ")", "docker driver, runtime runsc, 7 at once", "warm pool    2..5 per language, up to 300 MiB"} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("no %q in\n%s", s, r.stdout)
+		}
+	}
+
+	// A second server on the same data directory leaves the live socket
+	// alone; once the first stops, its socket is gone.
+	serveOperatorSocket(dir, serverSettings{Driver: "oci"}, slog.New(slog.DiscardHandler))()
+	if got, err := askServer(context.Background(), dir, 5*time.Second); err != nil || got != set {
+		t.Errorf("after a second server tried: %+v, %v; want the first one's settings", got, err)
+	}
+	stop()
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after stop: %v, want it removed", err)
+	}
 }
 
 func TestDescribeStoreHidesPassword(t *testing.T) {

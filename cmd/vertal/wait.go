@@ -2,26 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 )
 
 // cmdWait waits for an execution (one queued with vertal run --async, or
 // any other of the key's tenant) and reports it as vertal run does.
 func cmdWait(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("vertal wait", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	var (
-		cf     clientFlags
-		asJSON bool
-		outDir string
-	)
-	cf.register(fs)
-	fs.BoolVar(&asJSON, "json", false, "print the whole final execution as JSON instead of the program's output")
-	fs.StringVar(&outDir, "out", "", "directory the returned files are written to (default: the current one; with --json only when given)")
-	fs.Usage = func() {
-		fmt.Fprint(e.Stderr, `usage: vertal wait [flags] ID
+	fs := newFlagSet(e, "wait", `wait [flags] ID
 
 Waits until the execution ID (exe_..., as vertal run --async prints it)
 has finished, then prints it as vertal run does: the program's stdout and
@@ -32,18 +19,18 @@ or cannot be reached, the exit status is 125. Interrupting it stops only
 the waiting.
 
   id=$(vertal run --async "print(6*7)") && vertal wait "$id"
-  vertal wait exe_0123456789abcdef0123456789abcdef --json
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
+  vertal wait exe_0123456789abcdef0123456789abcdef --json`)
+	var (
+		cf     clientFlags
+		asJSON bool
+		outDir string
+	)
+	cf.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print the whole final execution as JSON instead of the program's output")
+	fs.StringVar(&outDir, "out", "", "directory the returned files are written to (default: the current one; with --json only when given)")
 	positional, rest, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(exitUsage)
+		return parseError(err)
 	}
 	positional = append(positional, rest...)
 	if len(positional) != 1 || positional[0] == "" {

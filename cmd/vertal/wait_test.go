@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,8 +18,8 @@ import (
 // execution queued; exe_w finishes through its event stream, exe_p has no
 // stream and is found final by polling, anything else is unknown.
 type asyncAPI struct {
-	mu     sync.Mutex
-	bodies []map[string]any
+	bodyLog
+	rmu    sync.Mutex
 	routes []string
 }
 
@@ -28,17 +27,13 @@ const waitedExecution = `{"id":"exe_w","status":"failed","stdout":"partial\n","s
 
 func (a *asyncAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimPrefix(r.URL.Path, "/api")
-	a.mu.Lock()
+	a.rmu.Lock()
 	a.routes = append(a.routes, r.Method+" "+path)
-	a.mu.Unlock()
+	a.rmu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	switch r.Method + " " + path {
 	case "POST /v1/executions":
-		var body map[string]any
-		json.NewDecoder(r.Body).Decode(&body)
-		a.mu.Lock()
-		a.bodies = append(a.bodies, body)
-		a.mu.Unlock()
+		body := a.record(r)
 		webhook := "null"
 		if u, ok := body["webhook_url"].(string); ok {
 			webhook = fmt.Sprintf(`{"url":%q,"state":"pending","attempts":0,"last_status":null,"last_error":null}`, u)
@@ -58,9 +53,8 @@ func (a *asyncAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestCmdRunAsync(t *testing.T) {
 	api := &asyncAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	environ := map[string]string{"KUBO_API_URL": srv.URL + "/api", "KUBO_API_KEY": "k"}
+	srv, environ := startAPI(t, api)
+	environ["KUBO_API_URL"] = srv.URL + "/api"
 	for _, tc := range []struct {
 		name     string
 		args     []string
@@ -83,20 +77,7 @@ func TestCmdRunAsync(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			api.mu.Lock()
-			api.bodies = nil
-			api.mu.Unlock()
-			got := runCLI(t, cmdRun, environ, "", tc.args...)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-			var want []map[string]any
-			if tc.wantBody != nil {
-				want = []map[string]any{tc.wantBody}
-			}
-			if diff := cmp.Diff(want, api.bodies); diff != "" {
-				t.Errorf("request bodies (-want +got):\n%s", diff)
-			}
+			checkRequest(t, &api.bodyLog, cmdRun, environ, "", tc.args, tc.want, tc.wantBody)
 		})
 	}
 
@@ -112,9 +93,7 @@ func TestCmdRunAsync(t *testing.T) {
 
 func TestCmdWait(t *testing.T) {
 	api := &asyncAPI{}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": "k"}
+	_, environ := startAPI(t, api)
 	out := t.TempDir()
 
 	got := runCLI(t, cmdWait, environ, "", "exe_w", "--out", out)
@@ -158,10 +137,7 @@ func TestCmdWait(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := runCLI(t, cmdWait, environ, "", tc.args...)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
+			checkRequest(t, &api.bodyLog, cmdWait, environ, "", tc.args, tc.want, nil)
 		})
 	}
 }

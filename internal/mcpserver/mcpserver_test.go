@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver/mcptest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -641,5 +642,46 @@ func TestCapabilities(t *testing.T) {
 	}
 	if want := `{"tools":{}}`; string(got) != want {
 		t.Errorf("capabilities = %s, want %s", got, want)
+	}
+}
+
+// TestStdioAndHTTPAgree: the stdio server (vertal mcp) and the HTTP one
+// (/mcp) answer initialize alike (protocol version, capabilities, server
+// info, instructions) and list the same tools.
+func TestStdioAndHTTPAgree(t *testing.T) {
+	ctx := context.Background()
+	_, api := newFakeAPI(t)
+	opts := Options{Version: "test", Languages: testLanguages, Images: testImages}
+	c, err := client.New(api.URL, "kubo_sk_alice", client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go func() {
+		_ = ServeStdio(ctx, c, inR, outW, opts)
+		outW.Close()
+	}()
+	stdio, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdio.Close() })
+
+	// The API server hands its languages over in configuration order;
+	// vertal mcp reads them from /v1/languages, sorted by name.
+	httpOpts := opts
+	httpOpts.Languages = []client.Language{testLanguages[2], testLanguages[1], testLanguages[0]}
+	mcpSrv := httptest.NewServer(HTTPHandler(HTTPOptions{Options: httpOpts, Backend: func(*http.Request) (Backend, error) { return ClientBackend(c), nil }}))
+	t.Cleanup(mcpSrv.Close)
+	remote, err := httpSession(t, mcpSrv.URL, "kubo_sk_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mcptest.Agree(t, stdio, remote)
+	if init := stdio.InitializeResult(); init.Capabilities.Tools == nil {
+		t.Errorf("stdio initialize: %+v, want the tools capability", init)
 	}
 }

@@ -17,11 +17,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/logx"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -150,6 +152,9 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
 	})
+	// By name, as GET /v1/languages lists them: the stdio server reads
+	// that list, the HTTP one gets the server's configuration order.
+	langs = slices.SortedFunc(slices.Values(langs), func(a, b client.Language) int { return strings.Compare(a.Name, b.Name) })
 	s.AddTool(runCodeTool(langs, images), t.runCode)
 	s.AddTool(getUsageTool(), t.getUsage)
 	return s
@@ -159,30 +164,7 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 // HTTP handler makes a session per request, and the SDK logs "connecting",
 // "connected" and "disconnected" for each: three lines a message that
 // say nothing the access log does not.
-func sdkLogger(l *slog.Logger) *slog.Logger { return slog.New(demoteInfo{l.Handler()}) }
-
-type demoteInfo struct{ slog.Handler }
-
-func demote(l slog.Level) slog.Level {
-	if l == slog.LevelInfo {
-		return slog.LevelDebug
-	}
-	return l
-}
-
-func (h demoteInfo) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.Handler.Enabled(ctx, demote(l))
-}
-
-func (h demoteInfo) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = demote(r.Level)
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h demoteInfo) WithAttrs(as []slog.Attr) slog.Handler {
-	return demoteInfo{h.Handler.WithAttrs(as)}
-}
-func (h demoteInfo) WithGroup(name string) slog.Handler { return demoteInfo{h.Handler.WithGroup(name)} }
+func sdkLogger(l *slog.Logger) *slog.Logger { return slog.New(logx.DemoteInfo(l.Handler())) }
 
 // New returns an MCP server whose tools call the API with c.
 func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {

@@ -34,6 +34,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/logx"
 )
 
 // Queue names.
@@ -152,38 +154,11 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	o.Logger = slog.New(quietHandler{o.Logger.Handler()})
+	// River's info lines (each migration applied, "poll only mode", the
+	// client started and stopped) are its bookkeeping, and on a first
+	// start they came before the server's banner.
+	o.Logger = slog.New(logx.DemoteInfo(o.Logger.Handler()))
 	return o
-}
-
-// quietHandler logs River's info lines (each migration applied, "poll
-// only mode", client started and stopped) at debug: they are River's
-// bookkeeping, not news for an operator, and on a first start they came
-// before the server's banner. Warnings and errors pass unchanged.
-type quietHandler struct{ slog.Handler }
-
-func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.Handler.Enabled(ctx, quiet(l))
-}
-
-func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = quiet(r.Level)
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h quietHandler) WithGroup(name string) slog.Handler {
-	return quietHandler{h.Handler.WithGroup(name)}
-}
-
-func quiet(l slog.Level) slog.Level {
-	if l == slog.LevelInfo {
-		return slog.LevelDebug
-	}
-	return l
 }
 
 // Queue is a started or startable River client.
