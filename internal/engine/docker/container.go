@@ -9,7 +9,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // containerConfig turns one execution into the container Docker creates.

@@ -7,10 +7,10 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
-// policy is the shared sandbox policy (internal/sandbox) in Docker's terms,
+// policy is the shared sandbox policy (internal/engine/sandbox) in Docker's terms,
 // computed once per driver.
 type policy struct {
 	WorkDir       string
