@@ -106,7 +106,7 @@ func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle stri
 		return engine.Result{}, err
 	}
 	defer p.close()
-	return engine.Supervise(ctx, spec, p, engine.LoopOptions{})
+	return sandbox.Supervise(ctx, spec, p, sandbox.LoopOptions{})
 }
 
 // writeBundle writes config.json and fills the working directory (the
@@ -114,13 +114,13 @@ func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle stri
 // mounts the host tmpfs that becomes /tmp.
 func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid uint32) error {
 	code := filepath.Join(bundle, "code")
-	if err := engine.MountWorkdir(code, spec.Limits); err != nil {
+	if err := sandbox.MountWorkdir(code, spec.Limits); err != nil {
 		return err
 	}
-	if err := engine.WriteCode(code, spec.Language.File, []byte(spec.Code)); err != nil {
+	if err := sandbox.WriteCode(code, spec.Language.File, []byte(spec.Code)); err != nil {
 		return err
 	}
-	if err := engine.PlaceFiles(code, spec.Files, uid); err != nil {
+	if err := sandbox.PlaceFiles(code, spec.Files, uid); err != nil {
 		return err
 	}
 	if tpl != nil { // bwrap has no config.json: its plan is the spec
@@ -183,10 +183,10 @@ func (d *Driver) execute(ctx context.Context, spec engine.Spec, bundle string, c
 		return engine.Result{}, err
 	}
 	defer p.close()
-	return engine.Supervise(ctx, spec, p, engine.LoopOptions{})
+	return sandbox.Supervise(ctx, spec, p, sandbox.LoopOptions{})
 }
 
-// coldProcess is `<runtime> run` on a bundle, as engine.Supervise drives it.
+// coldProcess is `<runtime> run` on a bundle, as sandbox.Supervise drives it.
 type coldProcess struct {
 	d       *Driver
 	id      string
@@ -234,7 +234,7 @@ func (p *coldProcess) Kill() error {
 	return nil
 }
 
-func (p *coldProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+func (p *coldProcess) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit, error) {
 	e.OOMKilled = p.cg.oomKilled()
 	e.CPUSeconds, e.PeakMemoryBytes = p.cg.usage()
 	if !e.TimedOut && !e.OOMKilled && e.Code != 0 {
@@ -259,7 +259,7 @@ func (p *coldProcess) close() { p.stdio.close() }
 // when empty): runtimes chown the sandbox's stdio to its user, and a host
 // file (exec's default is the host's /dev/null) would be handed to the
 // sandbox's uid. ours are the host's ends, child the sandbox's, closed
-// once it started. Embedded, it gives a process engine.Process's Stdin,
+// once it started. Embedded, it gives a process sandbox.Process's Stdin,
 // CopyOutput and CloseOutput.
 type stdio struct{ ours, child [3]*os.File }
 

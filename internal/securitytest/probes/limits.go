@@ -226,7 +226,7 @@ func outputProbe() Probe {
 			}
 			return ok, detail
 		},
-		Fix: "the driver must keep at most Limits.OutputBytes per stream (engine.CappedBuffer)",
+		Fix: "the driver must keep at most Limits.OutputBytes per stream (sandbox.CappedBuffer)",
 	}
 }
 
