@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -245,7 +245,8 @@ func mountedAnywhere(dir string) bool {
 	seen := map[string]bool{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
 			continue
 		}
 		ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns/mnt"))
@@ -253,23 +254,15 @@ func mountedAnywhere(dir string) bool {
 			continue
 		}
 		seen[ns] = true
-		f, err := os.Open(filepath.Join("/proc", p.Name(), "mountinfo"))
+		mounts, err := mountinfo.PidMountInfo(pid)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 5 {
-				continue
-			}
-			root := unescapeMountinfo(fields[3])
-			if strings.HasSuffix(root, suffix) || strings.Contains(root, suffix+"/") {
-				f.Close()
+		for _, m := range mounts {
+			if strings.HasSuffix(m.Root, suffix) || strings.Contains(m.Root, suffix+"/") {
 				return true
 			}
 		}
-		f.Close()
 	}
 	return false
 }

@@ -86,7 +86,7 @@ type execution struct {
 	name    string // container name, "" until creation was asked for
 	id      string // container ID, "" until created
 	removed bool   // the container was already force-removed
-	oom     *oomWatch
+	oom     *sandbox.OOMWatch
 }
 
 func (s *execution) run(ctx context.Context) (engine.Result, error) {
@@ -183,8 +183,8 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 type process struct {
 	d      *Driver
 	cid    string
-	acctID string    // the id its parent cgroup is named by
-	oom    *oomWatch // the parent's OOM notification (cgroup v1)
+	acctID string            // the id its parent cgroup is named by
+	oom    *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
 	att    *types.HijackedResponse
 	dir    string // the working directory on the host
 
@@ -213,7 +213,7 @@ func (p *process) Workdir() string                           { return p.dir }
 // its usage from the parent cgroup.
 func (p *process) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit, error) {
 	if !e.TimedOut && e.Code == 128+9 {
-		if p.oom.fired() || p.d.acct != nil && p.d.acct.oomKilledV2(p.d.instance, p.acctID) {
+		if p.oom.Fired() || p.d.acct != nil && p.d.acct.oomKilledV2(p.d.instance, p.acctID) {
 			e.OOMKilled = true // the kernel's own count, in the parent
 		} else {
 			oom, err := p.d.oomKilled(ctx, p.cid)
@@ -285,7 +285,7 @@ func (d *Driver) forceRemove(ref string) error {
 // cleanup removes everything the execution created on the engine and the
 // host, whatever state the execution reached.
 func (s *execution) cleanup() error {
-	defer s.oom.close()
+	defer s.oom.Close()
 	var errs []error
 	if err := s.remove(); err != nil {
 		errs = append(errs, err)

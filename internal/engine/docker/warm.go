@@ -261,7 +261,7 @@ type warmContainer struct {
 	file string
 	mem  int64
 	uid  *uidpool.Lease
-	oom  *oomWatch // the parent's OOM notification (cgroup v1)
+	oom  *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
 
 	att            *types.HijackedResponse
 	stdout, stderr *handoverSink
@@ -368,7 +368,7 @@ func (w *warmContainer) remove() error {
 // Discard removes the container, its code directory and parent cgroup.
 func (w *warmContainer) Discard(ctx context.Context) error {
 	w.discard.Do(func() {
-		defer w.oom.close()
+		defer w.oom.Close()
 		var errs []error
 		if err := w.remove(); err != nil {
 			errs = append(errs, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // TestMain lets the crash test re-execute this binary as a server that
@@ -47,7 +48,7 @@ func leftovers(d *Driver, inst string, rt runtimeKind, id string) []string {
 			out = append(out, "cgroup "+dir)
 		}
 	}
-	ms, _ := mountsUnder(inst)
+	ms, _ := sandbox.MountsUnder(inst)
 	// The driver's own /dev for bwrap is shared by its sandboxes and
 	// removed by Close (or Reap), not by an execution.
 	ms = slices.DeleteFunc(ms, func(m string) bool { return d.rt.bwrap && m == filepath.Join(inst, "dev") })

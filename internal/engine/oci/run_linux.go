@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -415,7 +414,7 @@ func runtimeError(logPath string) string {
 // unmountUnder detaches every mount at or below dir (the runsc tmpfs, or
 // anything a crashed runtime left), deepest first.
 func unmountUnder(dir string) error {
-	mounts, err := mountsUnder(dir)
+	mounts, err := sandbox.MountsUnder(dir)
 	if err != nil {
 		return err
 	}
@@ -426,22 +425,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// mountsUnder lists the mount points at or below dir, in mount order.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		mp, _, _, ok := parseMountinfo(sc.Text())
-		if ok && (mp == dir || strings.HasPrefix(mp, dir+"/")) {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
 }
