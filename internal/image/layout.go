@@ -245,8 +245,7 @@ func mountedAnywhere(dir string) bool {
 	seen := map[string]bool{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
 			continue
 		}
 		ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns/mnt"))
@@ -254,7 +253,12 @@ func mountedAnywhere(dir string) bool {
 			continue
 		}
 		seen[ns] = true
-		mounts, err := mountinfo.PidMountInfo(pid)
+		f, err := os.Open(filepath.Join("/proc", p.Name(), "mountinfo"))
+		if err != nil {
+			continue
+		}
+		mounts, err := mountinfo.GetMountsFromReader(f, nil)
+		f.Close()
 		if err != nil {
 			continue
 		}
