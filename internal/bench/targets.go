@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // BareCommands are the host commands of the baseline. Python is Debian's

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 

@@ -1,10 +1,12 @@
 // Package engine runs untrusted code in throw-away sandboxes.
 //
-// The engine owns what every driver shares: the execution Spec and Result
-// types, the Driver seam, output capping, status classification, and the
-// bounded pool of sandbox slots that turns overload into a fast ErrBusy.
-// Drivers (internal/engine/oci, internal/engine/docker) only know how to
-// create, run and destroy one hardened sandbox.
+// The engine owns the types every layer shares (the execution Spec and
+// Result, Limits, the Driver and Prestarter seams, the sentinel errors) and
+// the bounded pool of sandbox slots that turns overload into a fast
+// ErrBusy. Drivers (internal/engine/oci, internal/engine/docker) only know
+// how to create, run and destroy one hardened sandbox; what both of them
+// use to do it (the policy, the execution loop, output capping, the
+// working directory, cgroups) is internal/engine/sandbox.
 package engine
 
 import (

@@ -9,9 +9,9 @@ var (
 	// ErrUnavailable means the driver cannot run sandboxes on this host
 	// (runtime missing, daemon down). Its message says what to install.
 	ErrUnavailable = errors.New("engine: sandbox driver unavailable")
-	// ErrSetup, from Process.Finish, means the sandbox failed before the
+	// ErrSetup, from sandbox.Process.Finish, means the sandbox failed before the
 	// program started (the runtime's own error). What the runtime wrote
-	// on the sandbox's stderr is its message, not the user's: Supervise
+	// on the sandbox's stderr is its message, not the user's: sandbox.Supervise
 	// adds it to the error, for the server's log.
 	ErrSetup = errors.New("engine: the sandbox could not be set up")
 )

@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -192,7 +191,7 @@ func TestParseMountPoints(t *testing.T) {
 104 22 0:8 / /tmp/x/.img.build-10/rootfs/proc rw - proc proc rw
 105 22 0:9 / /tmp/x/.img.build-1/with\040space rw - tmpfs t rw
 `
-	got, err := parseMountPoints(bufio.NewScanner(strings.NewReader(info)), "/tmp/x/.img.build-1")
+	got, err := parseMountPoints(strings.NewReader(info), "/tmp/x/.img.build-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -257,19 +257,16 @@ func mountedAnywhere(dir string) bool {
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 5 {
-				continue
-			}
-			root := unescapeMountinfo(fields[3])
-			if strings.HasSuffix(root, suffix) || strings.Contains(root, suffix+"/") {
-				f.Close()
+		mounts, err := mountinfo.GetMountsFromReader(f, nil)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		for _, m := range mounts {
+			if strings.HasSuffix(m.Root, suffix) || strings.Contains(m.Root, suffix+"/") {
 				return true
 			}
 		}
-		f.Close()
 	}
 	return false
 }

@@ -1,15 +1,16 @@
 package image
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,24 +96,21 @@ func mountsUnder(dir string) ([]string, error) {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
 	defer f.Close()
-	mounts, err := parseMountPoints(bufio.NewScanner(f), dir)
+	mounts, err := parseMountPoints(f, dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
 	return mounts, nil
 }
 
-func parseMountPoints(sc *bufio.Scanner, dir string) ([]string, error) {
+func parseMountPoints(r io.Reader, dir string) ([]string, error) {
+	infos, err := mountinfo.GetMountsFromReader(r, mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	for _, m := range infos {
+		out = append(out, m.Mountpoint)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		di, dj := strings.Count(out[i], "/"), strings.Count(out[j], "/")
@@ -121,33 +119,5 @@ func parseMountPoints(sc *bufio.Scanner, dir string) ([]string, error) {
 		}
 		return out[i] < out[j]
 	})
-	return out, sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + (c - '0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }

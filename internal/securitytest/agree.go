@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // agreeLimits are a pro plan's: 512 MiB, and the engine's fixed CPU,

@@ -50,7 +50,7 @@ if [ -n "${VERTAL_TEST_BINARIES:-}" ]; then
   rc2=0
 else
   go test -count=1 -p 1 -timeout 60m -v \
-    ./internal/engine/... ./internal/sandbox/... ./internal/securitytest/... ./internal/doctor/... \
+    ./internal/engine/... ./internal/securitytest/... ./internal/doctor/... \
     >"$log" 2>&1
   rc1=$?
   go test -count=1 -timeout 30m -v -run 'E2E$' ./cmd/vertal/ >>"$log" 2>&1

@@ -1,21 +1,17 @@
 package docker
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // accounting reads an execution's CPU time and peak memory after its
@@ -92,17 +88,13 @@ func (a *accounting) usage(inst, id string) (cpuSeconds float64, peakBytes int64
 	p := a.parent(inst, id)
 	if a.v2 {
 		dir := a.dir(inst, id)
-		if usec, ok := statField(filepath.Join(dir, "cpu.stat"), "usage_usec"); ok {
+		if usec, ok := sandbox.CgroupStatField(filepath.Join(dir, "cpu.stat"), "usage_usec"); ok {
 			cpuSeconds = float64(usec) / 1e6
 		}
-		peakBytes, _ = readInt(filepath.Join(dir, "memory.peak"))
+		peakBytes, _ = sandbox.ReadCgroupInt(filepath.Join(dir, "memory.peak"))
 		return cpuSeconds, peakBytes
 	}
-	if ns, err := readInt(filepath.Join(a.root, "cpuacct", p, "cpuacct.usage")); err == nil {
-		cpuSeconds = float64(ns) / 1e9
-	}
-	peakBytes, _ = readInt(filepath.Join(a.root, "memory", p, "memory.max_usage_in_bytes"))
-	return cpuSeconds, peakBytes
+	return sandbox.CgroupV1Usage(filepath.Join(a.root, "cpuacct", p), filepath.Join(a.root, "memory", p))
 }
 
 // remove deletes the execution's parent cgroup from every hierarchy,
@@ -128,11 +120,11 @@ func (a *accounting) remove(inst, id string) error {
 		}
 		// Stopping the unit removed its cgroup; a directory still there
 		// means systemd did not know the slice.
-		return rmdirTree(dir)
+		return sandbox.RemoveCgroup(dir, nil)
 	}
 	var errs []error
 	for _, h := range a.hierarchies() {
-		if err := rmdirTree(filepath.Join(h, prefix(inst)+id)); err != nil {
+		if err := sandbox.RemoveCgroup(filepath.Join(h, prefix(inst)+id), nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -187,55 +179,6 @@ func (a *accounting) hierarchies() []string {
 	return hs
 }
 
-// rmdirTree removes a cgroup directory and any child cgroups. Cgroup
-// directories hold only kernel files, which rmdir removes with them.
-func rmdirTree(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading cgroup %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := rmdirTree(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("removing cgroup %s: %w", dir, err)
-	}
-	return nil
-}
-
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
-}
-
-// statField reads "key value" from a flat-keyed cgroup file like cpu.stat.
-func statField(path, key string) (int64, bool) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), " ")
-		if ok && k == key {
-			n, err := strconv.ParseInt(v, 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
 // oomMargin is how much more memory a container may use than its parent
 // cgroup on cgroup v1 (see limitParent), so the parent's limit is the one
 // that is hit.
@@ -250,7 +193,7 @@ const oomMargin = 4 << 20
 // kernel's oom_kill counter stays in the victim's cgroup, which is gone
 // with the container. On v2 nothing is needed (nil): memory.events is
 // hierarchical, so the parent counts the container's OOM kills.
-func (a *accounting) limitParent(inst, id string, bytes int64) (*oomWatch, error) {
+func (a *accounting) limitParent(inst, id string, bytes int64) (*sandbox.OOMWatch, error) {
 	if a.v2 {
 		return nil, nil
 	}
@@ -261,34 +204,11 @@ func (a *accounting) limitParent(inst, id string, bytes int64) (*oomWatch, error
 	if err != nil {
 		return nil, fmt.Errorf("creating memory cgroup %s: %w", a.parent(inst, id), err)
 	}
-	fd, err := cg.OOMEventFD()
+	w, err := sandbox.WatchOOM(cg)
 	if err != nil {
-		return nil, fmt.Errorf("arming OOM notification on %s: %w", a.parent(inst, id), err)
+		return nil, fmt.Errorf("%s: %w", a.parent(inst, id), err)
 	}
-	if err := unix.SetNonblock(int(fd), true); err != nil {
-		unix.Close(int(fd))
-		return nil, fmt.Errorf("arming OOM notification: %w", err)
-	}
-	return &oomWatch{fd: int(fd)}, nil
-}
-
-// oomWatch is an armed OOM notification of a v1 parent cgroup.
-type oomWatch struct{ fd int }
-
-// fired reports whether the parent hit OOM since it was armed.
-func (w *oomWatch) fired() bool {
-	if w == nil {
-		return false
-	}
-	var buf [8]byte
-	n, err := unix.Read(w.fd, buf[:])
-	return err == nil && n == 8 && binary.NativeEndian.Uint64(buf[:]) > 0
-}
-
-func (w *oomWatch) close() {
-	if w != nil {
-		unix.Close(w.fd)
-	}
+	return w, nil
 }
 
 // oomKilledV2 reports whether the kernel's OOM killer killed anything in
@@ -297,6 +217,6 @@ func (a *accounting) oomKilledV2(inst, id string) bool {
 	if !a.v2 {
 		return false
 	}
-	n, _ := statField(filepath.Join(a.dir(inst, id), "memory.events"), "oom_kill")
+	n, _ := sandbox.CgroupStatField(filepath.Join(a.dir(inst, id), "memory.events"), "oom_kill")
 	return n > 0
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // containerConfig turns one execution into the container Docker creates.
@@ -65,7 +65,7 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		ReadonlyRootfs: true,
 		OomScoreAdj:    oomScore,
-		// The working directory: a host tmpfs (engine.MountWorkdir, whose
+		// The working directory: a host tmpfs (sandbox.MountWorkdir, whose
 		// noexec, nosuid and nodev the bind mount keeps) with the code file
 		// and the request's files.
 		Mounts: []mount.Mount{{

@@ -29,7 +29,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // Labels put on every container. Reap finds ours by labelSandbox and

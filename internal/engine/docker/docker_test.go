@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 func TestContainerConfig(t *testing.T) {

@@ -27,8 +27,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
 
@@ -753,7 +753,7 @@ func TestEngineAppliesPolicy(t *testing.T) {
 				// cgroup v1: the parent cgroup holds the limit itself, the
 				// container a margin more (accounting.limitParent).
 				wantMem += oomMargin
-				if got, err := readInt(filepath.Join(d.acct.root, "memory", d.acct.parent(d.instance, spec.ID), "memory.limit_in_bytes")); err != nil || got != engine.DefaultMemoryBytes {
+				if got, err := sandbox.ReadCgroupInt(filepath.Join(d.acct.root, "memory", d.acct.parent(d.instance, spec.ID), "memory.limit_in_bytes")); err != nil || got != engine.DefaultMemoryBytes {
 					t.Errorf("parent memory limit %d, %v; want %d", got, err, engine.DefaultMemoryBytes)
 				}
 			}
@@ -917,7 +917,7 @@ func dockerRunArgs(b *testing.B, d *Driver, lang engine.Language, code string) (
 	return args, func() {
 		a := &accounting{root: "/sys/fs/cgroup"}
 		for _, h := range a.hierarchies() {
-			rmdirTree(filepath.Join(h, "vertal-bench"))
+			_ = sandbox.RemoveCgroup(filepath.Join(h, "vertal-bench"), nil)
 		}
 	}
 }

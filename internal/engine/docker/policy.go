@@ -7,10 +7,10 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
-// policy is the shared sandbox policy (internal/sandbox) in Docker's terms,
+// policy is the shared sandbox policy (internal/engine/sandbox) in Docker's terms,
 // computed once per driver.
 type policy struct {
 	WorkDir       string
@@ -118,24 +118,15 @@ func enforced(gvisor bool) []sandbox.Protection {
 		{Name: sandbox.ProtKernelIsol, Enforced: false, How: "host kernel shared (namespaces, seccomp)", Fix: "--runtime runsc"},
 	}
 	if gvisor {
-		for i := range ps {
-			switch ps[i].Name {
-			case sandbox.ProtKernelIsol:
-				ps[i] = yes(sandbox.ProtKernelIsol, "runsc, ptrace platform, --network=none")
-			case sandbox.ProtTmp:
-				ps[i].How = "host tmpfs (anonymous local volume) served by the gofer: gVisor's own tmpfs ignores noexec for mmap"
-			case sandbox.ProtSeccomp:
-				ps[i].How = "applied inside gVisor (runsc --oci-seccomp); refusals are EPERM, never ENOSYS"
-			case sandbox.ProtPids:
-				ps[i].How = "RLIMIT_NPROC inside gVisor (per sandbox kernel); cgroup pids.max bounds the sentry's threads"
-			case sandbox.ProtMemory:
-				ps[i].How = "cgroup limit on the whole gVisor sandbox: over it the sandbox is killed, not one process"
-			case sandbox.ProtMasked:
-				ps[i].How = "gVisor's synthetic /proc and /sys; masked paths from the shared policy"
-			case sandbox.ProtNetwork:
-				ps[i].How = "NetworkMode none and runsc --network=none: gVisor's stack has lo only"
-			}
-		}
+		ps = sandbox.Overlay(ps, map[string]string{
+			sandbox.ProtKernelIsol: "runsc, ptrace platform, --network=none",
+			sandbox.ProtTmp:        "host tmpfs (anonymous local volume) served by the gofer: gVisor's own tmpfs ignores noexec for mmap",
+			sandbox.ProtSeccomp:    "applied inside gVisor (runsc --oci-seccomp); refusals are EPERM, never ENOSYS",
+			sandbox.ProtPids:       "RLIMIT_NPROC inside gVisor (per sandbox kernel); cgroup pids.max bounds the sentry's threads",
+			sandbox.ProtMemory:     "cgroup limit on the whole gVisor sandbox: over it the sandbox is killed, not one process",
+			sandbox.ProtMasked:     "gVisor's synthetic /proc and /sys; masked paths from the shared policy",
+			sandbox.ProtNetwork:    "NetworkMode none and runsc --network=none: gVisor's stack has lo only",
+		})
 	}
 	return ps
 }

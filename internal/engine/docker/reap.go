@@ -13,7 +13,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // Reap removes what dead driver instances (a server that crashed or was
@@ -228,10 +228,10 @@ func validInstance(s string) bool {
 // removeCodeDir removes one execution's directory: a cold one is the
 // working directory's tmpfs itself, a warm one holds it as code/.
 func removeCodeDir(dir string) error {
-	if err := engine.UnmountWorkdir(filepath.Join(dir, "code")); err != nil {
+	if err := sandbox.UnmountWorkdir(filepath.Join(dir, "code")); err != nil {
 		return err
 	}
-	if err := engine.UnmountWorkdir(dir); err != nil {
+	if err := sandbox.UnmountWorkdir(dir); err != nil {
 		return err
 	}
 	return os.RemoveAll(dir)

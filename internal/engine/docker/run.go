@@ -14,7 +14,8 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // validID keeps an execution ID usable as a file name, a cgroup name and
@@ -85,7 +86,7 @@ type execution struct {
 	name    string // container name, "" until creation was asked for
 	id      string // container ID, "" until created
 	removed bool   // the container was already force-removed
-	oom     *oomWatch
+	oom     *sandbox.OOMWatch
 }
 
 func (s *execution) run(ctx context.Context) (engine.Result, error) {
@@ -98,14 +99,14 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
 	s.dir = d.codeDir(spec.ID)
-	if err := engine.MountWorkdir(s.dir, spec.Limits); err != nil {
+	if err := sandbox.MountWorkdir(s.dir, spec.Limits); err != nil {
 		s.dir = "" // not ours to remove (e.g. an ID already in use)
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
-	if err := engine.WriteCode(s.dir, spec.Language.File, []byte(spec.Code)); err != nil {
+	if err := sandbox.WriteCode(s.dir, spec.Language.File, []byte(spec.Code)); err != nil {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
-	if err := engine.PlaceFiles(s.dir, spec.Files, s.uid.UID); err != nil {
+	if err := sandbox.PlaceFiles(s.dir, spec.Files, s.uid.UID); err != nil {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
 
@@ -174,16 +175,16 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 			return d.acct.usage(d.instance, spec.ID)
 		},
 	}
-	return engine.Supervise(ctx, spec, p, engine.LoopOptions{Now: d.opts.Now})
+	return sandbox.Supervise(ctx, spec, p, sandbox.LoopOptions{Now: d.opts.Now})
 }
 
-// process is a container's program, cold or warm, as engine.Supervise
+// process is a container's program, cold or warm, as sandbox.Supervise
 // drives it; the two paths differ only in the functions they give it.
 type process struct {
 	d      *Driver
 	cid    string
-	acctID string    // the id its parent cgroup is named by
-	oom    *oomWatch // the parent's OOM notification (cgroup v1)
+	acctID string            // the id its parent cgroup is named by
+	oom    *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
 	att    *types.HijackedResponse
 	dir    string // the working directory on the host
 
@@ -210,9 +211,9 @@ func (p *process) Workdir() string                           { return p.dir }
 // Finish asks the engine whether a SIGKILL was the OOM killer instead of
 // guessing (only a SIGKILL can be), then removes the container and reads
 // its usage from the parent cgroup.
-func (p *process) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+func (p *process) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit, error) {
 	if !e.TimedOut && e.Code == 128+9 {
-		if p.oom.fired() || p.d.acct != nil && p.d.acct.oomKilledV2(p.d.instance, p.acctID) {
+		if p.oom.Fired() || p.d.acct != nil && p.d.acct.oomKilledV2(p.d.instance, p.acctID) {
 			e.OOMKilled = true // the kernel's own count, in the parent
 		} else {
 			oom, err := p.d.oomKilled(ctx, p.cid)
@@ -284,13 +285,13 @@ func (d *Driver) forceRemove(ref string) error {
 // cleanup removes everything the execution created on the engine and the
 // host, whatever state the execution reached.
 func (s *execution) cleanup() error {
-	defer s.oom.close()
+	defer s.oom.Close()
 	var errs []error
 	if err := s.remove(); err != nil {
 		errs = append(errs, err)
 	}
 	if s.dir != "" {
-		if err := engine.UnmountWorkdir(s.dir); err != nil {
+		if err := sandbox.UnmountWorkdir(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("docker: %w", err))
 		} else if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("docker: removing code directory: %w", err))

@@ -23,9 +23,9 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // Prestarter creates warm sandboxes for package pool: containers made by
@@ -112,11 +112,11 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 		return nil, fmt.Errorf("docker: code directory: %w", err)
 	}
 	codeDir := filepath.Join(w.dir, "code")
-	if err := engine.MountWorkdir(codeDir, limits); err != nil {
+	if err := sandbox.MountWorkdir(codeDir, limits); err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
 	if ln.Program != nil {
-		if err := engine.WriteCode(codeDir, lang.File, ln.Program); err != nil {
+		if err := sandbox.WriteCode(codeDir, lang.File, ln.Program); err != nil {
 			return nil, fmt.Errorf("docker: writing launcher: %w", err)
 		}
 	}
@@ -261,7 +261,7 @@ type warmContainer struct {
 	file string
 	mem  int64
 	uid  *uidpool.Lease
-	oom  *oomWatch // the parent's OOM notification (cgroup v1)
+	oom  *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
 
 	att            *types.HijackedResponse
 	stdout, stderr *handoverSink
@@ -300,10 +300,10 @@ func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Resu
 	default:
 	}
 	dir := filepath.Join(w.dir, "code")
-	if err := engine.PlaceFiles(dir, spec.Files, w.uid.UID); err != nil {
+	if err := sandbox.PlaceFiles(dir, spec.Files, w.uid.UID); err != nil {
 		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
-	if err := engine.WriteCode(dir, w.file, []byte(spec.Code)); err != nil {
+	if err := sandbox.WriteCode(dir, w.file, []byte(spec.Code)); err != nil {
 		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
 	var cpu0 float64
@@ -344,7 +344,7 @@ func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Resu
 			return cpu1 - cpu0, peak
 		},
 	}
-	return engine.Supervise(ctx, spec, p, engine.LoopOptions{Now: d.opts.Now})
+	return sandbox.Supervise(ctx, spec, p, sandbox.LoopOptions{Now: d.opts.Now})
 }
 
 // remove force-removes the container, killing what runs in it.
@@ -368,7 +368,7 @@ func (w *warmContainer) remove() error {
 // Discard removes the container, its code directory and parent cgroup.
 func (w *warmContainer) Discard(ctx context.Context) error {
 	w.discard.Do(func() {
-		defer w.oom.close()
+		defer w.oom.Close()
 		var errs []error
 		if err := w.remove(); err != nil {
 			errs = append(errs, err)
@@ -380,7 +380,7 @@ func (w *warmContainer) Discard(ctx context.Context) error {
 			w.stopWait()
 		}
 		if w.dir != "" {
-			if err := engine.UnmountWorkdir(filepath.Join(w.dir, "code")); err != nil {
+			if err := sandbox.UnmountWorkdir(filepath.Join(w.dir, "code")); err != nil {
 				errs = append(errs, fmt.Errorf("docker: %w", err))
 			} else if err := os.RemoveAll(w.dir); err != nil {
 				errs = append(errs, fmt.Errorf("docker: removing code directory: %w", err))

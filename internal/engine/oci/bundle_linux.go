@@ -10,7 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // initPath is where the init binary appears in the sandbox. /dev is a tmpfs
@@ -187,7 +187,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 			// The sandbox's own /dev/shm, in its IPC namespace's place.
 			shm,
 			tmp,
-			// The working directory: a host tmpfs (engine.MountWorkdir)
+			// The working directory: a host tmpfs (sandbox.MountWorkdir)
 			// with the code file and the request's files.
 			{Destination: engine.CodeDir, Type: "bind", Source: "code", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		},

@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/launcher"
 )
 
 // bundlePlaceholder stands for the bundle directory in a cached plan.
@@ -177,7 +177,7 @@ func innerCommand(command, args, env []string) ([]string, []byte) {
 	return append([]string{"/bin/sh", "-c", script, "sh"}, command...), b
 }
 
-// bwrapProcess is one bwrap sandbox as engine.Supervise drives it.
+// bwrapProcess is one bwrap sandbox as sandbox.Supervise drives it.
 type bwrapProcess struct {
 	d      *Driver
 	id     string
@@ -558,7 +558,7 @@ func (p *bwrapProcess) Kill() error {
 	return nil
 }
 
-func (p *bwrapProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+func (p *bwrapProcess) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit, error) {
 	e.OOMKilled = p.cg.oomKilled()
 	e.CPUSeconds, e.PeakMemoryBytes = p.cg.usage()
 	if !e.TimedOut && !e.OOMKilled && e.Code != 0 && !p.ran {

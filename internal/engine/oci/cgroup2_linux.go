@@ -10,6 +10,8 @@ import (
 	"time"
 
 	cgroupsmode "github.com/containerd/cgroups/v3"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // v2Placement says where in the unified hierarchy the driver works. All
@@ -114,7 +116,7 @@ func startPeakPoll(file string, every time.Duration) *peakPoll {
 }
 
 func (p *peakPoll) sample() {
-	n, err := readInt(p.file)
+	n, err := sandbox.ReadCgroupInt(p.file)
 	if err != nil {
 		return
 	}

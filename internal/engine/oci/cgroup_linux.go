@@ -1,9 +1,7 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +17,8 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // Cgroup modes, as Driver.CgroupMode reports them.
@@ -99,39 +99,31 @@ func discoverCgroups(base string) (*cgroups, error) {
 	default:
 		return nil, errors.New("no cgroup filesystem is mounted at /sys/fs/cgroup")
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := sandbox.CgroupMounts()
 	if err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	var v2Opts string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		mp, fstype, opts, ok := parseMountinfo(sc.Text())
-		if !ok {
-			continue
-		}
-		switch fstype {
-		case "cgroup":
+	var v2Opts []string
+	for _, m := range mounts {
+		mp := m.Point
+		switch m.Version {
+		case 1:
 			c.all = append(c.all, mp)
-			for _, o := range strings.Split(opts, ",") {
+			for _, o := range m.Options {
 				switch o {
 				case "memory", "cpu", "cpuacct", "pids", "cpuset", "devices", "freezer", "blkio", "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "misc":
 					c.mounts[o] = mp
 				}
 			}
-		case "cgroup2":
+		case 2:
 			if c.mode == CgroupV2 && mp == unifiedMount {
-				v2Opts = opts
+				v2Opts = m.Options
 			}
 			if c.mode != CgroupV2 {
 				c.all = append(c.all, mp)
 				c.unified = mp
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
 	if c.mode == CgroupV2 {
 		return c, c.discoverV2(v2Opts)
@@ -152,7 +144,7 @@ func discoverCgroups(base string) (*cgroups, error) {
 const unifiedMount = "/sys/fs/cgroup"
 
 // discoverV2 places our subtree in the unified hierarchy.
-func (c *cgroups) discoverV2(mountOpts string) error {
+func (c *cgroups) discoverV2(mountOpts []string) error {
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return fmt.Errorf("reading our own cgroup: %w", err)
@@ -163,7 +155,7 @@ func (c *cgroups) discoverV2(mountOpts string) error {
 	}
 	c.v2 = &unifiedHost{
 		mount: unifiedMount, place: place,
-		localEvents: slices.Contains(strings.Split(mountOpts, ","), "memory_localevents"),
+		localEvents: slices.Contains(mountOpts, "memory_localevents"),
 	}
 	c.base = place.Base
 	c.all = []string{unifiedMount}
@@ -182,40 +174,6 @@ func hasDelegateXattr(dir string) bool {
 		}
 	}
 	return false
-}
-
-// parseMountinfo returns the mount point, filesystem type and super
-// options of one /proc/self/mountinfo line.
-func parseMountinfo(line string) (mountPoint, fstype, superOpts string, ok bool) {
-	pre, post, found := strings.Cut(line, " - ")
-	if !found {
-		return "", "", "", false
-	}
-	pf := strings.Fields(pre)
-	qf := strings.Fields(post)
-	if len(pf) < 5 || len(qf) < 3 {
-		return "", "", "", false
-	}
-	return unescapeMount(pf[4]), qf[0], qf[2], true
-}
-
-// unescapeMount undoes the octal escapes mountinfo uses for spaces and tabs.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // hybridControllers returns the controllers the unified (v2) hierarchy owns
@@ -371,8 +329,8 @@ type execCgroup struct {
 	c   *cgroups
 
 	// v1 and hybrid
-	v1     cgroup1.Cgroup
-	oomEfd int // eventfd signalled when the parent hits OOM
+	v1  cgroup1.Cgroup
+	oom *sandbox.OOMWatch // the parent's OOM notification
 
 	// v2
 	v2       *cgroup2.Manager
@@ -384,7 +342,7 @@ type execCgroup struct {
 // create makes and limits the parent cgroup of execution id and arms the
 // OOM notification. On error nothing is left behind.
 func (c *cgroups) create(id string, l cgLimits) (_ *execCgroup, err error) {
-	e := &execCgroup{rel: path.Join(c.base, id), c: c, oomEfd: -1}
+	e := &execCgroup{rel: path.Join(c.base, id), c: c}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -407,13 +365,8 @@ func (c *cgroups) create(id string, l cgLimits) (_ *execCgroup, err error) {
 	// cgroup v1 keeps the oom_kill counter in the victim's cgroup, which
 	// the runtime deletes; the notification is delivered to the cgroup
 	// whose limit was hit, which is ours.
-	fd, err := e.v1.OOMEventFD()
-	if err != nil {
-		return nil, fmt.Errorf("arming OOM notification: %w", err)
-	}
-	e.oomEfd = int(fd)
-	if err := unix.SetNonblock(e.oomEfd, true); err != nil {
-		return nil, fmt.Errorf("arming OOM notification: %w", err)
+	if e.oom, err = sandbox.WatchOOM(e.v1); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -474,12 +427,7 @@ func (e *execCgroup) oomKilled() bool {
 		}
 		return m.MemoryEvents.OomKill > 0
 	}
-	if e.oomEfd < 0 {
-		return false
-	}
-	var buf [8]byte
-	n, err := unix.Read(e.oomEfd, buf[:])
-	return err == nil && n == 8 && binary.NativeEndian.Uint64(buf[:]) > 0
+	return e.oom.Fired()
 }
 
 // usage reads CPU time and peak memory of the whole execution.
@@ -496,7 +444,7 @@ func (e *execCgroup) usage() (cpuSeconds float64, peakBytes int64) {
 		case e.poller != nil:
 			peakBytes = e.poller.max()
 		case e.peakFile != nil:
-			peakBytes, _ = readIntFrom(e.peakFile)
+			peakBytes, _ = sandbox.ReadCgroupIntFrom(e.peakFile)
 		case m.Memory != nil:
 			peakBytes = int64(m.Memory.MaxUsage)
 		}
@@ -505,23 +453,16 @@ func (e *execCgroup) usage() (cpuSeconds float64, peakBytes int64) {
 	if e.v1 == nil {
 		return 0, 0
 	}
-	// The two files, not cgroup1's Stat: Stat parses every controller's
-	// statistics (memory.stat alone has ~40 lines), which perf showed as
-	// 4% of the whole machine's CPU on the API's hot path (issue 15).
-	if ns, err := readInt(filepath.Join(e.c.mounts["cpuacct"], e.rel, "cpuacct.usage")); err == nil {
-		cpuSeconds = float64(ns) / 1e9
-	}
-	peakBytes, _ = readInt(filepath.Join(e.c.mounts["memory"], e.rel, "memory.max_usage_in_bytes"))
-	return cpuSeconds, peakBytes
+	return sandbox.CgroupV1Usage(filepath.Join(e.c.mounts["cpuacct"], e.rel), filepath.Join(e.c.mounts["memory"], e.rel))
 }
 
 // memoryCurrent is the memory the execution holds now.
 func (e *execCgroup) memoryCurrent() int64 {
 	if e.v2 != nil {
-		n, _ := readInt(filepath.Join(e.dir, "memory.current"))
+		n, _ := sandbox.ReadCgroupInt(filepath.Join(e.dir, "memory.current"))
 		return n
 	}
-	n, _ := readInt(filepath.Join(e.c.mounts["memory"], e.rel, "memory.usage_in_bytes"))
+	n, _ := sandbox.ReadCgroupInt(filepath.Join(e.c.mounts["memory"], e.rel, "memory.usage_in_bytes"))
 	return n
 }
 
@@ -604,10 +545,7 @@ func (e *execCgroup) adopt(pids ...int) error {
 }
 
 func (e *execCgroup) close() {
-	if e.oomEfd >= 0 {
-		unix.Close(e.oomEfd)
-		e.oomEfd = -1
-	}
+	e.oom.Close()
 	if e.poller != nil {
 		e.poller.stop()
 	}
@@ -615,24 +553,6 @@ func (e *execCgroup) close() {
 		e.peakFile.Close()
 		e.peakFile = nil
 	}
-}
-
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
-}
-
-// readIntFrom reads a one-number cgroup file through an open descriptor.
-func readIntFrom(f *os.File) (int64, error) {
-	var buf [32]byte
-	n, err := f.ReadAt(buf[:], 0)
-	if n == 0 && err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(string(bytes.TrimSpace(buf[:n])), 10, 64)
 }
 
 // dirs returns every cgroup directory execution id may have, deepest first.
@@ -714,35 +634,9 @@ func (c *cgroups) kill(id string) int {
 func (c *cgroups) remove(id string) error {
 	var errs []error
 	for _, dir := range c.dirs(id) {
-		if err := rmdirCgroup(dir, func() { c.kill(id) }); err != nil {
+		if err := sandbox.RemoveCgroup(dir, func() { c.kill(id) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// rmdirCgroup removes one cgroup directory. EBUSY means processes are still
-// in it (or dying): kill them and retry for a bounded time.
-func rmdirCgroup(dir string, kill func()) error {
-	var err error
-	for i := 0; i < 200; i++ {
-		err = unix.Rmdir(dir)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if !errors.Is(err, unix.EBUSY) {
-			break
-		}
-		// Children left by a runtime that crashed mid-way go first.
-		if subs, _ := os.ReadDir(dir); len(subs) > 0 {
-			for _, s := range subs {
-				if s.IsDir() {
-					_ = rmdirCgroup(filepath.Join(dir, s.Name()), kill)
-				}
-			}
-		}
-		kill()
-		time.Sleep(5 * time.Millisecond)
-	}
-	return fmt.Errorf("removing cgroup %s: %w", dir, err)
 }

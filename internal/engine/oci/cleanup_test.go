@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // TestMain lets the crash test re-execute this binary as a server that
@@ -47,7 +48,7 @@ func leftovers(d *Driver, inst string, rt runtimeKind, id string) []string {
 			out = append(out, "cgroup "+dir)
 		}
 	}
-	ms, _ := mountsUnder(inst)
+	ms, _ := sandbox.MountsUnder(inst)
 	// The driver's own /dev for bwrap is shared by its sandboxes and
 	// removed by Close (or Reap), not by an execution.
 	ms = slices.DeleteFunc(ms, func(m string) bool { return d.rt.bwrap && m == filepath.Join(inst, "dev") })
@@ -220,13 +221,15 @@ func crashChild(rt, stateDir string) {
 	os.Exit(3)
 }
 
-// crashTimeoutEnv sets the crash child's execution timeout (default 10m).
+// crashTimeoutEnv sets the crash child's execution timeout (default 10m,
+// also when empty).
 const crashTimeoutEnv = "VERTAL_OCI_CRASH_TIMEOUT"
 
 // startCrashChild runs this test binary as a server that starts one
 // execution (a busy loop and a setsid, double-forked, SIGTERM-ignoring
 // sleep) and waits to be SIGKILLed; it returns once the sandbox runs the
-// user's code, with the instance directory and execution id.
+// user's code, with the instance directory and execution id. Whatever
+// happens after, the sandbox does not outlive the test.
 func startCrashChild(t *testing.T, rtName, stateDir, sleepArg, timeout string) (*exec.Cmd, string, string) {
 	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
@@ -328,49 +331,12 @@ func TestReapAfterCrash(t *testing.T) {
 			// A sleep length unique to this run names the sandbox's daemon.
 			sleepArg := fmt.Sprintf("%d.%d", 80000+time.Now().UnixNano()%9000, os.Getpid()%1000)
 			daemon := "sleep\x00" + sleepArg
-			child := exec.Command(os.Args[0], "-test.run=^$")
-			child.Env = append(os.Environ(), crashChildEnv+"="+rtName, crashStateEnv+"="+stateDir, crashSleepEnv+"="+sleepArg)
-			var stderr bytes.Buffer
-			child.Stderr = &stderr
-			if err := child.Start(); err != nil {
-				t.Fatal(err)
-			}
-			// Whatever happens below, the sandbox must not outlive the test.
-			t.Cleanup(func() {
-				_ = child.Process.Kill()
-				_ = child.Wait()
-				if d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"}); err == nil {
-					_, _ = d.Reap(context.Background())
-					d.Close()
-				}
-			})
-
-			// Wait until the sandbox runs user code: the daemon is up
-			// (under runsc it is inside gVisor, so count gVisor's processes).
+			child, inst, id := startCrashChild(t, rtName, stateDir, sleepArg, "")
 			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer probe.Close()
-			var inst, id string
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				pids, _ := filepath.Glob(filepath.Join(stateDir, "*", "bundles", "*", "init.pid"))
-				if len(pids) == 1 {
-					id = filepath.Base(filepath.Dir(pids[0]))
-					inst = filepath.Dir(filepath.Dir(filepath.Dir(pids[0])))
-					if rtName == "runsc" && len(probe.cg.procs(id)) >= 3 || len(processesMentioning(daemon)) > 0 {
-						break
-					}
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("sandbox did not start; child stderr: %s", stderr.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if rtName == "runsc" {
-				time.Sleep(500 * time.Millisecond) // let the daemon start inside gVisor
-			}
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}

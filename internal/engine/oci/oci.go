@@ -27,8 +27,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // Options configure the driver.
@@ -405,29 +405,17 @@ func enforced(rt runtimeKind, mode string) []sandbox.Protection {
 			sandbox.ProtInit:       "bwrap's own pid 1 (reaps zombies, passes the exit status on)",
 			sandbox.ProtCleanup:    "bundle and cgroups removed; Reap after a crash",
 		}
-		for i := range ps {
-			if h, ok := bw[ps[i].Name]; ok {
-				ps[i].How = h
-			}
-		}
+		ps = sandbox.Overlay(ps, bw)
 	}
 	if rt.gvisor {
-		for i := range ps {
-			switch ps[i].Name {
-			case sandbox.ProtKernelIsol:
-				ps[i] = yes(sandbox.ProtKernelIsol, "runsc, ptrace platform")
-			case sandbox.ProtTmp:
-				ps[i].How = "host tmpfs bind-mounted through the gofer (gVisor's own tmpfs ignores noexec for mmap)"
-			case sandbox.ProtSeccomp:
-				ps[i].How = "applied inside gVisor (--oci-seccomp)"
-			case sandbox.ProtPids:
-				ps[i].How = "RLIMIT_NPROC inside gVisor (per sandbox kernel); host " + how.pids + " as a backstop"
-			case sandbox.ProtMemory:
-				ps[i].How = how.memory + ", on the whole gVisor sandbox: over it the sandbox is killed, not one process"
-			case sandbox.ProtMasked:
-				ps[i].How = "gVisor's synthetic /proc; /sys not mounted"
-			}
-		}
+		ps = sandbox.Overlay(ps, map[string]string{
+			sandbox.ProtKernelIsol: "runsc, ptrace platform",
+			sandbox.ProtTmp:        "host tmpfs bind-mounted through the gofer (gVisor's own tmpfs ignores noexec for mmap)",
+			sandbox.ProtSeccomp:    "applied inside gVisor (--oci-seccomp)",
+			sandbox.ProtPids:       "RLIMIT_NPROC inside gVisor (per sandbox kernel); host " + how.pids + " as a backstop",
+			sandbox.ProtMemory:     how.memory + ", on the whole gVisor sandbox: over it the sandbox is killed, not one process",
+			sandbox.ProtMasked:     "gVisor's synthetic /proc; /sys not mounted",
+		})
 	}
 	return ps
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -172,24 +172,6 @@ func TestValidID(t *testing.T) {
 	} {
 		if got := validID(tc.id); got != tc.want {
 			t.Errorf("validID(%q) = %v; want %v", tc.id, got, tc.want)
-		}
-	}
-}
-
-func TestParseMountinfo(t *testing.T) {
-	for _, tc := range []struct {
-		line             string
-		mp, fstype, opts string
-		ok               bool
-	}{
-		{"35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory", "/sys/fs/cgroup/memory", "cgroup", "rw,memory", true},
-		{"41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw", "/sys/fs/cgroup/unified", "cgroup2", "rw", true},
-		{"99 1 0:50 / /run/a\\040b rw shared:1 - tmpfs tmpfs rw,size=16m", "/run/a b", "tmpfs", "rw,size=16m", true},
-		{"garbage", "", "", "", false},
-	} {
-		mp, fstype, opts, ok := parseMountinfo(tc.line)
-		if diff := cmp.Diff([]any{tc.mp, tc.fstype, tc.opts, tc.ok}, []any{mp, fstype, opts, ok}); diff != "" {
-			t.Errorf("parseMountinfo(%q) (-want +got):\n%s", tc.line, diff)
 		}
 	}
 }

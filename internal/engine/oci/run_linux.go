@@ -12,15 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // Run executes spec in a fresh sandbox and destroys it.
@@ -106,7 +105,7 @@ func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle stri
 		return engine.Result{}, err
 	}
 	defer p.close()
-	return engine.Supervise(ctx, spec, p, engine.LoopOptions{})
+	return sandbox.Supervise(ctx, spec, p, sandbox.LoopOptions{})
 }
 
 // writeBundle writes config.json and fills the working directory (the
@@ -114,13 +113,13 @@ func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle stri
 // mounts the host tmpfs that becomes /tmp.
 func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid uint32) error {
 	code := filepath.Join(bundle, "code")
-	if err := engine.MountWorkdir(code, spec.Limits); err != nil {
+	if err := sandbox.MountWorkdir(code, spec.Limits); err != nil {
 		return err
 	}
-	if err := engine.WriteCode(code, spec.Language.File, []byte(spec.Code)); err != nil {
+	if err := sandbox.WriteCode(code, spec.Language.File, []byte(spec.Code)); err != nil {
 		return err
 	}
-	if err := engine.PlaceFiles(code, spec.Files, uid); err != nil {
+	if err := sandbox.PlaceFiles(code, spec.Files, uid); err != nil {
 		return err
 	}
 	if tpl != nil { // bwrap has no config.json: its plan is the spec
@@ -183,10 +182,10 @@ func (d *Driver) execute(ctx context.Context, spec engine.Spec, bundle string, c
 		return engine.Result{}, err
 	}
 	defer p.close()
-	return engine.Supervise(ctx, spec, p, engine.LoopOptions{})
+	return sandbox.Supervise(ctx, spec, p, sandbox.LoopOptions{})
 }
 
-// coldProcess is `<runtime> run` on a bundle, as engine.Supervise drives it.
+// coldProcess is `<runtime> run` on a bundle, as sandbox.Supervise drives it.
 type coldProcess struct {
 	d       *Driver
 	id      string
@@ -234,7 +233,7 @@ func (p *coldProcess) Kill() error {
 	return nil
 }
 
-func (p *coldProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+func (p *coldProcess) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit, error) {
 	e.OOMKilled = p.cg.oomKilled()
 	e.CPUSeconds, e.PeakMemoryBytes = p.cg.usage()
 	if !e.TimedOut && !e.OOMKilled && e.Code != 0 {
@@ -259,7 +258,7 @@ func (p *coldProcess) close() { p.stdio.close() }
 // when empty): runtimes chown the sandbox's stdio to its user, and a host
 // file (exec's default is the host's /dev/null) would be handed to the
 // sandbox's uid. ours are the host's ends, child the sandbox's, closed
-// once it started. Embedded, it gives a process engine.Process's Stdin,
+// once it started. Embedded, it gives a process sandbox.Process's Stdin,
 // CopyOutput and CloseOutput.
 type stdio struct{ ours, child [3]*os.File }
 
@@ -415,7 +414,7 @@ func runtimeError(logPath string) string {
 // unmountUnder detaches every mount at or below dir (the runsc tmpfs, or
 // anything a crashed runtime left), deepest first.
 func unmountUnder(dir string) error {
-	mounts, err := mountsUnder(dir)
+	mounts, err := sandbox.MountsUnder(dir)
 	if err != nil {
 		return err
 	}
@@ -426,22 +425,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// mountsUnder lists the mount points at or below dir, in mount order.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		mp, _, _, ok := parseMountinfo(sc.Text())
-		if ok && (mp == dir || strings.HasPrefix(mp, dir+"/")) {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
 }

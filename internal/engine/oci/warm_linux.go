@@ -21,9 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // Prestarter creates warm sandboxes for package pool. A warm sandbox is
@@ -362,21 +362,21 @@ func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result
 		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
 	dir := filepath.Join(s.bundle, "code")
-	if err := engine.PlaceFiles(dir, spec.Files, s.uid.UID); err != nil {
+	if err := sandbox.PlaceFiles(dir, spec.Files, s.uid.UID); err != nil {
 		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
-	if err := engine.WriteCode(dir, s.lang.File, []byte(spec.Code)); err != nil {
+	if err := sandbox.WriteCode(dir, s.lang.File, []byte(spec.Code)); err != nil {
 		return engine.Result{}, fmt.Errorf("%w: %v", engine.ErrNotStarted, err)
 	}
 	cpu0, _ := s.cg.usage()
 	// Peak memory from here on; what the interpreter holds already counts,
 	// as it does on the cold path.
 	s.cg.resetPeak()
-	return engine.Supervise(ctx, spec, &warmProcess{s: s, cpu0: cpu0}, engine.LoopOptions{})
+	return sandbox.Supervise(ctx, spec, &warmProcess{s: s, cpu0: cpu0}, sandbox.LoopOptions{})
 }
 
 // warmProcess is a warm sandbox's program after the hand-over, as
-// engine.Supervise drives it.
+// sandbox.Supervise drives it.
 type warmProcess struct {
 	s    *warmSandbox
 	cpu0 float64
@@ -416,7 +416,7 @@ func (p *warmProcess) Kill() error {
 
 func (p *warmProcess) CloseOutput() { closeReads(p.s.stdout, p.s.stderr) }
 
-func (p *warmProcess) Finish(ctx context.Context, e engine.Exit) (engine.Exit, error) {
+func (p *warmProcess) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit, error) {
 	e.OOMKilled = p.s.cg.oomKilled()
 	cpu1, peak := p.s.cg.usage()
 	e.CPUSeconds, e.PeakMemoryBytes = cpu1-p.cpu0, peak

@@ -14,7 +14,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/launcher"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
 

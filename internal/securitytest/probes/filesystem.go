@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
 )
 
 // readonlyCode tries to write, make directories and change modes outside
@@ -149,7 +149,7 @@ func writableProbe() Probe {
 			}
 			return ok, strings.Join(details, "; ")
 		},
-		Fix: "mount /tmp, /dev/shm and the working directory as tmpfs with noexec,nosuid,nodev and a size (internal/sandbox TmpfsOptions and ShmOptions; 16 MiB for /tmp, engine.Limits.WorkdirBytes)",
+		Fix: "mount /tmp, /dev/shm and the working directory as tmpfs with noexec,nosuid,nodev and a size (internal/engine/sandbox TmpfsOptions and ShmOptions; 16 MiB for /tmp, engine.Limits.WorkdirBytes)",
 	}
 }
 
@@ -188,7 +188,7 @@ func tmpOptionsProbe() Probe {
 			}
 			return true, "mountinfo options " + out.Options
 		},
-		Fix:       "mount /tmp with noexec,nosuid,nodev (internal/sandbox TmpfsOptions)",
+		Fix:       "mount /tmp with noexec,nosuid,nodev (internal/engine/sandbox TmpfsOptions)",
 		FixGVisor: "gVisor (2022-12) does not show or keep nosuid/nodev on the /tmp tmpfs; with every capability dropped no setuid file or device node can be created there; see docs/SECURITY.md",
 		GVisorGap: true,
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/uidpool"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 )
 
 // identityCode prints who the program runs as and what it may do, from
@@ -246,7 +246,7 @@ print("checked")
 			detail := fmt.Sprintf("%d dangerous syscalls denied (io_uring, bpf, userfaultfd, unshare, mount, ptrace, keyctl, …); seccomp mode %s", n, mode)
 			return n == len(seccompCalls) && mode == "2", detail
 		},
-		Fix: "apply Vertal's seccomp profile (internal/sandbox); runsc needs --oci-seccomp to apply it",
+		Fix: "apply Vertal's seccomp profile (internal/engine/sandbox); runsc needs --oci-seccomp to apply it",
 	}
 	if arch != "amd64" && arch != "arm64" {
 		p.Skip = "syscall numbers are only known for amd64 and arm64"
@@ -354,7 +354,7 @@ func maskedProbe() Probe {
 			return true, fmt.Sprintf("%d host paths masked or absent (/proc/kcore, /proc/keys, /sys/firmware, …); %d kernel settings read-only",
 				countLines(r, "masked ")+countLines(r, "absent "), countLines(r, "read-only "))
 		},
-		Fix: "mask them (OCI linux.maskedPaths; internal/sandbox MaskedPaths)",
+		Fix: "mask them (OCI linux.maskedPaths; internal/engine/sandbox MaskedPaths)",
 	}
 }
 
@@ -414,7 +414,7 @@ func environmentProbe(canaryName, canaryValue string) Probe {
 			}
 			return true, detail
 		},
-		Fix: "start sandboxes with the fixed environment of internal/sandbox (never the server's) and close every descriptor but stdio",
+		Fix: "start sandboxes with the fixed environment of internal/engine/sandbox (never the server's) and close every descriptor but stdio",
 	}
 }
 

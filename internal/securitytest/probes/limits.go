@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // All are the probes, in the order of the doctor's table.
@@ -226,7 +226,7 @@ func outputProbe() Probe {
 			}
 			return ok, detail
 		},
-		Fix: "the driver must keep at most Limits.OutputBytes per stream (engine.CappedBuffer)",
+		Fix: "the driver must keep at most Limits.OutputBytes per stream (sandbox.CappedBuffer)",
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 type target struct {

@@ -1,4 +1,4 @@
-package engine
+package sandbox
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"golang.org/x/sys/unix"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // The working directory (CodeDir) of every sandbox is a host tmpfs of its
@@ -26,7 +28,7 @@ import (
 // it: l.WorkdirBytes in size, nothing in it executable (noexec) or
 // privileged (nosuid, nodev), and sticky and world-writable, so the
 // sandbox's uid can create files next to the code file but not replace it.
-func MountWorkdir(dir string, l Limits) error {
+func MountWorkdir(dir string, l engine.Limits) error {
 	l = l.WithDefaults()
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("creating working directory: %w", err)
@@ -80,7 +82,7 @@ func WriteCode(dir, name string, code []byte) error {
 // directories, owned by uid so the program may change them. Paths are
 // checked again here (the caller validated them); nothing is followed
 // out of dir.
-func PlaceFiles(dir string, files []File, uid uint32) error {
+func PlaceFiles(dir string, files []engine.File, uid uint32) error {
 	if len(files) == 0 {
 		return nil
 	}
@@ -135,7 +137,7 @@ const collectMaxEntries = 20000
 // O_NOFOLLOW), FIFOs and devices are never opened for reading (O_NONBLOCK
 // and an fstat check before any read), and a file's size is checked
 // before it is read, so a huge sparse file costs nothing.
-func CollectFiles(dir string, globs []string, l Limits) ([]File, bool, error) {
+func CollectFiles(dir string, globs []string, l engine.Limits) ([]engine.File, bool, error) {
 	l = l.WithDefaults()
 	rootFD, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -146,7 +148,7 @@ func CollectFiles(dir string, globs []string, l Limits) ([]File, bool, error) {
 	if err := c.walk(""); err != nil {
 		return nil, false, err
 	}
-	slices.SortFunc(c.files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(c.files, func(a, b engine.File) int { return strings.Compare(a.Path, b.Path) })
 	return c.files, c.truncated, nil
 }
 
@@ -156,7 +158,7 @@ type collector struct {
 	maxFiles  int
 	budget    int64
 	entries   int
-	files     []File
+	files     []engine.File
 	truncated bool
 }
 
@@ -235,6 +237,6 @@ func (c *collector) read(rel string) error {
 		return fmt.Errorf("reading %q: %w", rel, err)
 	}
 	c.budget -= int64(len(b))
-	c.files = append(c.files, File{Path: rel, Content: b, Mode: fs.FileMode(st.Mode).Perm()})
+	c.files = append(c.files, engine.File{Path: rel, Content: b, Mode: fs.FileMode(st.Mode).Perm()})
 	return nil
 }

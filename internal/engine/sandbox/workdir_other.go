@@ -1,13 +1,17 @@
 //go:build !linux
 
-package engine
+package sandbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
 
 var errWorkdirLinux = errors.New("sandbox working directories need Linux")
 
 // MountWorkdir needs Linux.
-func MountWorkdir(dir string, l Limits) error { return errWorkdirLinux }
+func MountWorkdir(dir string, l engine.Limits) error { return errWorkdirLinux }
 
 // UnmountWorkdir needs Linux.
 func UnmountWorkdir(dir string) error { return errWorkdirLinux }
@@ -16,9 +20,9 @@ func UnmountWorkdir(dir string) error { return errWorkdirLinux }
 func WriteCode(dir, name string, code []byte) error { return errWorkdirLinux }
 
 // PlaceFiles needs Linux.
-func PlaceFiles(dir string, files []File, uid uint32) error { return errWorkdirLinux }
+func PlaceFiles(dir string, files []engine.File, uid uint32) error { return errWorkdirLinux }
 
 // CollectFiles needs Linux.
-func CollectFiles(dir string, globs []string, l Limits) ([]File, bool, error) {
+func CollectFiles(dir string, globs []string, l engine.Limits) ([]engine.File, bool, error) {
 	return nil, false, errWorkdirLinux
 }

@@ -1,4 +1,4 @@
-package engine
+package sandbox
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // fakeProcess is a program the loop drives without any sandbox: it
@@ -139,34 +141,34 @@ func TestSupervise(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		p       *fakeProcess
-		spec    Spec
+		spec    engine.Spec
 		cancel  bool // cancel ctx right after the start
-		want    Result
+		want    engine.Result
 		wantErr error
 		wantMsg string // the error's whole text, when set
 		kills   bool
 	}{
 		{name: "succeeds", p: &fakeProcess{stdout: []string{"a", "b"}, stderr: []string{"e"}},
-			want: Result{Status: StatusSucceeded, Stdout: "ab", Stderr: "e"}},
-		{name: "fails", p: &fakeProcess{code: 3}, want: Result{Status: StatusFailed, ExitCode: 3}},
-		{name: "oom", p: &fakeProcess{code: 137, oom: true}, want: Result{Status: StatusMemoryExceeded, ExitCode: 137}},
-		{name: "timeout kills", p: &fakeProcess{hang: true}, spec: Spec{Timeout: 20 * time.Millisecond},
-			want: Result{Status: StatusTimedOut, ExitCode: 137}, kills: true},
-		{name: "output capped", p: &fakeProcess{stdout: []string{"12345", "678"}}, spec: Spec{Limits: Limits{OutputBytes: 4}},
-			want: Result{Status: StatusSucceeded, Stdout: "1234", Truncated: true}},
+			want: engine.Result{Status: engine.StatusSucceeded, Stdout: "ab", Stderr: "e"}},
+		{name: "fails", p: &fakeProcess{code: 3}, want: engine.Result{Status: engine.StatusFailed, ExitCode: 3}},
+		{name: "oom", p: &fakeProcess{code: 137, oom: true}, want: engine.Result{Status: engine.StatusMemoryExceeded, ExitCode: 137}},
+		{name: "timeout kills", p: &fakeProcess{hang: true}, spec: engine.Spec{Timeout: 20 * time.Millisecond},
+			want: engine.Result{Status: engine.StatusTimedOut, ExitCode: 137}, kills: true},
+		{name: "output capped", p: &fakeProcess{stdout: []string{"12345", "678"}}, spec: engine.Spec{Limits: engine.Limits{OutputBytes: 4}},
+			want: engine.Result{Status: engine.StatusSucceeded, Stdout: "1234", Truncated: true}},
 		{name: "cancel kills and returns ctx error", p: &fakeProcess{hang: true}, cancel: true,
 			wantErr: context.Canceled, kills: true},
 		{name: "start fails", p: &fakeProcess{startErr: errBoom}, wantErr: errBoom},
 		{name: "wait fails", p: &fakeProcess{waitErr: errBoom}, wantErr: errBoom},
 		{name: "finish fails", p: &fakeProcess{code: 1, finishErr: errBoom}, wantErr: errBoom},
 		{name: "setup fails, runtime's message in the error", p: &fakeProcess{code: 1, stderr: []string{"bwrap: warming up\n", "bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n"},
-			finishErr: fmt.Errorf("%w (exit status 1)", ErrSetup)}, wantErr: ErrSetup,
+			finishErr: fmt.Errorf("%w (exit status 1)", engine.ErrSetup)}, wantErr: engine.ErrSetup,
 			wantMsg: "engine: the sandbox could not be set up (exit status 1); the runtime said: bwrap: warming up | bwrap: Can't mount proc on /newroot/proc: Operation not permitted"},
-		{name: "setup fails silently", p: &fakeProcess{code: 1, finishErr: ErrSetup}, wantErr: ErrSetup, wantMsg: "engine: the sandbox could not be set up"},
-		{name: "kill fails at timeout", p: &fakeProcess{hang: true, killErr: errBoom}, spec: Spec{Timeout: 20 * time.Millisecond},
+		{name: "setup fails silently", p: &fakeProcess{code: 1, finishErr: engine.ErrSetup}, wantErr: engine.ErrSetup, wantMsg: "engine: the sandbox could not be set up"},
+		{name: "kill fails at timeout", p: &fakeProcess{hang: true, killErr: errBoom}, spec: engine.Spec{Timeout: 20 * time.Millisecond},
 			wantErr: errBoom, kills: true},
-		{name: "returned files", p: &fakeProcess{}, spec: Spec{ReturnFiles: []string{"*.png"}},
-			want: Result{Status: StatusSucceeded, Files: []File{{Path: "/work/dir:*.png"}}, FilesTruncated: true}},
+		{name: "returned files", p: &fakeProcess{}, spec: engine.Spec{ReturnFiles: []string{"*.png"}},
+			want: engine.Result{Status: engine.StatusSucceeded, Files: []engine.File{{Path: "/work/dir:*.png"}}, FilesTruncated: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p.init()
@@ -181,8 +183,8 @@ func TestSupervise(t *testing.T) {
 			if tc.cancel {
 				time.AfterFunc(20*time.Millisecond, cancel)
 			}
-			collect := func(dir string, globs []string, l Limits) ([]File, bool, error) {
-				return []File{{Path: dir + ":" + strings.Join(globs, ",")}}, true, nil
+			collect := func(dir string, globs []string, l engine.Limits) ([]engine.File, bool, error) {
+				return []engine.File{{Path: dir + ":" + strings.Join(globs, ",")}}, true, nil
 			}
 			got, err := Supervise(ctx, spec, p, LoopOptions{Collect: collect})
 			if !errors.Is(err, tc.wantErr) {
@@ -203,7 +205,7 @@ func TestSupervise(t *testing.T) {
 			if got.Usage.CPUSeconds != 0.25 || got.Usage.PeakMemoryBytes != 1<<20 {
 				t.Errorf("usage %+v; want Finish's", got.Usage)
 			}
-			got.Duration, got.Usage = 0, Usage{}
+			got.Duration, got.Usage = 0, engine.Usage{}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("result (-want +got):\n%s", diff)
 			}
@@ -225,7 +227,7 @@ func TestSupervise(t *testing.T) {
 // that escaped the kill) is cut after DrainTimeout, not waited for.
 func TestSuperviseDrainBound(t *testing.T) {
 	p := (&fakeProcess{stdout: []string{"x"}, holdOutput: true}).init()
-	res, err := Supervise(context.Background(), Spec{}, p, LoopOptions{})
+	res, err := Supervise(context.Background(), engine.Spec{}, p, LoopOptions{})
 	if err != nil || res.Stdout != "x" || p.kills == 0 {
 		t.Fatalf("res %+v err %v kills %d; want stdout x, no error, killed", res, err, p.kills)
 	}
@@ -236,8 +238,8 @@ func TestSuperviseDrainBound(t *testing.T) {
 func TestSuperviseOutputSink(t *testing.T) {
 	p := (&fakeProcess{stdout: []string{"ab", "cd", "ef"}, stderr: []string{"1", "2"}}).init()
 	var mu sync.Mutex
-	got := map[Stream]string{}
-	spec := Spec{Limits: Limits{OutputBytes: 5}, Output: func(s Stream, b []byte) {
+	got := map[engine.Stream]string{}
+	spec := engine.Spec{Limits: engine.Limits{OutputBytes: 5}, Output: func(s engine.Stream, b []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		got[s] += string(b)
@@ -246,11 +248,11 @@ func TestSuperviseOutputSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[Stream]string{Stdout: "abcde", Stderr: "12"}
+	want := map[engine.Stream]string{engine.Stdout: "abcde", engine.Stderr: "12"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sink (-want +got):\n%s", diff)
 	}
-	if res.Stdout != got[Stdout] || res.Stderr != got[Stderr] {
+	if res.Stdout != got[engine.Stdout] || res.Stderr != got[engine.Stderr] {
 		t.Errorf("result %q/%q differs from the sink", res.Stdout, res.Stderr)
 	}
 }

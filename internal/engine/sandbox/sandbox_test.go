@@ -185,3 +185,20 @@ func TestAllowedAndDeniedDisjoint(t *testing.T) {
 		seen[n] = true
 	}
 }
+
+func TestOverlay(t *testing.T) {
+	ps := []Protection{
+		{Name: ProtTmp, Enforced: true, How: "tmpfs"},
+		{Name: ProtKernelIsol, Enforced: false, How: "host kernel shared", Fix: "--runtime runsc"},
+		{Name: ProtCPU, Enforced: true, How: "CFS quota"},
+	}
+	got := Overlay(ps, map[string]string{ProtTmp: "gofer", ProtKernelIsol: "runsc"})
+	want := []Protection{
+		{Name: ProtTmp, Enforced: true, How: "gofer"},
+		{Name: ProtKernelIsol, Enforced: true, How: "runsc"},
+		{Name: ProtCPU, Enforced: true, How: "CFS quota"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Overlay (-want +got):\n%s", diff)
+	}
+}

@@ -1,6 +1,12 @@
-// Package sandbox is the hardening policy every driver applies to every
-// execution: who the code runs as, what it sees of the host, which system
-// calls it may make, and how its scratch space and resources are bounded.
+// Package sandbox is the toolkit every driver builds one sandbox with: the
+// hardening policy it applies to every execution (who the code runs as,
+// what it sees of the host, which system calls it may make, and how its
+// scratch space and resources are bounded), the one execution loop that
+// drives the sandbox's program (Process, Supervise, CappedBuffer,
+// Classify), the working directory the host fills and collects from
+// (MountWorkdir, PlaceFiles, CollectFiles), and the cgroup it is bounded
+// and measured by. The drivers (internal/engine/oci and
+// internal/engine/docker) only translate it for their runtime.
 //
 // The policy is plain data so that the oci driver (an OCI runtime-spec
 // config.json) and the docker driver (Engine API host config) enforce the

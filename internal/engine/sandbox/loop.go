@@ -1,4 +1,4 @@
-package engine
+package sandbox
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // Process is one sandbox's program as the execution loop drives it. Every
@@ -73,7 +75,7 @@ type LoopOptions struct {
 	After func(d time.Duration, f func()) (stop func() bool)
 	// Collect gathers spec.ReturnFiles from a host directory; nil means
 	// CollectFiles.
-	Collect func(dir string, globs []string, l Limits) ([]File, bool, error)
+	Collect func(dir string, globs []string, l engine.Limits) ([]engine.File, bool, error)
 }
 
 // Supervise runs p for spec: it starts the program, feeds its stdin,
@@ -81,7 +83,7 @@ type LoopOptions struct {
 // arrives), kills it at spec.Timeout or when ctx ends, and builds the
 // Result. When ctx ends first it returns ctx's error and no Result.
 // Destroying the sandbox is left to the caller.
-func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result, error) {
+func Supervise(ctx context.Context, spec engine.Spec, p Process, o LoopOptions) (engine.Result, error) {
 	now, after, collect := o.Now, o.After, o.Collect
 	if now == nil {
 		now = time.Now
@@ -93,11 +95,11 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 		collect = CollectFiles
 	}
 	if spec.Timeout <= 0 {
-		spec.Timeout = DefaultTimeout
+		spec.Timeout = engine.DefaultTimeout
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return engine.Result{}, err
 	}
 
 	stdout, stderr := newStreams(spec)
@@ -109,7 +111,7 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 	if err := p.Start(ctx); err != nil {
 		p.CloseOutput()
 		<-copied
-		return Result{}, err
+		return engine.Result{}, err
 	}
 	// Stdin only after Start: a warm sandbox reads its go line from the
 	// same pipe, so the user's stdin (or its end) must not come first.
@@ -173,11 +175,11 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 
 	switch {
 	case reason == "canceled":
-		return Result{}, ctx.Err()
+		return engine.Result{}, ctx.Err()
 	case kerr != nil:
-		return Result{}, fmt.Errorf("killing the sandbox at its timeout: %w", kerr)
+		return engine.Result{}, fmt.Errorf("killing the sandbox at its timeout: %w", kerr)
 	case waitErr != nil:
-		return Result{}, waitErr
+		return engine.Result{}, waitErr
 	}
 	exit := Exit{Code: code, TimedOut: reason == "timeout"}
 	if exit.TimedOut {
@@ -185,19 +187,19 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 	}
 	exit, err := p.Finish(ctx, exit)
 	if err != nil {
-		if msg := setupMessage(stderr.String()); errors.Is(err, ErrSetup) && msg != "" {
+		if msg := setupMessage(stderr.String()); errors.Is(err, engine.ErrSetup) && msg != "" {
 			err = fmt.Errorf("%w; the runtime said: %s", err, msg)
 		}
-		return Result{}, err
+		return engine.Result{}, err
 	}
-	res := Result{
+	res := engine.Result{
 		Status:    Classify(exit.Code, exit.TimedOut, exit.OOMKilled),
 		Stdout:    stdout.String(),
 		Stderr:    stderr.String(),
 		ExitCode:  exit.Code,
 		Duration:  duration,
 		Truncated: stdout.Truncated() || stderr.Truncated(),
-		Usage: Usage{
+		Usage: engine.Usage{
 			SandboxSeconds:  duration.Seconds(),
 			CPUSeconds:      max(exit.CPUSeconds, 0),
 			PeakMemoryBytes: exit.PeakMemoryBytes,
@@ -206,10 +208,10 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 	if len(spec.ReturnFiles) > 0 {
 		dir := p.Workdir()
 		if dir == "" {
-			return Result{}, errors.New("this driver cannot return files")
+			return engine.Result{}, errors.New("this driver cannot return files")
 		}
 		if res.Files, res.FilesTruncated, err = collect(dir, spec.ReturnFiles, spec.Limits); err != nil {
-			return Result{}, fmt.Errorf("collecting returned files: %w", err)
+			return engine.Result{}, fmt.Errorf("collecting returned files: %w", err)
 		}
 	}
 	return res, nil
@@ -217,19 +219,19 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 
 // newStreams returns the capped buffers of stdout and stderr, which pass
 // what they keep on to spec.Output one call at a time.
-func newStreams(spec Spec) (stdout, stderr *CappedBuffer) {
+func newStreams(spec engine.Spec) (stdout, stderr *CappedBuffer) {
 	stdout = &CappedBuffer{Max: spec.Limits.OutputBytes}
 	stderr = &CappedBuffer{Max: spec.Limits.OutputBytes}
 	if spec.Output != nil {
 		var mu sync.Mutex
-		emit := func(s Stream) func([]byte) {
+		emit := func(s engine.Stream) func([]byte) {
 			return func(p []byte) {
 				mu.Lock()
 				defer mu.Unlock()
 				spec.Output(s, p)
 			}
 		}
-		stdout.onKeep, stderr.onKeep = emit(Stdout), emit(Stderr)
+		stdout.onKeep, stderr.onKeep = emit(engine.Stdout), emit(engine.Stderr)
 	}
 	return stdout, stderr
 }

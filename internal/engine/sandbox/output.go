@@ -1,6 +1,10 @@
-package engine
+package sandbox
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
 
 // CappedBuffer keeps the first Max bytes written to it and discards the
 // rest as it arrives, so a flood of output costs no memory. It is safe for
@@ -53,15 +57,15 @@ func (b *CappedBuffer) Truncated() bool {
 // Classify turns how a sandbox ended into a Status and exit code.
 // exitCode is the process's exit status (or 128+signal if killed);
 // timedOut and oomKilled are what the driver observed.
-func Classify(exitCode int, timedOut, oomKilled bool) Status {
+func Classify(exitCode int, timedOut, oomKilled bool) engine.Status {
 	switch {
 	case timedOut:
-		return StatusTimedOut
+		return engine.StatusTimedOut
 	case oomKilled:
-		return StatusMemoryExceeded
+		return engine.StatusMemoryExceeded
 	case exitCode == 0:
-		return StatusSucceeded
+		return engine.StatusSucceeded
 	default:
-		return StatusFailed
+		return engine.StatusFailed
 	}
 }

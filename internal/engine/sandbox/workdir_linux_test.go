@@ -1,4 +1,4 @@
-package engine
+package sandbox
 
 import (
 	"os"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // TestCollectFiles lays out a working directory as a hostile program
@@ -32,17 +34,17 @@ func TestCollectFiles(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		globs     []string
-		limits    Limits
+		limits    engine.Limits
 		want      []string
 		truncated bool
 	}{
-		{"one glob", []string{"*.png"}, Limits{}, []string{"a.png"}, false},
-		{"double star", []string{"out/**"}, Limits{}, []string{"out/d.txt", "out/deep/c.csv"}, false},
-		{"everything", []string{"**"}, Limits{}, []string{"a.png", "b.txt", "big.bin", "out/d.txt", "out/deep/c.csv"}, false},
-		{"count cap", []string{"**"}, Limits{ReturnFiles: 2}, []string{"a.png", "b.txt"}, true},
-		{"bytes cap skips what does not fit", []string{"**"}, Limits{ReturnBytes: 9}, []string{"a.png", "b.txt", "out/d.txt"}, true},
-		{"symlinks never followed", []string{"*.txt", "out/*.txt", "out/linkdir/*"}, Limits{}, []string{"b.txt", "out/d.txt"}, false},
-		{"nothing matches", []string{"*.jpg"}, Limits{}, nil, false},
+		{"one glob", []string{"*.png"}, engine.Limits{}, []string{"a.png"}, false},
+		{"double star", []string{"out/**"}, engine.Limits{}, []string{"out/d.txt", "out/deep/c.csv"}, false},
+		{"everything", []string{"**"}, engine.Limits{}, []string{"a.png", "b.txt", "big.bin", "out/d.txt", "out/deep/c.csv"}, false},
+		{"count cap", []string{"**"}, engine.Limits{ReturnFiles: 2}, []string{"a.png", "b.txt"}, true},
+		{"bytes cap skips what does not fit", []string{"**"}, engine.Limits{ReturnBytes: 9}, []string{"a.png", "b.txt", "out/d.txt"}, true},
+		{"symlinks never followed", []string{"*.txt", "out/*.txt", "out/linkdir/*"}, engine.Limits{}, []string{"b.txt", "out/d.txt"}, false},
+		{"nothing matches", []string{"*.jpg"}, engine.Limits{}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, truncated, err := CollectFiles(dir, tc.globs, tc.limits)

@@ -40,7 +40,7 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // Ready is what a launcher writes to stdout once the interpreter is up.
