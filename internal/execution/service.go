@@ -177,6 +177,10 @@ func (noMetrics) ObserveExecution(string, string, time.Duration) {}
 // Languages are the languages the service runs.
 func (s *Service) Languages() Languages { return s.langs }
 
+// Plans are the plans by name the service applies (Options.Plans, or the
+// defaults).
+func (s *Service) Plans() map[string]config.Plan { return s.plans }
+
 // MaxCodeBytes and MaxStdinBytes are the request caps in effect.
 func (s *Service) MaxCodeBytes() int  { return s.opts.MaxCodeBytes }
 func (s *Service) MaxStdinBytes() int { return s.opts.MaxStdinBytes }
