@@ -6,8 +6,8 @@
 //
 // Every handler returns an error; one adapter turns it into the error
 // shape through the table in errors.go and writes the access log. The
-// Store and the Engine (with its Driver) are injected, so unit tests run
-// against storefake and a fake Driver.
+// execution service and the Store are injected, so unit tests run against
+// storefake and a service over a fake Driver.
 package api
 
 import (

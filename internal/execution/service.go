@@ -1,5 +1,5 @@
 // Package execution is the one path a request to run code takes, whatever
-// its entry point (the HTTP API, the MCP server, and later async workers):
+// its entry point (the HTTP API, the MCP server, the async queue workers):
 // validate and apply defaults (where a request becomes an engine.Spec),
 // claim the Idempotency-Key, store the accepted execution, wait for a
 // sandbox slot fairly among tenants, reserve the daily quota, run, then
