@@ -314,7 +314,7 @@ type envConfig struct {
 	service execution.Options // its Store, Engine, Queue, Render, Metrics, Logger and Now are the env's
 	engine  engine.Options
 	mcp     *mcpserver.Options // mounts MCP, with MCPBackend, when set
-	store  store.Store // under the countingStore; default storefake
+	store   store.Store        // under the countingStore; default storefake
 	// noQueue leaves Options.Queue nil; otherwise it is a jobQueue.
 	noQueue bool
 }

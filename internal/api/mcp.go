@@ -60,16 +60,12 @@ func (b mcpBackend) RunCode(ctx context.Context, req mcpserver.RunRequest) (*cli
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	raw, err := json.Marshal(toResponse(out.Execution, b.info.id))
+	ex, raw, err := asClient[client.Execution](toResponse(out.Execution, b.info.id))
 	if err != nil {
 		return nil, err
 	}
-	var ex client.Execution
-	if err := json.Unmarshal(raw, &ex); err != nil {
-		return nil, err
-	}
 	ex.Raw = raw
-	return &ex, nil
+	return ex, nil
 }
 
 func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
@@ -77,16 +73,26 @@ func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	raw, err := json.Marshal(body)
+	u, raw, err := asClient[client.Usage](body)
 	if err != nil {
 		return nil, err
 	}
-	var u client.Usage
-	if err := json.Unmarshal(raw, &u); err != nil {
-		return nil, err
-	}
 	u.Raw = raw
-	return &u, nil
+	return u, nil
+}
+
+// asClient is body as the Go client reads it from the HTTP API, and the
+// JSON it was read from.
+func asClient[T any](body any) (*T, []byte, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, nil, err
+	}
+	return v, raw, nil
 }
 
 // clientError gives a tool the refusal the HTTP API would have answered
