@@ -59,18 +59,143 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	return serve(ctx, e, cfg, logger)
 }
 
+// serve runs the server until ctx ends: the configuration's images, the
+// store, the engine, the execution service that every entry point shares
+// (the API, the MCP tools, the queue's workers), then the servers.
 func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) error {
+	images, err := offeredImages(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
 	st, storeDesc, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-
-	driver, pre, closeDriver, err := newDriver(ctx, cfg, cfg.StateDir, logger)
+	metrics := api.NewMetrics()
+	eng, driverName, closeEngine, err := newEngine(ctx, cfg, images[0].Languages, metrics, logger)
 	if err != nil {
 		return err
 	}
-	defer closeDriver()
+	defer closeEngine()
+
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		nodeID = defaultNodeID(cfg.DataDir)
+	}
+	q, err := newQueue(ctx, cfg, st, nodeID, logger)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, logger)
+	if err != nil {
+		return err
+	}
+	accounts, err := newAccounts(cfg, st, logger)
+	if err != nil {
+		return err
+	}
+	srv, err := newAPI(cfg, st, svc, accounts, images, metrics, logger)
+	if err != nil {
+		return err
+	}
+
+	// Settle what an earlier run of this node left unfinished, then keep
+	// sending heartbeats; the queue's workers start after that.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	if err := svc.Start(bgCtx); err != nil {
+		return err
+	}
+	if err := q.Start(bgCtx, queue.Handlers{Run: svc.RunQueued, Deliver: svc.DeliverWebhook}); err != nil {
+		return fmt.Errorf("starting the queue: %w", err)
+	}
+	go accounts.PurgeEvery(bgCtx, account.PurgeInterval)
+
+	ls, err := listen(cfg, srv, metrics, logger)
+	if err != nil {
+		return err
+	}
+	// `vertal status` reads the settings in effect from a socket in the
+	// data directory.
+	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driverName, nodeID, asyncWorkersOf(cfg)), logger)()
+	base := "http://" + ls.addr.String()
+	announce(e, cfg, base, driverName, storeDesc)
+	if cfg.Dev {
+		if err := devKey(ctx, e, st, base, createKeyHint(cfg, devTenant)); err != nil {
+			ls.close()
+			return err
+		}
+	}
+	logger.Info("serving", "addr", ls.addr.String(), "driver", driverName, "store", storeDesc,
+		"max_concurrent", cfg.MaxConcurrent, "queue_timeout", cfg.QueueTimeout.D().String(), "edge_secret", cfg.EdgeSecret != "",
+		"max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP, "idle_timeout", cfg.IdleTimeout.D().String())
+
+	select {
+	case err := <-ls.errc:
+		ls.close()
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	// Finish what is running: an execution in progress is paid for and its
+	// result is stored, so let it end before closing the store.
+	logger.Info("shutting down; waiting for running requests")
+	sctx, cancel := context.WithTimeout(context.Background(), longestRequest(cfg)+30*time.Second)
+	defer cancel()
+	ls.shutdown(sctx, logger)
+	// The queue's running jobs finish too; those not started stay queued
+	// for the next node.
+	if err := q.Stop(sctx); err != nil {
+		logger.Warn("stopping the queue", "error", err)
+	}
+	stopBackground()
+	logger.Info("stopped")
+	return nil
+}
+
+// announce tells the operator where the server listens, and on what.
+func announce(e *env, cfg config.Config, base, driverName, storeDesc string) {
+	fmt.Fprintf(e.Stdout, "Vertal Run %s listening on %s\n", version, base)
+	warm := "warm pool off"
+	if cfg.PoolMax > 0 {
+		warm = fmt.Sprintf("warm pool %d..%d per language", cfg.PoolMin, cfg.PoolMax)
+	}
+	fmt.Fprintf(e.Stdout, "  sandboxes: %s, %d at once, %s; store: %s\n", driverName, cfg.MaxConcurrent, warm, storeDesc)
+	fmt.Fprintf(e.Stdout, "  playground: %s/   API: %s/api/v1 (also %s/v1)   OpenAPI: %s/v1/openapi.json\n", base, base, base, base)
+}
+
+// offeredImages resolves the configured images (the default one first),
+// says which are not offered and why, and on the oci driver deletes their
+// replaced versions in the background until ctx ends.
+func offeredImages(ctx context.Context, cfg config.Config, logger *slog.Logger) ([]config.Image, error) {
+	images, skipped, err := cfg.ResolveImages()
+	if err != nil {
+		return nil, err
+	}
+	for name, err := range skipped {
+		logger.Warn("image not offered", "image", name, "error", err)
+	}
+	if cfg.Driver == "oci" {
+		go collectImageVersions(ctx, images, logger)
+	}
+	for _, l := range images[0].Languages {
+		if l.Version == "" {
+			logger.Warn("language version unknown; /v1/languages reports null", "language", l.Name,
+				"versions_file", filepath.Join(cfg.ImageDir, config.VersionsFile))
+		}
+	}
+	return images, nil
+}
+
+// newEngine builds the configured driver, removes what an earlier run
+// left, puts the warm pool of langs in front of it if configured, and
+// returns the engine over them, with the driver's name and a func that
+// closes them. metrics gets the pool's series and the engine's slots.
+func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, metrics *api.Metrics, logger *slog.Logger) (*engine.Engine, string, func(), error) {
+	driver, pre, closeDriver, err := newDriver(ctx, cfg, cfg.StateDir, logger)
+	if err != nil {
+		return nil, "", nil, err
+	}
 	if n, err := driver.Reap(ctx); err != nil {
 		logger.Warn("removing sandboxes left by an earlier run", "error", err)
 	} else if n > 0 {
@@ -83,27 +208,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	} else if n > 0 {
 		logger.Info("released uid leases left by an earlier run", "count", n)
 	}
-
-	images, skipped, err := cfg.ResolveImages()
-	if err != nil {
-		return err
-	}
-	for name, err := range skipped {
-		logger.Warn("image not offered", "image", name, "error", err)
-	}
-	langs := images[0].Languages
-	if cfg.Driver == "oci" {
-		go collectImageVersions(ctx, images, logger)
-	}
-	for _, l := range langs {
-		if l.Version == "" {
-			logger.Warn("language version unknown; /v1/languages reports null", "language", l.Name,
-				"versions_file", filepath.Join(cfg.ImageDir, config.VersionsFile))
-		}
-	}
-
-	metrics := api.NewMetrics()
-	runner := driver
+	runner, closeAll := driver, closeDriver
 	if cfg.PoolMax > 0 {
 		p := pool.New(driver, pre, pool.Options{
 			Min:         cfg.PoolMin,
@@ -113,202 +218,176 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 			Limits:      engine.Limits{MemoryBytes: cfg.Plans[cfg.PoolPlan].MemoryBytes()},
 			Logger:      logger,
 		})
-		// Deferred after closeDriver, so it runs first: warm sandboxes are
-		// destroyed while the driver can still do it.
-		defer p.Close()
+		// Warm sandboxes are destroyed while the driver can still do it.
+		closeAll = func() { p.Close(); closeDriver() }
 		metrics.Add(p)
 		runner = p
 	}
 	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
+	metrics.SetEngine(eng)
+	return eng, driver.Name(), closeAll, nil
+}
 
-	// The MCP tools call the execution service of the API server directly,
-	// as the caller the API authenticated; the API handler exists only
-	// after api.New, which needs the MCP handler, hence the indirection.
-	var srv *api.Server
-	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
-		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(langs), Images: clientImages(images)},
-		Backend: func(r *http.Request) (mcpserver.Backend, error) { return srv.MCPBackend(r) },
-	})
-	doc, err := api.OpenAPIDocument(version, "/api")
-	if err != nil {
-		return err
+// asyncWorkersOf is the number of async workers cfg asks for.
+func asyncWorkersOf(cfg config.Config) int {
+	if cfg.AsyncWorkers == 0 {
+		return max(1, cfg.MaxConcurrent/2)
 	}
-	webHandler := web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
+	return cfg.AsyncWorkers
+}
 
-	// Async executions and webhook deliveries go through the durable
-	// queue in the store's database; its workers call the service that
-	// api.New builds, hence the indirection again.
-	nodeID := cfg.NodeID
-	if nodeID == "" {
-		nodeID = defaultNodeID(cfg.DataDir)
-	}
-	asyncWorkers := cfg.AsyncWorkers
-	if asyncWorkers == 0 {
-		asyncWorkers = max(1, cfg.MaxConcurrent/2)
-	}
+// newQueue opens the durable queue that async executions and webhook
+// deliveries go through, on the store's own database. Its workers start
+// with the service's handlers (Queue.Start).
+func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID string, logger *slog.Logger) (*queue.Queue, error) {
+	asyncWorkers := asyncWorkersOf(cfg)
 	rescue := cfg.QueueRescueAfter.D()
 	if rescue == 0 {
 		rescue = time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D() + 2*time.Minute
 	}
+	o := queue.Options{Workers: asyncWorkers, NodeID: nodeID, RescueAfter: rescue, RetryBase: cfg.WebhookRetryBase.D(), Logger: logger}
+	switch db := st.(type) {
+	case interface{ WriterDB() *sql.DB }:
+		return queue.OpenSQLite(ctx, db.WriterDB(), o)
+	case interface{ Pool() *pgxpool.Pool }:
+		return queue.OpenPostgres(ctx, db.Pool(), o)
+	}
+	return nil, fmt.Errorf("the store %T has no database for the queue", st)
+}
+
+// newService builds the one execution service: it runs what the API, the
+// MCP tools and the queue's workers ask for, and renders, counts and logs
+// as the API does.
+func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics, logger *slog.Logger) (*execution.Service, error) {
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
-	hooks := &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard}), RetryFor: cfg.WebhookRetryFor.D()}
-	q, err := openQueue(ctx, st, queue.Handlers{
-		Run: func(ctx context.Context, tenant, id string) error { return srv.Service().RunQueued(ctx, tenant, id) },
-		Deliver: func(ctx context.Context, tenant, id string, attempt int, first time.Time) error {
-			return srv.Service().DeliverWebhook(ctx, tenant, id, attempt, first)
-		},
-	}, queue.Options{Workers: asyncWorkers, NodeID: nodeID, RescueAfter: rescue, RetryBase: cfg.WebhookRetryBase.D(), Logger: logger})
-	if err != nil {
-		return err
-	}
+	return execution.New(execution.Options{
+		Store:         st,
+		Engine:        eng,
+		Languages:     images[0].Languages,
+		Images:        images,
+		Plans:         cfg.Plans,
+		MaxCodeBytes:  cfg.MaxCodeBytes,
+		MaxStdinBytes: cfg.MaxStdinBytes,
+		QueueTimeout:  cfg.QueueTimeout.D(),
+		NodeID:        nodeID,
+		Queue:         q,
+		Webhooks:      &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard}), RetryFor: cfg.WebhookRetryFor.D()},
+		Render:        api.RenderExecution,
+		NodeTimeout:   cfg.NodeTimeout.D(),
+		Metrics:       metrics,
+		Logger:        logger,
+	})
+}
 
+// newAccounts is the account service behind the sign-up and dashboard
+// pages, mailing through cfg.SMTPURL if set.
+func newAccounts(cfg config.Config, st store.Store, logger *slog.Logger) (*account.Service, error) {
 	var mailer account.Mailer
 	if cfg.SMTPURL != "" {
 		m, err := account.ParseSMTPURL(cfg.SMTPURL)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		mailer = m
 	}
-	accounts, err := account.New(account.Options{Store: st, Signup: cfg.Signup, Mailer: mailer, PublicURL: cfg.PublicURL, Logger: logger})
-	if err != nil {
-		return err
-	}
-	pages := web.NewPages(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
+	return account.New(account.Options{Store: st, Signup: cfg.Signup, Mailer: mailer, PublicURL: cfg.PublicURL, Logger: logger})
+}
 
-	srv, err = api.New(api.Options{
-		Service: execution.Options{
-			Store:         st,
-			Engine:        eng,
-			Languages:     langs,
-			Images:        images,
-			Plans:         cfg.Plans,
-			MaxCodeBytes:  cfg.MaxCodeBytes,
-			MaxStdinBytes: cfg.MaxStdinBytes,
-			QueueTimeout:  cfg.QueueTimeout.D(),
-			NodeID:        nodeID,
-			Queue:         q,
-			Webhooks:      hooks,
-			NodeTimeout:   cfg.NodeTimeout.D(),
-		},
+// newAPI is the HTTP API over svc, with the MCP server (its tools call
+// svc too), the web pages and the account pages mounted.
+func newAPI(cfg config.Config, st store.Store, svc *execution.Service, accounts *account.Service, images []config.Image, metrics *api.Metrics, logger *slog.Logger) (*api.Server, error) {
+	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
+		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(images[0].Languages), Images: clientImages(images)},
+		Backend: api.MCPBackend(svc, metrics, logger),
+	})
+	doc, err := api.OpenAPIDocument(version, "/api")
+	if err != nil {
+		return nil, err
+	}
+	return api.New(api.Options{
+		Service:    svc,
+		Store:      st,
 		Accounts:   accounts,
-		Pages:      pages,
+		Pages:      web.NewPages(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger}),
 		PublicURL:  cfg.PublicURL,
 		Version:    version,
 		EdgeSecret: cfg.EdgeSecret,
-		Web:        webHandler,
+		Web:        web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger}),
 		MCP:        mcpHandler,
 		Metrics:    metrics,
 		Logger:     logger,
 	})
-	if err != nil {
-		return err
-	}
+}
 
-	// Settle what an earlier run of this node left unfinished, then keep
-	// sending heartbeats; the queue's workers start after that.
-	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBackground()
-	if err := srv.Service().Start(bgCtx); err != nil {
-		return err
-	}
-	if err := q.Start(bgCtx); err != nil {
-		return fmt.Errorf("starting the queue: %w", err)
-	}
-	go accounts.PurgeEvery(bgCtx, account.PurgeInterval)
+// listening is the API's server and, if configured, the metrics server,
+// serving; errc gets the first error that stops one.
+type listening struct {
+	addr    net.Addr // the API's
+	servers []*http.Server
+	errc    chan error
+}
 
+// listen serves h on cfg.Addr() and the metrics on cfg.MetricsAddr.
+func listen(cfg config.Config, h http.Handler, metrics *api.Metrics, logger *slog.Logger) (*listening, error) {
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
+		return nil, fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
 	}
 	// Idle keep-alive connections cost a file descriptor each and need no
 	// key; cap them in total and per client address.
 	ln = api.LimitListener(ln, api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, Logger: logger, Metrics: metrics})
-	// Writes must outlive the longest execution a plan allows plus the wait
-	// for a slot; reads are bounded well below that.
-	longest := time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D()
-	httpSrv := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      longest + 90*time.Second,
-		IdleTimeout:       cfg.IdleTimeout.D(),
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          log.New(slogWriter{logger}, "", 0),
-	}
-	servers := []*http.Server{httpSrv}
-	errc := make(chan error, 2)
-	go func() { errc <- httpSrv.Serve(ln) }()
+	httpSrv := newHTTPServer(cfg, h, logger)
+	ls := &listening{addr: ln.Addr(), servers: []*http.Server{httpSrv}, errc: make(chan error, 2)}
+	go func() { ls.errc <- httpSrv.Serve(ln) }()
 
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
-			_ = httpSrv.Close()
-			return fmt.Errorf("listening for metrics on %s: %w", cfg.MetricsAddr, err)
+			ls.close()
+			return nil, fmt.Errorf("listening for metrics on %s: %w", cfg.MetricsAddr, err)
 		}
 		msrv := &http.Server{Handler: metrics.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpSrv.ErrorLog}
-		servers = append(servers, msrv)
-		go func() { errc <- msrv.Serve(mln) }()
+		ls.servers = append(ls.servers, msrv)
+		go func() { ls.errc <- msrv.Serve(mln) }()
 		logger.Info("metrics listening", "addr", mln.Addr().String())
 	}
-	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driver.Name(), nodeID, asyncWorkers), logger)()
+	return ls, nil
+}
 
-	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(e.Stdout, "Vertal Run %s listening on %s\n", version, base)
-	warm := "warm pool off"
-	if cfg.PoolMax > 0 {
-		warm = fmt.Sprintf("warm pool %d..%d per language", cfg.PoolMin, cfg.PoolMax)
+// newHTTPServer is the API's http.Server.
+func newHTTPServer(cfg config.Config, h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      longestRequest(cfg) + 90*time.Second,
+		IdleTimeout:       cfg.IdleTimeout.D(),
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(slogWriter{logger}, "", 0),
 	}
-	fmt.Fprintf(e.Stdout, "  sandboxes: %s, %d at once, %s; store: %s\n", driver.Name(), cfg.MaxConcurrent, warm, storeDesc)
-	fmt.Fprintf(e.Stdout, "  playground: %s/   API: %s/api/v1 (also %s/v1)   OpenAPI: %s/v1/openapi.json\n", base, base, base, base)
-	if cfg.Dev {
-		if err := devKey(ctx, e, st, base, createKeyHint(cfg, devTenant)); err != nil {
-			_ = httpSrv.Close()
-			return err
-		}
-	}
-	logger.Info("serving", "addr", ln.Addr().String(), "driver", driver.Name(), "store", storeDesc,
-		"max_concurrent", cfg.MaxConcurrent, "queue_timeout", cfg.QueueTimeout.D().String(), "edge_secret", cfg.EdgeSecret != "",
-		"max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP, "idle_timeout", cfg.IdleTimeout.D().String())
+}
 
-	select {
-	case err := <-errc:
-		for _, s := range servers {
-			_ = s.Close()
-		}
-		return fmt.Errorf("serving: %w", err)
-	case <-ctx.Done():
+// longestRequest is the longest a request may take: the longest execution
+// a plan allows plus the wait for a slot. Writes must outlive it; reads
+// are bounded well below it.
+func longestRequest(cfg config.Config) time.Duration {
+	return time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D()
+}
+
+func (ls *listening) close() {
+	for _, s := range ls.servers {
+		_ = s.Close()
 	}
-	// Finish what is running: an execution in progress is paid for and its
-	// result is stored, so let it end before closing the store.
-	logger.Info("shutting down; waiting for running requests")
-	sctx, cancel := context.WithTimeout(context.Background(), longest+30*time.Second)
-	defer cancel()
-	for _, s := range servers {
-		if err := s.Shutdown(sctx); err != nil {
+}
+
+// shutdown lets the requests running end, until ctx does.
+func (ls *listening) shutdown(ctx context.Context, logger *slog.Logger) {
+	for _, s := range ls.servers {
+		if err := s.Shutdown(ctx); err != nil {
 			logger.Warn("shutdown", "error", err)
 		}
 	}
-	// The queue's running jobs finish too; those not started stay queued
-	// for the next node.
-	if err := q.Stop(sctx); err != nil {
-		logger.Warn("stopping the queue", "error", err)
-	}
-	stopBackground()
-	logger.Info("stopped")
-	return nil
-}
-
-// openQueue opens the durable queue on the store's own database.
-func openQueue(ctx context.Context, st store.Store, h queue.Handlers, o queue.Options) (*queue.Queue, error) {
-	switch db := st.(type) {
-	case interface{ WriterDB() *sql.DB }:
-		return queue.OpenSQLite(ctx, db.WriterDB(), h, o)
-	case interface{ Pool() *pgxpool.Pool }:
-		return queue.OpenPostgres(ctx, db.Pool(), h, o)
-	}
-	return nil, fmt.Errorf("the store %T has no database for the queue", st)
 }
 
 // defaultNodeID names this installation among the nodes of a database:

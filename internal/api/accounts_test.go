@@ -39,8 +39,12 @@ func newAccountNode(t *testing.T, st store.Store, edgeSecret string) *accountEnv
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Service: execution.Options{Store: st, Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 8, QueueTimeout: time.Second}),
-		Languages: testLanguages}, Accounts: acc, Pages: web.NewPages(web.Options{}), EdgeSecret: edgeSecret})
+	svc, err := execution.New(execution.Options{Store: st, Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 8, QueueTimeout: time.Second}),
+		Languages: testLanguages, Render: RenderExecution})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Service: svc, Store: st, Accounts: acc, Pages: web.NewPages(web.Options{}), EdgeSecret: edgeSecret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -573,14 +573,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // quota exactly what POST /v1/executions does.
 func TestMCPMessagesAreRateCounted(t *testing.T) {
 	plans := map[string]config.Plan{"pro": config.DefaultPlans()["pro"], "slow": {ExecutionsPerDay: 100, RequestsPerMinute: 3, MaxTimeoutS: 10, MemoryMB: 64}}
-	var srv *Server
-	env := newEnv(t, withPlans(plans), withOptions(func(o *Options) {
-		o.MCP = mcpserver.HTTPHandler(mcpserver.HTTPOptions{
-			Options: mcpserver.Options{Languages: []client.Language{{Name: "python"}}},
-			Backend: func(r *http.Request) (mcpserver.Backend, error) { return srv.MCPBackend(r) },
-		})
-	}))
-	srv = env.srv
+	env := newEnv(t, withPlans(plans), withMCP(mcpserver.Options{Languages: []client.Language{{Name: "python"}}}))
 	key, _ := env.newKey("slowpoke", "slow")
 	hdr := map[string]string{"Accept": "application/json, text/event-stream"}
 	msgs := []string{

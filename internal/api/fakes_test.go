@@ -19,6 +19,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
@@ -256,7 +257,7 @@ func (e *testEnv) work() {
 	q.mu.Unlock()
 	ctx := context.Background()
 	for _, r := range runs {
-		if err := e.srv.Service().RunQueued(ctx, r.Tenant, r.ExecutionID); err != nil {
+		if err := e.svc.RunQueued(ctx, r.Tenant, r.ExecutionID); err != nil {
 			e.t.Fatalf("running %s: %v", r.ExecutionID, err)
 		}
 	}
@@ -265,7 +266,7 @@ func (e *testEnv) work() {
 	q.deliveries = nil
 	q.mu.Unlock()
 	for _, d := range deliveries {
-		if err := e.srv.Service().DeliverWebhook(ctx, d.Tenant, d.ExecutionID, 1, e.clock.Now()); err != nil {
+		if err := e.svc.DeliverWebhook(ctx, d.Tenant, d.ExecutionID, 1, e.clock.Now()); err != nil {
 			e.t.Errorf("delivering %s: %v", d.ExecutionID, err)
 		}
 	}
@@ -285,7 +286,7 @@ func withWebhooks(allow ...string) envOption {
 			prefixes = append(prefixes, netip.MustParsePrefix(a))
 		}
 		guard := webhook.NewGuard(prefixes, nil)
-		c.opts.Service.Webhooks = &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard})}
+		c.service.Webhooks = &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard})}
 	}
 }
 
@@ -293,6 +294,7 @@ func withWebhooks(allow ...string) envOption {
 type testEnv struct {
 	t      testing.TB
 	srv    *Server
+	svc    *execution.Service // the srv's
 	http   *httptest.Server
 	store  *countingStore
 	driver *fakeDriver
@@ -308,9 +310,11 @@ type testEnv struct {
 }
 
 type envConfig struct {
-	opts   Options
-	engine engine.Options
-	store  store.Store // under the countingStore; default storefake
+	opts    Options
+	service execution.Options // its Store, Engine, Queue, Render, Metrics, Logger and Now are the env's
+	engine  engine.Options
+	mcp     *mcpserver.Options // mounts MCP, with MCPBackend, when set
+	store   store.Store        // under the countingStore; default storefake
 	// noQueue leaves Options.Queue nil; otherwise it is a jobQueue.
 	noQueue bool
 }
@@ -318,7 +322,7 @@ type envConfig struct {
 type envOption func(*envConfig)
 
 func withPlans(p map[string]config.Plan) envOption {
-	return func(c *envConfig) { c.opts.Service.Plans = p }
+	return func(c *envConfig) { c.service.Plans = p }
 }
 
 func withEngine(e engine.Options) envOption {
@@ -327,6 +331,15 @@ func withEngine(e engine.Options) envOption {
 
 func withOptions(f func(*Options)) envOption {
 	return func(c *envConfig) { f(&c.opts) }
+}
+
+func withService(f func(*execution.Options)) envOption {
+	return func(c *envConfig) { f(&c.service) }
+}
+
+// withMCP mounts the MCP server, its tools backed by the env's service.
+func withMCP(o mcpserver.Options) envOption {
+	return func(c *envConfig) { c.mcp = &o }
 }
 
 func withStore(st store.Store) envOption {
@@ -347,31 +360,41 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	env := &testEnv{t: t, driver: newFakeDriver(), clock: newClock(testStart), logs: &syncBuffer{}}
 	cfg := envConfig{
 		opts: Options{
-			Service: execution.Options{Languages: testLanguages, QueueTimeout: time.Second},
 			Version: "0.2.0-test",
 			Logger:  slog.New(slog.NewJSONHandler(env.logs, nil)),
 			Now:     env.clock.Now,
 		},
-		engine: engine.Options{MaxConcurrent: 256, QueueTimeout: time.Second},
-		store:  storefake.New(),
+		service: execution.Options{Languages: testLanguages, QueueTimeout: time.Second},
+		engine:  engine.Options{MaxConcurrent: 256, QueueTimeout: time.Second},
+		store:   storefake.New(),
 	}
 	for _, f := range opts {
 		f(&cfg)
 	}
 	env.store = &countingStore{Store: cfg.store}
-	o, eo := cfg.opts, cfg.engine
-	o.Service.Store = env.store
+	o, so := cfg.opts, cfg.service
+	env.engine = engine.New(env.driver, cfg.engine)
+	o.Metrics = NewMetrics()
+	o.Metrics.SetEngine(env.engine)
+	so.Store, so.Engine = env.store, env.engine
+	so.Render, so.Metrics, so.Logger, so.Now = RenderExecution, o.Metrics, o.Logger, o.Now
 	if !cfg.noQueue {
 		env.queue = &jobQueue{}
-		o.Service.Queue = env.queue
+		so.Queue = env.queue
 	}
-	env.engine = engine.New(env.driver, eo)
-	o.Service.Engine = env.engine
+	svc, err := execution.New(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Service, o.Store = svc, env.store
+	if cfg.mcp != nil {
+		o.MCP = mcpserver.HTTPHandler(mcpserver.HTTPOptions{Options: *cfg.mcp, Backend: MCPBackend(svc, o.Metrics, o.Logger)})
+	}
 	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.srv = srv
+	env.srv, env.svc = srv, svc
 	env.http = httptest.NewServer(conformance(t, srv, &env.covered))
 	t.Cleanup(env.http.Close)
 	t.Cleanup(func() {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
 var volatile = []struct {
@@ -110,8 +111,8 @@ func TestGoldenImages(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(m), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := newEnv(t, withOptions(func(o *Options) {
-		o.Service.Images = []config.Image{
+	env := newEnv(t, withService(func(o *execution.Options) {
+		o.Images = []config.Image{
 			{Name: config.DefaultImage, Languages: testLanguages},
 			{Name: "datasci", Dir: dir, Languages: testLanguages},
 		}

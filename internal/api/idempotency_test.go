@@ -11,6 +11,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
 func TestIdempotentReplay(t *testing.T) {
@@ -113,7 +114,7 @@ func TestIdempotentParallel(t *testing.T) {
 // bounded wait, the second gets 409 idempotency_in_progress, and the code
 // still ran only once.
 func TestIdempotentInProgress(t *testing.T) {
-	env := newEnv(t, withOptions(func(o *Options) { o.Service.IdempotencyWait = 30 * time.Millisecond }))
+	env := newEnv(t, withService(func(o *execution.Options) { o.IdempotencyWait = 30 * time.Millisecond }))
 	env.driver.started = make(chan string, 10)
 	hdr := map[string]string{"Idempotency-Key": "slow-1"}
 	first := make(chan response, 1)
@@ -240,7 +241,7 @@ func TestIdempotencyReleasedOnQuotaAndOverload(t *testing.T) {
 // it (queue wait + longest plan timeout + margins), not for the 24 h a
 // completed key is kept; a completed key keeps replaying for those 24 h.
 func TestIdempotencyAbandonedClaim(t *testing.T) {
-	env := newEnv(t, withOptions(func(o *Options) { o.Service.IdempotencyWait = 20 * time.Millisecond }))
+	env := newEnv(t, withService(func(o *execution.Options) { o.IdempotencyWait = 20 * time.Millisecond }))
 	ctx := context.Background()
 	body := `{"language":"python","code":"print(6 * 7)"}`
 	req, err := env.srv.decodeForTest(body)

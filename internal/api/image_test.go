@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -23,8 +24,8 @@ func withDatasci(t *testing.T, version string) envOption {
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(m), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return withOptions(func(o *Options) {
-		o.Service.Images = []config.Image{
+	return withService(func(o *execution.Options) {
+		o.Images = []config.Image{
 			{Name: config.DefaultImage, Languages: testLanguages},
 			{Name: "datasci", Dir: dir, Languages: testLanguages},
 		}

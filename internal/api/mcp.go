@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -13,21 +14,40 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 )
 
-// MCPBackend returns what the MCP tools of the /mcp request r call: the
-// execution service, as the caller the API authenticated for r. Nothing
-// they do is counted against the rate again (the message was), while
-// quota, idempotency and metering are those of POST /v1/executions,
-// because it is the same sequence. Use it for mcpserver.HTTPOptions.Backend.
-func (s *Server) MCPBackend(r *http.Request) (mcpserver.Backend, error) {
-	c, ok := CallerFromContext(r.Context())
-	if !ok {
-		return nil, errors.New("api: MCPBackend outside an authenticated /mcp request")
+// MCPBackend returns what mcpserver.HTTPOptions.Backend wants: for each
+// /mcp request a Server authenticated, what its MCP tools call. That is the
+// execution service svc (the Server's own), as the caller the Server
+// authenticated. Nothing they do is counted against the rate again (the
+// message was), while quota, idempotency and metering are those of POST
+// /v1/executions, because it is the same sequence. A refusal is counted in
+// metrics and, when it is the server's fault, logged to logger (nil
+// discards it), as the Server does for its own.
+func MCPBackend(svc *execution.Service, metrics *Metrics, logger *slog.Logger) func(*http.Request) (mcpserver.Backend, error) {
+	if metrics == nil {
+		metrics = NewMetrics()
 	}
-	return mcpBackend{s: s, c: c, info: infoFrom(r.Context())}, nil
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	tools := &mcpTools{exec: svc, metrics: metrics, log: logger}
+	return func(r *http.Request) (mcpserver.Backend, error) {
+		c, ok := CallerFromContext(r.Context())
+		if !ok {
+			return nil, errors.New("api: MCPBackend outside an authenticated /mcp request")
+		}
+		return mcpBackend{s: tools, c: c, info: infoFrom(r.Context())}, nil
+	}
+}
+
+// mcpTools is what every MCP request's backend shares.
+type mcpTools struct {
+	exec    *execution.Service
+	metrics *Metrics
+	log     *slog.Logger
 }
 
 type mcpBackend struct {
-	s    *Server
+	s    *mcpTools
 	c    *Caller
 	info *requestInfo // of the /mcp request: its id names the execution and its errors
 }
@@ -40,33 +60,39 @@ func (b mcpBackend) RunCode(ctx context.Context, req mcpserver.RunRequest) (*cli
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	raw, err := json.Marshal(toResponse(out.Execution, b.info.id))
+	ex, raw, err := asClient[client.Execution](toResponse(out.Execution, b.info.id))
 	if err != nil {
-		return nil, err
-	}
-	var ex client.Execution
-	if err := json.Unmarshal(raw, &ex); err != nil {
 		return nil, err
 	}
 	ex.Raw = raw
-	return &ex, nil
+	return ex, nil
 }
 
 func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
-	body, err := b.s.usage(ctx, b.c)
+	body, err := usage(ctx, b.s.exec, b.c)
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	raw, err := json.Marshal(body)
+	u, raw, err := asClient[client.Usage](body)
 	if err != nil {
 		return nil, err
 	}
-	var u client.Usage
-	if err := json.Unmarshal(raw, &u); err != nil {
-		return nil, err
-	}
 	u.Raw = raw
-	return &u, nil
+	return u, nil
+}
+
+// asClient is body as the Go client reads it from the HTTP API, and the
+// JSON it was read from.
+func asClient[T any](body any) (*T, []byte, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := new(T)
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, nil, err
+	}
+	return v, raw, nil
 }
 
 // clientError gives a tool the refusal the HTTP API would have answered

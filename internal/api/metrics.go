@@ -87,7 +87,8 @@ func (m *Metrics) Add(w MetricsWriter) {
 	m.extra = append(m.extra, w)
 }
 
-func (m *Metrics) setEngine(e *engine.Engine) {
+// SetEngine makes /metrics show e's sandbox slots and queue.
+func (m *Metrics) SetEngine(e *engine.Engine) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.engine = e
@@ -106,7 +107,9 @@ func (m *Metrics) observeRequest(route, method string, status int, d time.Durati
 	m.reqDur.WithLabelValues(route).Observe(d.Seconds())
 }
 
-func (m *Metrics) observeExecution(language, status string, d time.Duration) {
+// ObserveExecution and ObserveReplay count for the execution service
+// (they make Metrics an execution.Metrics).
+func (m *Metrics) ObserveExecution(language, status string, d time.Duration) {
 	m.executions.WithLabelValues(language, status).Inc()
 	if status == string(engine.StatusError) {
 		return
@@ -116,15 +119,7 @@ func (m *Metrics) observeExecution(language, status string, d time.Duration) {
 
 func (m *Metrics) observeError(code string) { m.errors.WithLabelValues(code).Inc() }
 
-func (m *Metrics) observeReplay() { m.replays.Inc() }
-
-// executionMetrics lets the execution service report to Metrics.
-type executionMetrics struct{ m *Metrics }
-
-func (e executionMetrics) ObserveReplay() { e.m.observeReplay() }
-func (e executionMetrics) ObserveExecution(language, status string, d time.Duration) {
-	e.m.observeExecution(language, status, d)
-}
+func (m *Metrics) ObserveReplay() { m.replays.Inc() }
 
 // setOpenConnections and observeRefusedConnection do nothing on nil
 // Metrics, so a LimitListener works without them.

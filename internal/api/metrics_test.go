@@ -113,7 +113,7 @@ func TestMetricsBrokenWriter(t *testing.T) {
 	m := NewMetrics()
 	m.Add(brokenMetrics{})
 	m.Add(poolMetrics{})
-	m.observeReplay()
+	m.ObserveReplay()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()

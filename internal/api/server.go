@@ -6,8 +6,8 @@
 //
 // Every handler returns an error; one adapter turns it into the error
 // shape through the table in errors.go and writes the access log. The
-// Store and the Engine (with its Driver) are injected, so unit tests run
-// against storefake and a fake Driver.
+// execution service and the Store are injected, so unit tests run against
+// storefake and a service over a fake Driver.
 package api
 
 import (
@@ -32,15 +32,16 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
-// Options configure a Server. Service.Store and Service.Engine are
-// required.
+// Options configure a Server. Service and Store are required.
 type Options struct {
-	// Service configures the execution service every entry point calls
-	// (store, engine, languages and images, plans, limits, idempotency,
-	// the queue, webhooks, this node's name). Its Store, Engine and Plans
-	// are the API's too (nil Plans means config.DefaultPlans()). New sets
-	// its Render, Metrics, Logger and Now from the API's own.
-	Service execution.Options
+	// Service runs code for every entry point: these handlers, the MCP
+	// tools (MCPBackend) and the queue's workers share one. Its plans are
+	// the API's. Give it RenderExecution as its Render and the Server's
+	// Metrics, Logger and Now, so that webhooks, metrics and logs agree.
+	Service *execution.Service
+	// Store holds the keys and tenants the API authenticates; the
+	// Service's own.
+	Store store.Store
 	// Version is reported by /health and the OpenAPI document.
 	Version string
 	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
@@ -70,7 +71,8 @@ type Options struct {
 	// PublicURL is the server's URL as browsers see it; it builds links,
 	// snippets and the CSRF origin check. Empty: from each request.
 	PublicURL string
-	// Metrics collects what /metrics shows; nil makes a new one.
+	// Metrics collects what /metrics shows (SetEngine adds the engine's
+	// slots); nil makes a new one.
 	Metrics *Metrics
 	// Logger receives the JSON access log; nil discards it.
 	Logger *slog.Logger
@@ -112,15 +114,16 @@ type Server struct {
 
 // New returns a Server.
 func New(opts Options) (*Server, error) {
-	if opts.Service.Store == nil || opts.Service.Engine == nil {
-		return nil, errors.New("api: Service.Store and Service.Engine are required")
+	if opts.Service == nil || opts.Store == nil {
+		return nil, errors.New("api: Service and Store are required")
 	}
 	s := &Server{
 		opts:    opts,
-		store:   opts.Service.Store,
+		store:   opts.Store,
+		exec:    opts.Service,
 		log:     opts.Logger,
 		now:     opts.Now,
-		plans:   opts.Service.Plans,
+		plans:   opts.Service.Plans(),
 		metrics: opts.Metrics,
 		mux:     http.NewServeMux(),
 	}
@@ -130,9 +133,6 @@ func New(opts Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.plans == nil {
-		s.plans = config.DefaultPlans()
-	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
@@ -141,32 +141,17 @@ func New(opts Options) (*Server, error) {
 	if s.heartbeat <= 0 {
 		s.heartbeat = DefaultHeartbeat
 	}
-	s.metrics.setEngine(opts.Service.Engine)
 	if opts.EdgeSecret != "" {
 		h := sha256.Sum256([]byte(opts.EdgeSecret))
 		s.edgeSecret = &h
 	}
 	var err error
-	so := opts.Service
-	so.Plans = s.plans
-	so.Render = RenderExecution
-	so.Metrics = executionMetrics{s.metrics}
-	so.Logger = s.log
-	so.Now = s.now
-	s.exec, err = execution.New(so)
-	if err != nil {
-		return nil, err
-	}
 	if s.openapi, err = openAPIDocuments(opts.Version); err != nil {
 		return nil, err
 	}
 	s.routes()
 	return s, nil
 }
-
-// Service is the execution service behind the API, for the MCP tools: they
-// call it directly, with the caller the API authenticated.
-func (s *Server) Service() *execution.Service { return s.exec }
 
 // Metrics returns the server's metrics, to serve on the operator's
 // listener with MetricsHandler.

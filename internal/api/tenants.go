@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -30,7 +31,7 @@ type usageLimits struct {
 }
 
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	body, err := s.usage(r.Context(), c)
+	body, err := usage(r.Context(), s.exec, c)
 	if err != nil {
 		return err
 	}
@@ -38,8 +39,8 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) err
 }
 
 // usage is the body of GET /v1/usage (and of the MCP get_usage tool).
-func (s *Server) usage(ctx context.Context, c *Caller) (usageResponse, error) {
-	u, day, err := s.exec.Usage(ctx, *c)
+func usage(ctx context.Context, exec *execution.Service, c *Caller) (usageResponse, error) {
+	u, day, err := exec.Usage(ctx, *c)
 	if err != nil {
 		return usageResponse{}, err
 	}

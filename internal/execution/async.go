@@ -183,8 +183,7 @@ func (s *Service) accept(ctx context.Context, c Caller, req Request, items []Inp
 	tenant := c.Key.Tenant
 	bg := context.WithoutCancel(ctx)
 	now := s.now().UTC()
-	day := now.Format(time.DateOnly)
-	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	day, midnight := quotaDay(now)
 	limit := c.Plan.ExecutionsPerDay
 	n := int64(len(items))
 	backlog, err := s.store.CountQueuedAsync(ctx, tenant)
@@ -282,120 +281,100 @@ func (s *Service) RunQueued(ctx context.Context, tenant, id string) error {
 	bg := context.WithoutCancel(ctx)
 	var ar asyncRequest
 	if err := json.Unmarshal(exe.Request, &ar); err != nil {
-		return s.abortAsync(bg, exe, statusError, "the stored request could not be read", []string{store.StatusQueued})
+		return s.abortQueued(bg, exe, "the stored request could not be read")
 	}
 	plan, ok := s.plans[ar.Plan]
 	if !ok {
-		return s.abortAsync(bg, exe, statusError, fmt.Sprintf("plan %q no longer exists", ar.Plan), []string{store.StatusQueued})
+		return s.abortQueued(bg, exe, fmt.Sprintf("plan %q no longer exists", ar.Plan))
 	}
 	c := Caller{Key: store.Key{ID: exe.KeyID, Tenant: tenant, Plan: ar.Plan}, Plan: plan}
 	p, err := s.prepare(c, ar.Input)
 	if err != nil {
-		return s.abortAsync(bg, exe, statusError, "the request is no longer valid: "+err.Error(), []string{store.StatusQueued})
+		return s.abortQueued(bg, exe, "the request is no longer valid: "+err.Error())
 	}
-	p.spec.ID = exe.ID
 	// The build current when it was accepted may have been replaced while
 	// it waited: the result names the one it is about to run on.
 	exe.ImageVersion = p.imageBuild
+	en := &asyncEntry{}
+	at := s.newAttempt(exe, p.spec, plan.MaxConcurrent, en)
+	at.track() // its row is stored: Cancel and Attach find it here from now on
+	_, _ = at.run(ctx)
+	return en.retry
+}
 
-	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}
-	p.spec.Output = a.events.output
-	s.track(exe.ID, a)
-	go s.pollCancel(tenant, exe.ID, a)
-	var final store.Execution
-	var runErr error
-	defer func() {
-		a.events.finish(final, runErr)
-		s.untrack(exe.ID)
-		close(a.done)
-	}()
+// asyncEntry brings in an async execution for a queue worker (RunQueued).
+// Its row was stored queued and its quota reserved at Submit; with a slot
+// held, the worker claims the row, exactly once across nodes. One that
+// ends without a result of its own is aborted in the store with a reason,
+// refunded, and its webhook queued. retry is what the queue gets.
+type asyncEntry struct {
+	claimed bool
+	retry   error // nil: the job is done; queue.ErrBusy or another error: try it again
+}
 
-	waitCtx, stopWait := context.WithCancel(ctx)
-	defer stopWait()
-	a.setCancel(stopWait)
-	release, err := s.engine.Admit(waitCtx, engine.Admission{Tenant: tenant, Limit: plan.MaxConcurrent})
-	switch {
-	case err == nil:
-	case a.isCanceled() || exe.CancelRequested:
-		final, runErr = s.cancelQueued(bg, exe)
-		return nil
-	case errors.Is(err, engine.ErrBusy):
-		return queue.ErrBusy
-	default:
-		return err // the node is stopping: the job is tried again
-	}
-	defer release()
-	exe.Owner, exe.Status, exe.StartedAt = s.opts.NodeID, store.StatusRunning, s.now().UTC()
-	switch err := s.store.ClaimExecution(ctx, tenant, id, exe.Owner, exe.StartedAt); {
-	case errors.Is(err, store.ErrNotQueued), errors.Is(err, store.ErrFinished):
-		return nil // canceled or claimed elsewhere meanwhile
-	case err != nil:
+func (*asyncEntry) queued(context.Context, *attempt) error { return nil }
+
+func (e *asyncEntry) enter(ctx context.Context, at *attempt) error {
+	exe := &at.exe
+	exe.Owner, exe.Status, exe.StartedAt = at.s.opts.NodeID, store.StatusRunning, at.s.now().UTC()
+	if err := at.s.store.ClaimExecution(ctx, exe.Tenant, exe.ID, exe.Owner, exe.StartedAt); err != nil {
 		return err
 	}
-	if a.isCanceled() {
-		final, runErr = s.abortClaimed(bg, exe, store.StatusCanceled, "canceled before it started")
-		return nil
-	}
-	a.events.start(exe)
-	res, rerr, canceled := s.execute(bg, a, p.spec, release)
-	switch {
-	case rerr != nil && !canceled:
-		s.metrics.ObserveExecution(exe.Language, string(engine.StatusError), 0)
-		s.log.Error("async execution failed in the sandbox", "execution_id", id, "error", rerr)
-		final, runErr = s.abortClaimed(bg, exe, statusError, "the sandbox failed to run the code; it was not counted against your quota")
-		return nil
-	case rerr == nil:
-		fillResult(&exe, res)
-	}
-	if canceled {
-		exe.Status = store.StatusCanceled // its sandbox started, so it counts
-	}
-	exe.FinishedAt = s.now().UTC()
-	s.metrics.ObserveExecution(exe.Language, exe.Status, res.Duration)
-	if err := s.store.SaveExecution(bg, exe); err != nil {
-		if cur, gerr := s.store.Execution(bg, tenant, id); gerr == nil && store.Final(cur.Status) {
-			final = cur // settled elsewhere: that outcome stands
-			return nil
-		}
-		s.log.Error("storing an async result; it is settled as an error", "execution_id", id, "error", err)
-		final, runErr = s.abortClaimed(bg, exe, statusError, "the result could not be stored; it was not counted against your quota")
-		return nil
-	}
-	final = exe
-	s.deliver(bg, exe)
+	e.claimed = true
 	return nil
+}
+
+func (e *asyncEntry) leave(ctx context.Context, at *attempt, why leaving, err error) (store.Execution, error) {
+	s, exe := at.s, at.exe
+	switch why {
+	case refused:
+		switch {
+		case errors.Is(err, store.ErrNotQueued), errors.Is(err, store.ErrFinished):
+			// Canceled or claimed elsewhere meanwhile: left alone.
+		case errors.Is(err, engine.ErrBusy):
+			e.retry = queue.ErrBusy
+		default:
+			e.retry = err // the node is stopping, or the store failed: the job is tried again
+		}
+		return store.Execution{}, nil
+	case canceled:
+		if !e.claimed {
+			return s.cancelQueued(ctx, exe)
+		}
+		return s.abort(ctx, exe, store.StatusCanceled, "canceled before it started", store.StatusRunning)
+	case failed:
+		s.log.Error("async execution failed in the sandbox", "execution_id", exe.ID, "error", err)
+		return s.abort(ctx, exe, statusError, "the sandbox failed to run the code; it was not counted against your quota", store.StatusRunning)
+	default: // unsaved
+		s.log.Error("storing an async result; it is settled as an error", "execution_id", exe.ID, "error", err)
+		return s.abort(ctx, exe, statusError, "the result could not be stored; it was not counted against your quota", store.StatusRunning)
+	}
 }
 
 // cancelQueued ends an async execution that was canceled before it
 // claimed a slot: it never ran, so its quota is refunded.
 func (s *Service) cancelQueued(ctx context.Context, exe store.Execution) (store.Execution, error) {
-	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, store.StatusCanceled, "canceled while queued", []string{store.StatusQueued}, s.now().UTC())
-	if err != nil {
-		return store.Execution{}, err
+	e, err := s.abort(ctx, exe, store.StatusCanceled, "canceled while queued", store.StatusQueued)
+	if err == nil {
+		s.metrics.ObserveExecution(e.Language, e.Status, 0)
 	}
-	s.metrics.ObserveExecution(e.Language, e.Status, 0)
-	s.refundOne(ctx, e)
-	s.deliver(ctx, e)
-	return e, nil
+	return e, err
 }
 
-// abortAsync ends a queued async execution that cannot run, refunded.
-func (s *Service) abortAsync(ctx context.Context, exe store.Execution, status, reason string, from []string) error {
-	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, status, reason, from, s.now().UTC())
+// abortQueued ends a queued async execution that cannot run as an error.
+func (s *Service) abortQueued(ctx context.Context, exe store.Execution, reason string) error {
+	_, err := s.abort(ctx, exe, statusError, reason, store.StatusQueued)
 	if errors.Is(err, store.ErrNotQueued) || errors.Is(err, store.ErrFinished) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	s.refundOne(ctx, e)
-	s.deliver(ctx, e)
-	return nil
+	return err
 }
 
-// abortClaimed ends an execution this node claimed, refunded.
-func (s *Service) abortClaimed(ctx context.Context, exe store.Execution, status, reason string) (store.Execution, error) {
-	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, status, reason, []string{store.StatusRunning}, s.now().UTC())
+// abort ends an async execution that did not run to its end as status,
+// with reason, if it is still in one of the states from. Its quota,
+// reserved at Submit, is refunded and its webhook queued.
+func (s *Service) abort(ctx context.Context, exe store.Execution, status, reason string, from ...string) (store.Execution, error) {
+	e, err := s.store.AbortExecution(ctx, exe.Tenant, exe.ID, status, reason, from, s.now().UTC())
 	if err != nil {
 		return store.Execution{}, err
 	}

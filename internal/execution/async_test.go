@@ -92,6 +92,16 @@ func (s asyncService) usage(t *testing.T, tenant string) int64 {
 	return u.Executions
 }
 
+// submit accepts code as tenant acme's async execution.
+func (s asyncService) submit(t *testing.T, code string) store.Execution {
+	t.Helper()
+	out, err := s.Submit(context.Background(), caller("acme", 4), request(code))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Execution
+}
+
 func (s asyncService) get(t *testing.T, tenant, id string) store.Execution {
 	t.Helper()
 	e, err := s.store.Execution(context.Background(), tenant, id)
@@ -107,11 +117,7 @@ func (s asyncService) get(t *testing.T, tenant, id string) store.Execution {
 func TestSubmitRunsExactlyOnce(t *testing.T) {
 	s := newAsyncService(t, nil, nil)
 	ctx := context.Background()
-	out, err := s.Submit(ctx, caller("acme", 4), request("print(1)"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := out.Execution
+	e := s.submit(t, "print(1)")
 	if e.Status != store.StatusQueued || !e.Async || len(s.queue.runs) != 1 || s.queue.runs[0].ExecutionID != e.ID {
 		t.Fatalf("accepted %+v, queued %v", e, s.queue.runs)
 	}
@@ -232,11 +238,7 @@ func TestCancelQueuedAsync(t *testing.T) {
 func TestSettleStoppedNode(t *testing.T) {
 	s := newAsyncService(t, nil, nil)
 	ctx := context.Background()
-	out, err := s.Submit(ctx, caller("acme", 4), request("print(1)"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := out.Execution.ID
+	id := s.submit(t, "print(1)").ID
 	if err := s.store.ClaimExecution(ctx, "acme", id, "node-b", day0); err != nil {
 		t.Fatal(err)
 	}
@@ -266,14 +268,11 @@ func TestRunQueuedPlatformError(t *testing.T) {
 	s := newAsyncService(t, nil, nil)
 	s.Service.engine = engine.New(failDriver{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Minute})
 	ctx := context.Background()
-	out, err := s.Submit(ctx, caller("acme", 4), request("print(1)"))
-	if err != nil {
+	id := s.submit(t, "print(1)").ID
+	if err := s.RunQueued(ctx, "acme", id); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RunQueued(ctx, "acme", out.Execution.ID); err != nil {
-		t.Fatal(err)
-	}
-	got := s.get(t, "acme", out.Execution.ID)
+	got := s.get(t, "acme", id)
 	if got.Status != statusError || !strings.Contains(got.Reason, "not counted") || s.usage(t, "acme") != 0 {
 		t.Errorf("stored %+v, usage %d", got, s.usage(t, "acme"))
 	}

@@ -1,5 +1,5 @@
 // Package execution is the one path a request to run code takes, whatever
-// its entry point (the HTTP API, the MCP server, and later async workers):
+// its entry point (the HTTP API, the MCP server, the async queue workers):
 // validate and apply defaults (where a request becomes an engine.Spec),
 // claim the Idempotency-Key, store the accepted execution, wait for a
 // sandbox slot fairly among tenants, reserve the daily quota, run, then
@@ -177,6 +177,10 @@ func (noMetrics) ObserveExecution(string, string, time.Duration) {}
 // Languages are the languages the service runs.
 func (s *Service) Languages() Languages { return s.langs }
 
+// Plans are the plans by name the service applies (Options.Plans, or the
+// defaults).
+func (s *Service) Plans() map[string]config.Plan { return s.plans }
+
 // MaxCodeBytes and MaxStdinBytes are the request caps in effect.
 func (s *Service) MaxCodeBytes() int  { return s.opts.MaxCodeBytes }
 func (s *Service) MaxStdinBytes() int { return s.opts.MaxStdinBytes }
@@ -249,15 +253,12 @@ func (s *Service) Run(ctx context.Context, c Caller, req Request) (Outcome, erro
 	})
 }
 
-// run is the sequence after the idempotency claim. On error nothing is
-// left stored or counted.
-func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_ store.Execution, err error) {
-	tenant := c.Key.Tenant
-	bg := context.WithoutCancel(ctx)
-	now := s.now().UTC()
+// run is the sequence after the idempotency claim (see attempt). On error
+// nothing is left stored or counted.
+func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (store.Execution, error) {
 	exe := store.Execution{
 		ID:        newID(),
-		Tenant:    tenant,
+		Tenant:    c.Key.Tenant,
 		KeyID:     c.Key.ID,
 		RequestID: req.RequestID,
 		Language:  p.spec.Language.Name,
@@ -265,172 +266,145 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (_
 		// The pool may still hand out a sandbox warmed on the build
 		// before an update, until it idles out (docs/API.md).
 		ImageVersion: p.imageBuild,
-		CreatedAt:    now,
+		CreatedAt:    s.now().UTC(),
 		Owner:        s.opts.NodeID,
 		// Settling the execution after a crash completes the key's claim.
 		IdempotencyKey: req.IdempotencyKey,
 	}
-	p.spec.ID = exe.ID
-	a := &active{tenant: tenant, events: newEventLog(), done: make(chan struct{})}
-	p.spec.Output = a.events.output
-	stored := false // a row for exe is in the store
-	accept := func(status string) error {
-		exe.Status = status
-		if status == store.StatusRunning {
-			exe.StartedAt = s.now().UTC()
-		}
-		if err := s.store.CreateExecution(ctx, exe); err != nil {
-			return unavailable(fmt.Errorf("storing accepted execution %s: %w", exe.ID, err))
-		}
-		stored = true
-		s.track(exe.ID, a)
-		go s.pollCancel(tenant, exe.ID, a)
-		if req.Accepted != nil {
-			req.Accepted(exe.ID)
-		}
-		return nil
-	}
-	defer func() {
-		// The followers get the outcome before the log is dropped; later
-		// ones replay from the store.
-		a.events.finish(exe, err)
-		if stored {
-			s.untrack(exe.ID)
-		}
-		close(a.done)
-	}()
-	// forget removes the row of an execution that ends without a result.
-	forget := func() {
-		if !stored {
-			return
-		}
-		if err := s.store.DeleteExecution(bg, tenant, exe.ID); err != nil {
-			s.log.Error("deleting execution that did not run", "request_id", req.RequestID, "execution_id", exe.ID, "error", err)
-		}
-	}
-
-	// Wait for a slot. The wait ends when the client leaves or the
-	// execution is canceled.
-	waitCtx, stopWait := context.WithCancel(ctx)
-	defer stopWait()
-	a.setCancel(stopWait)
-	release, err := s.engine.Admit(waitCtx, engine.Admission{
-		Tenant: tenant,
-		Limit:  c.Plan.MaxConcurrent,
-		Queued: func() error { return accept(store.StatusQueued) },
-	})
-	switch {
-	case err == nil:
-	case a.isCanceled():
-		// Canceled while queued: it never ran and used no quota.
-		exe.Status, exe.FinishedAt = store.StatusCanceled, s.now().UTC()
-		s.metrics.ObserveExecution(exe.Language, exe.Status, 0)
-		return s.save(bg, req, exe, false)
-	case errors.Is(err, engine.ErrBusy):
-		forget()
-		e := Errorf(KindOverloaded, "every sandbox is busy; retry shortly")
-		e.RetryAfter = 1
-		return store.Execution{}, e
-	default:
-		forget()
-		return store.Execution{}, err // the client left the queue, or storing failed
-	}
-	defer release()
-
-	day := now.Format(time.DateOnly)
-	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-	limit := c.Plan.ExecutionsPerDay
-	used, err := s.store.ReserveExecution(ctx, tenant, day, limit)
-	if errors.Is(err, store.ErrQuotaExceeded) {
-		forget()
-		e := Errorf(KindQuotaExceeded, "daily quota of %d executions reached", limit)
-		e.RetryAfter = secondsUntil(now, midnight)
-		e.Quota = &Quota{Limit: limit, Remaining: 0, Reset: midnight}
-		return store.Execution{}, e
-	}
-	if err != nil {
-		forget()
-		return store.Execution{}, Internal(err)
-	}
-	refund := func() {
-		if err := s.store.RefundExecution(bg, tenant, day); err != nil {
-			s.log.Error("refunding quota", "request_id", req.RequestID, "error", err)
-		}
-	}
-	if req.Quota != nil {
-		req.Quota(Quota{Limit: limit, Remaining: max(0, limit-used), Reset: midnight})
-	}
-
-	if stored {
-		exe.Status, exe.StartedAt = store.StatusRunning, s.now().UTC()
-		if err := s.store.StartExecution(bg, tenant, exe.ID, exe.StartedAt); err != nil {
-			// The accepted row is there; only its state is behind.
-			s.log.Error("marking execution running", "request_id", req.RequestID, "execution_id", exe.ID, "error", err)
-		}
-	} else if err := accept(store.StatusRunning); err != nil {
-		refund()
-		return store.Execution{}, err
-	}
-
-	if !a.isCanceled() {
-		a.events.start(exe)
-		if req.Started != nil {
-			req.Started(exe.ID)
-		}
-	}
-	if a.isCanceled() {
-		// Canceled between the slot and the start: nothing ran.
-		refund()
-		exe.Status, exe.FinishedAt = store.StatusCanceled, s.now().UTC()
-		s.metrics.ObserveExecution(exe.Language, exe.Status, 0)
-		return s.save(bg, req, exe, false)
-	}
-
-	// The run does not stop when the client hangs up: the quota is spent,
-	// and the result is stored so that GET or an idempotent retry gets it.
-	// Only a cancel (or the bound) ends it early.
-	res, runErr, canceled := s.execute(bg, a, p.spec, release)
-	if runErr != nil && !canceled {
-		s.metrics.ObserveExecution(exe.Language, string(engine.StatusError), 0)
-		refund()
-		forget()
-		return store.Execution{}, &Error{Kind: KindSandboxError, Msg: "the sandbox failed to run the code; it was not counted against your quota",
-			Err: fmt.Errorf("running %s: %w", exe.ID, runErr)}
-	}
-	if runErr == nil {
-		fillResult(&exe, res)
-	}
-	if canceled {
-		// Its sandbox started, so it counts, with what it used.
-		exe.Status = store.StatusCanceled
-	}
-	exe.FinishedAt = s.now().UTC()
-	s.metrics.ObserveExecution(exe.Language, exe.Status, res.Duration)
-	saved, err := s.save(bg, req, exe, true)
-	if errors.Is(err, errSettled) {
-		return saved, nil
-	}
-	if err != nil {
-		refund()
-	}
-	return saved, err
+	at := s.newAttempt(exe, p.spec, c.Plan.MaxConcurrent, &syncEntry{c: c, req: req})
+	at.onRun = req.Started
+	return at.run(ctx)
 }
 
-// execute runs spec in the sandbox slot the caller holds (release gives
-// it back as soon as the sandbox is gone). The run does not end with the
-// caller's context: only a cancel, or the timeout plus runMargin, ends it
-// early. It reports the platform's error, if any, and whether a cancel
-// ended the run.
-func (s *Service) execute(bg context.Context, a *active, spec engine.Spec, release func()) (engine.Result, error, bool) {
-	runCtx, stopRun := context.WithTimeout(bg, spec.Timeout+runMargin)
-	defer stopRun()
-	a.setCancel(stopRun)
-	res, err := s.engine.Execute(runCtx, spec)
-	release()
-	if err == nil && res.Status == engine.StatusError {
-		err = errors.New("driver reported a platform error")
+// syncEntry brings in an execution whose caller waits for its outcome
+// (Run). It is stored when it has to wait for a slot, or else when it
+// starts, and its quota is reserved with the slot held. One that ends
+// without running gets its quota back; one that ends without an outcome
+// is deleted and its caller gets the error.
+type syncEntry struct {
+	c        Caller
+	req      Request
+	stored   bool // a row for the execution is in the store
+	reserved bool // its quota is
+}
+
+func (e *syncEntry) queued(ctx context.Context, at *attempt) error {
+	return e.accept(ctx, at, store.StatusQueued)
+}
+
+// accept stores the execution as status and tracks it.
+func (e *syncEntry) accept(ctx context.Context, at *attempt, status string) error {
+	at.exe.Status = status
+	if status == store.StatusRunning {
+		at.exe.StartedAt = at.s.now().UTC()
 	}
-	return res, err, a.isCanceled()
+	if err := at.s.store.CreateExecution(ctx, at.exe); err != nil {
+		return unavailable(fmt.Errorf("storing accepted execution %s: %w", at.exe.ID, err))
+	}
+	e.stored = true
+	at.track()
+	if e.req.Accepted != nil {
+		e.req.Accepted(at.exe.ID)
+	}
+	return nil
+}
+
+// enter reserves the day's quota and stores the execution running.
+func (e *syncEntry) enter(ctx context.Context, at *attempt) error {
+	s, now := at.s, at.exe.CreatedAt
+	day, midnight := quotaDay(now)
+	limit := e.c.Plan.ExecutionsPerDay
+	used, err := s.store.ReserveExecution(ctx, at.exe.Tenant, day, limit)
+	if errors.Is(err, store.ErrQuotaExceeded) {
+		qe := Errorf(KindQuotaExceeded, "daily quota of %d executions reached", limit)
+		qe.RetryAfter = secondsUntil(now, midnight)
+		qe.Quota = &Quota{Limit: limit, Remaining: 0, Reset: midnight}
+		return qe
+	}
+	if err != nil {
+		return Internal(err)
+	}
+	e.reserved = true
+	if e.req.Quota != nil {
+		e.req.Quota(Quota{Limit: limit, Remaining: max(0, limit-used), Reset: midnight})
+	}
+	if !e.stored {
+		return e.accept(ctx, at, store.StatusRunning)
+	}
+	at.exe.Status, at.exe.StartedAt = store.StatusRunning, s.now().UTC()
+	if err := s.store.StartExecution(context.WithoutCancel(ctx), at.exe.Tenant, at.exe.ID, at.exe.StartedAt); err != nil {
+		// The accepted row is there; only its state is behind.
+		s.log.Error("marking execution running", "request_id", e.req.RequestID, "execution_id", at.exe.ID, "error", err)
+	}
+	return nil
+}
+
+func (e *syncEntry) leave(ctx context.Context, at *attempt, why leaving, err error) (store.Execution, error) {
+	s := at.s
+	switch why {
+	case canceled:
+		// It never ran: it uses no quota, and is stored canceled.
+		e.refund(ctx, at)
+		at.exe.Status, at.exe.FinishedAt = store.StatusCanceled, s.now().UTC()
+		s.metrics.ObserveExecution(at.exe.Language, at.exe.Status, 0)
+		return at.save(ctx)
+	case unsaved:
+		if at.ran {
+			// The code ran and its quota was reserved before it started:
+			// the answer is its result, and the store gets it once it can
+			// take it again (a full disk, a database away).
+			s.log.Error("storing the result of an execution that ran; retrying until the store takes it",
+				"request_id", e.req.RequestID, "execution_id", at.exe.ID, "error", err)
+			s.keepSaving(at.exe, e.req.IdempotencyKey)
+			return at.exe, nil
+		}
+		// An answer with an id that GET cannot find would be worse than
+		// none.
+		if derr := s.store.DeleteExecution(ctx, at.exe.Tenant, at.exe.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+			s.log.Error("deleting execution that could not be saved", "request_id", e.req.RequestID, "execution_id", at.exe.ID, "error", derr)
+		}
+		return store.Execution{}, unavailable(fmt.Errorf("storing the cancel of %s: %w", at.exe.ID, err))
+	}
+	e.refund(ctx, at)
+	e.forget(ctx, at)
+	if why == failed {
+		return store.Execution{}, &Error{Kind: KindSandboxError, Msg: "the sandbox failed to run the code; it was not counted against your quota",
+			Err: fmt.Errorf("running %s: %w", at.exe.ID, err)}
+	}
+	if errors.Is(err, engine.ErrBusy) {
+		be := Errorf(KindOverloaded, "every sandbox is busy; retry shortly")
+		be.RetryAfter = 1
+		return store.Execution{}, be
+	}
+	return store.Execution{}, err // the client left the queue, storing failed, or no quota is left
+}
+
+// refund gives back the quota, if it was reserved.
+func (e *syncEntry) refund(ctx context.Context, at *attempt) {
+	if !e.reserved {
+		return
+	}
+	e.reserved = false
+	day, _ := quotaDay(at.exe.CreatedAt)
+	if err := at.s.store.RefundExecution(ctx, at.exe.Tenant, day); err != nil {
+		at.s.log.Error("refunding quota", "request_id", e.req.RequestID, "error", err)
+	}
+}
+
+// forget removes the row of an execution that ends without a result.
+func (e *syncEntry) forget(ctx context.Context, at *attempt) {
+	if !e.stored {
+		return
+	}
+	if err := at.s.store.DeleteExecution(ctx, at.exe.Tenant, at.exe.ID); err != nil {
+		at.s.log.Error("deleting execution that did not run", "request_id", e.req.RequestID, "execution_id", at.exe.ID, "error", err)
+	}
+}
+
+// quotaDay is the quota's day (UTC) at now, and when it ends.
+func quotaDay(now time.Time) (day string, midnight time.Time) {
+	now = now.UTC()
+	return now.Format(time.DateOnly), time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
 }
 
 // fillResult copies what the program did into exe.
@@ -447,38 +421,6 @@ func fillResult(exe *store.Execution, res engine.Result) {
 		exe.Files = append(exe.Files, store.File{Path: f.Path, Content: f.Content})
 	}
 	exe.FilesTruncated = res.FilesTruncated
-}
-
-// save stores the finished exe. If that fails, the accepted row is
-// removed if possible and the caller gets KindUnavailable: an answer with
-// an id that GET cannot find would be worse than none.
-func (s *Service) save(ctx context.Context, req Request, exe store.Execution, ran bool) (store.Execution, error) {
-	if err := s.store.SaveExecution(ctx, exe); err != nil {
-		if cur, gerr := s.store.Execution(ctx, exe.Tenant, exe.ID); gerr == nil && store.Final(cur.Status) {
-			// Settled meanwhile by a node that took this one for dead
-			// (see settle): that outcome stands, refund included.
-			s.log.Warn("execution was settled elsewhere while it ran here", "execution_id", exe.ID, "status", cur.Status)
-			return cur, errSettled
-		}
-		if ran {
-			// The code ran and its quota was reserved before it started:
-			// the answer is its result, and the store gets it once it can
-			// take it again (a full disk, a database away).
-			s.log.Error("storing the result of an execution that ran; retrying until the store takes it",
-				"request_id", req.RequestID, "execution_id", exe.ID, "error", err)
-			s.keepSaving(exe, req.IdempotencyKey)
-			return exe, nil
-		}
-		if derr := s.store.DeleteExecution(ctx, exe.Tenant, exe.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
-			s.log.Error("deleting execution that could not be saved", "request_id", req.RequestID, "execution_id", exe.ID, "error", derr)
-		}
-		what := "storing the result of"
-		if !ran {
-			what = "storing the cancel of"
-		}
-		return store.Execution{}, unavailable(fmt.Errorf("%s %s: %w", what, exe.ID, err))
-	}
-	return exe, nil
 }
 
 // maxUnsaved bounds the results held in memory for keepSaving. Past it a
@@ -527,10 +469,6 @@ func (s *Service) keepSaving(exe store.Execution, key string) {
 		s.log.Error("gave up storing the result of an execution; it is settled at the next start", "execution_id", exe.ID)
 	}()
 }
-
-// errSettled: the execution was ended elsewhere before its result could
-// be stored; the stored outcome is returned with it.
-var errSettled = errors.New("execution: settled elsewhere")
 
 // Get returns tenant's execution in whatever state it is.
 func (s *Service) Get(ctx context.Context, c Caller, id string) (store.Execution, error) {

@@ -11,8 +11,9 @@
 // PostgreSQL the store's pgx pool. River's tables live in the same
 // database as ours and are migrated at start-up.
 //
-// The queue knows nothing of executions: the execution service hands it
-// Handlers, and the jobs carry only a tenant and an execution id. What an
+// The queue knows nothing of executions: it is opened first, so that the
+// execution service can queue work, and started with Handlers that the
+// service provides; the jobs carry only a tenant and an execution id. What an
 // execution is, and whether it already ran, is in the store.
 package queue
 
@@ -161,16 +162,18 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Queue is a started or startable River client.
+// Queue is a started or startable River client. It queues jobs once
+// open; its workers work them once started.
 type Queue struct {
 	insertMany func(ctx context.Context, params []river.InsertManyParams) error
 	start      func(ctx context.Context) error
 	stop       func(ctx context.Context) error
+	h          *Handlers // what the workers call; set by Start
 }
 
 // OpenSQLite returns a Queue on the SQLite store's writer pool (one
 // connection), migrating River's tables first.
-func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue, error) {
+func OpenSQLite(ctx context.Context, db *sql.DB, o Options) (*Queue, error) {
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second // see Options.PollInterval
 	}
@@ -192,7 +195,7 @@ func OpenSQLite(ctx context.Context, db *sql.DB, h Handlers, o Options) (*Queue,
 		}
 		return err
 	}
-	return open(ctx, sqliteDriver{riversqlite.New(db)}, migrate, h, o)
+	return open(ctx, sqliteDriver{riversqlite.New(db)}, migrate, o)
 }
 
 // sqliteDriver is River's SQLite driver without its emulated LISTEN and
@@ -210,7 +213,7 @@ func (sqliteDriver) SupportsListenNotify() bool { return false }
 
 // OpenPostgres returns a Queue on the PostgreSQL store's pool, migrating
 // River's tables first.
-func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, h Handlers, o Options) (*Queue, error) {
+func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, o Options) (*Queue, error) {
 	// Nodes starting at once would otherwise migrate side by side and
 	// deadlock. River's migrations cannot share one transaction (a new
 	// enum value is used in the next), so the lock is a session's, held
@@ -228,18 +231,15 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, h Handlers, o Options
 		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		return err
 	}
-	return open(ctx, riverpgxv5.New(pool), migrate, h, o)
+	return open(ctx, riverpgxv5.New(pool), migrate, o)
 }
 
 // migrationLock is the pg_advisory_lock key that serializes River's
 // migrations across nodes ("river" in ASCII; the store's is "vertal").
 const migrationLock int64 = 0x7269766572
 
-func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate func(context.Context, *rivermigrate.Migrator[TTx]) error, h Handlers, o Options) (*Queue, error) {
+func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate func(context.Context, *rivermigrate.Migrator[TTx]) error, o Options) (*Queue, error) {
 	o = o.withDefaults()
-	if h.Run == nil || h.Deliver == nil {
-		return nil, errors.New("queue: Handlers.Run and Handlers.Deliver are required")
-	}
 	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
@@ -247,6 +247,7 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate 
 	if err := migrate(ctx, migrator); err != nil {
 		return nil, fmt.Errorf("queue: migrating River's tables: %w", err)
 	}
+	h := &Handlers{}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &runWorker{h: h})
 	river.AddWorker(workers, &deliverWorker{h: h, base: o.RetryBase, cap: o.RetryCap,
@@ -280,6 +281,7 @@ func open[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], migrate 
 		},
 		start: c.Start,
 		stop:  c.Stop,
+		h:     h,
 	}, nil
 }
 
@@ -303,14 +305,21 @@ func (q *Queue) EnqueueDelivery(ctx context.Context, d DeliverArgs) error {
 	return nil
 }
 
-// Start starts working jobs; Stop stops fetching new ones and waits for
-// those running (until ctx ends).
-func (q *Queue) Start(ctx context.Context) error { return q.start(ctx) }
-func (q *Queue) Stop(ctx context.Context) error  { return q.stop(ctx) }
+// Start starts working jobs with h; Stop stops fetching new ones and
+// waits for those running (until ctx ends).
+func (q *Queue) Start(ctx context.Context, h Handlers) error {
+	if h.Run == nil || h.Deliver == nil {
+		return errors.New("queue: Handlers.Run and Handlers.Deliver are required")
+	}
+	*q.h = h // before River starts the workers that read it
+	return q.start(ctx)
+}
+
+func (q *Queue) Stop(ctx context.Context) error { return q.stop(ctx) }
 
 type runWorker struct {
 	river.WorkerDefaults[RunArgs]
-	h Handlers
+	h *Handlers
 }
 
 func (w *runWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
@@ -323,7 +332,7 @@ func (w *runWorker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 
 type deliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
-	h         Handlers
+	h         *Handlers
 	base, cap time.Duration
 
 	// perTenant bounds one tenant's deliveries in flight on this node

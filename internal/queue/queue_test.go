@@ -80,7 +80,7 @@ func TestSQLiteQueue(t *testing.T) {
 	r := newRecorder()
 	r.busy["e3"] = true
 	r.failFor = 2
-	q, err := OpenSQLite(ctx, db, r.handlers(), Options{Workers: 2, PollInterval: 20 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 20 * time.Millisecond})
+	q, err := OpenSQLite(ctx, db, Options{Workers: 2, PollInterval: 20 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryCap: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestSQLiteQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := q.Start(ctx); err != nil {
+	if err := q.Start(ctx, r.handlers()); err != nil {
 		t.Fatal(err)
 	}
 	defer q.Stop(ctx)
@@ -171,11 +171,11 @@ func TestQuietStart(t *testing.T) {
 			db := openDB(t, filepath.Join(t.TempDir(), "q.db"))
 			var buf bytes.Buffer
 			logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
-			q, err := OpenSQLite(ctx, db, newRecorder().handlers(), Options{Logger: logger})
+			q, err := OpenSQLite(ctx, db, Options{Logger: logger})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := q.Start(ctx); err != nil {
+			if err := q.Start(ctx, newRecorder().handlers()); err != nil {
 				t.Fatal(err)
 			}
 			q.Stop(ctx)

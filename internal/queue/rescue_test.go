@@ -40,7 +40,7 @@ func runCrashChild(target string) error {
 		Run:     func(ctx context.Context, _, _ string) error { return block(ctx) },
 		Deliver: func(ctx context.Context, _, _ string, _ int, _ time.Time) error { return block(ctx) },
 	}
-	q, err := openTarget(ctx, target, h, Options{NodeID: "node-a", PollInterval: 20 * time.Millisecond, RescueAfter: time.Hour})
+	q, err := openTarget(ctx, target, Options{NodeID: "node-a", PollInterval: 20 * time.Millisecond, RescueAfter: time.Hour})
 	if err != nil {
 		return err
 	}
@@ -50,14 +50,14 @@ func runCrashChild(target string) error {
 	if err := q.EnqueueDelivery(ctx, DeliverArgs{Tenant: "t", ExecutionID: "e2"}); err != nil {
 		return err
 	}
-	if err := q.Start(ctx); err != nil {
+	if err := q.Start(ctx, h); err != nil {
 		return err
 	}
 	select {}
 }
 
 // openTarget opens a Queue on "sqlite:PATH" or "postgres:URL".
-func openTarget(ctx context.Context, target string, h Handlers, o Options) (*Queue, error) {
+func openTarget(ctx context.Context, target string, o Options) (*Queue, error) {
 	kind, where, _ := strings.Cut(target, ":")
 	if kind == "sqlite" {
 		db, err := sql.Open("sqlite", where+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
@@ -65,13 +65,13 @@ func openTarget(ctx context.Context, target string, h Handlers, o Options) (*Que
 			return nil, err
 		}
 		db.SetMaxOpenConns(1)
-		return OpenSQLite(ctx, db, h, o)
+		return OpenSQLite(ctx, db, o)
 	}
 	pool, err := pgxpool.New(ctx, where)
 	if err != nil {
 		return nil, err
 	}
-	return OpenPostgres(ctx, pool, h, o)
+	return OpenPostgres(ctx, pool, o)
 }
 
 // countRunning counts River's running jobs at target, on a connection of
@@ -120,7 +120,7 @@ func TestRescueAfterCrash(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := newRecorder()
-			q, err := openTarget(ctx, tc.target, r.handlers(), Options{NodeID: tc.node, PollInterval: 20 * time.Millisecond, RescueAfter: time.Second})
+			q, err := openTarget(ctx, tc.target, Options{NodeID: tc.node, PollInterval: 20 * time.Millisecond, RescueAfter: time.Second})
 			if err != nil {
 				child.Process.Kill()
 				t.Fatal(err)
@@ -142,7 +142,7 @@ func TestRescueAfterCrash(t *testing.T) {
 			_ = child.Wait()
 
 			start := time.Now()
-			if err := q.Start(ctx); err != nil {
+			if err := q.Start(ctx, r.handlers()); err != nil {
 				t.Fatal(err)
 			}
 			defer q.Stop(ctx)
@@ -182,7 +182,7 @@ func TestConcurrentStart(t *testing.T) {
 			errs := make(chan error, nodes)
 			for i := range nodes {
 				go func() {
-					_, err := openTarget(context.Background(), tc.target, newRecorder().handlers(), Options{NodeID: fmt.Sprintf("node-%d", i)})
+					_, err := openTarget(context.Background(), tc.target, Options{NodeID: fmt.Sprintf("node-%d", i)})
 					errs <- err
 				}()
 			}

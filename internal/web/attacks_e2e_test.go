@@ -226,7 +226,12 @@ func startAccountServer(t *testing.T, now func() time.Time) (string, *account.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := api.New(api.Options{Service: execution.Options{Store: st, Engine: engine.New(noSandbox{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Second})},
+	svc, err := execution.New(execution.Options{Store: st, Engine: engine.New(noSandbox{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Second}),
+		Render: api.RenderExecution})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := api.New(api.Options{Service: svc, Store: st,
 		Accounts: acc, Pages: web.NewPages(web.Options{}), Web: web.Handler(web.Options{OpenAPI: testOpenAPIDoc(t), APIBase: "/api"})})
 	if err != nil {
 		t.Fatal(err)
