@@ -131,7 +131,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 			Max:         cfg.PoolMax,
 			MemoryBytes: int64(cfg.PoolMemoryMB) << 20,
 			Languages:   langs,
-			Limits:      engine.Limits{MemoryBytes: cfg.Plans[cfg.PoolPlan].MemoryBytes()},
+			Limits:      cfg.Plans[cfg.PoolPlan].Limits(0),
 			Logger:      logger,
 		})
 		// Deferred after closeDriver, so it runs first: warm sandboxes are

@@ -44,7 +44,7 @@ func poolChecks(ctx context.Context, p WarmPool, langs []engine.Language, wait t
 		before := statsOf(p, lang.Name)
 		start := time.Now()
 		res, err := p.Run(ctx, engine.Spec{ID: probes.NewExecutionID(), Language: lang, Code: code, Timeout: 10 * time.Second,
-			Limits: engine.Limits{}.WithDefaults()})
+			Limits: engine.DefaultLimits(10 * time.Second)})
 		elapsed := time.Since(start)
 		after := statsOf(p, lang.Name)
 		switch {

@@ -80,7 +80,8 @@ type LoopOptions struct {
 // captures its output (capped, and passed on to spec.Output as it
 // arrives), kills it at spec.Timeout or when ctx ends, and builds the
 // Result. When ctx ends first it returns ctx's error and no Result.
-// Destroying the sandbox is left to the caller.
+// Destroying the sandbox is left to the caller, and so is checking spec
+// (Spec.Validate), which the loop takes as given.
 func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result, error) {
 	now, after, collect := o.Now, o.After, o.Collect
 	if now == nil {
@@ -92,10 +93,6 @@ func Supervise(ctx context.Context, spec Spec, p Process, o LoopOptions) (Result
 	if collect == nil {
 		collect = CollectFiles
 	}
-	if spec.Timeout <= 0 {
-		spec.Timeout = DefaultTimeout
-	}
-	spec.Limits = spec.Limits.WithDefaults()
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}

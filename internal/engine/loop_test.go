@@ -134,6 +134,16 @@ func (p *fakeProcess) Finish(ctx context.Context, e Exit) (Exit, error) {
 
 func (p *fakeProcess) Workdir() string { return "/work/dir" }
 
+// complete makes s whole as execution.prepare would (the loop takes a
+// Spec as given): a zero timeout or limit takes the engine's default.
+func complete(s Spec) Spec {
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
+	}
+	s.Limits = s.Limits.WithDefaults(s.Timeout)
+	return s
+}
+
 func TestSupervise(t *testing.T) {
 	errBoom := errors.New("boom")
 	for _, tc := range []struct {
@@ -174,7 +184,7 @@ func TestSupervise(t *testing.T) {
 				// The kill fails; the program ends anyway a little later.
 				go func() { time.Sleep(100 * time.Millisecond); p.exit() }()
 			}
-			spec := tc.spec
+			spec := complete(tc.spec)
 			spec.Stdin = "input"
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -225,7 +235,7 @@ func TestSupervise(t *testing.T) {
 // that escaped the kill) is cut after DrainTimeout, not waited for.
 func TestSuperviseDrainBound(t *testing.T) {
 	p := (&fakeProcess{stdout: []string{"x"}, holdOutput: true}).init()
-	res, err := Supervise(context.Background(), Spec{}, p, LoopOptions{})
+	res, err := Supervise(context.Background(), complete(Spec{}), p, LoopOptions{})
 	if err != nil || res.Stdout != "x" || p.kills == 0 {
 		t.Fatalf("res %+v err %v kills %d; want stdout x, no error, killed", res, err, p.kills)
 	}
@@ -237,11 +247,11 @@ func TestSuperviseOutputSink(t *testing.T) {
 	p := (&fakeProcess{stdout: []string{"ab", "cd", "ef"}, stderr: []string{"1", "2"}}).init()
 	var mu sync.Mutex
 	got := map[Stream]string{}
-	spec := Spec{Limits: Limits{OutputBytes: 5}, Output: func(s Stream, b []byte) {
+	spec := complete(Spec{Limits: Limits{OutputBytes: 5}, Output: func(s Stream, b []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		got[s] += string(b)
-	}}
+	}})
 	res, err := Supervise(context.Background(), spec, p, LoopOptions{})
 	if err != nil {
 		t.Fatal(err)

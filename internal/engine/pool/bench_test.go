@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 )
@@ -107,7 +108,7 @@ func BenchmarkSustained(b *testing.B) {
 						defer wg.Done()
 						for next.Add(1) <= int64(b.N) {
 							t0 := time.Now()
-							res, err := p.Run(context.Background(), spec)
+							res, err := p.Run(context.Background(), enginetest.Complete(spec))
 							if err != nil || res.Status != engine.StatusSucceeded {
 								b.Errorf("Run: %+v, %v", res, err)
 								return
@@ -148,7 +149,7 @@ func runBare(b *testing.B, argv []string) {
 }
 
 func runOK(b *testing.B, d engine.Driver, spec engine.Spec) engine.Result {
-	res, err := d.Run(context.Background(), spec)
+	res, err := d.Run(context.Background(), enginetest.Complete(spec))
 	if err != nil || res.Status != engine.StatusSucceeded {
 		b.Fatalf("Run: %+v, %v", res, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandbox/launcher"
@@ -191,10 +192,10 @@ func runProgram(t *testing.T, d engine.Driver, p program) engine.Result {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	res, err := d.Run(context.Background(), engine.Spec{
+	res, err := d.Run(context.Background(), enginetest.Complete(engine.Spec{
 		ID: "exe_" + strings.ReplaceAll(p.lang+p.name, "_", ""), Language: languages()[p.lang],
-		Code: p.code, Stdin: p.stdin, Timeout: timeout, Limits: p.limits.WithDefaults(),
-	})
+		Code: p.code, Stdin: p.stdin, Timeout: timeout, Limits: p.limits,
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -80,8 +80,9 @@ type Options struct {
 	// as measured in their cgroups (--pool-memory). Default 1 GiB.
 	MemoryBytes int64
 	// Languages are pre-started from New on, with Limits (normally the
-	// default plan's). Other languages and limits get a pool of their own
-	// when traffic asks for them, and lose it when idle.
+	// pool plan's, config.Plan.Limits, every field set; Lifetime is the
+	// pool's own, below). Other languages and limits get a pool of their
+	// own when traffic asks for them, and lose it when idle.
 	Languages []engine.Language
 	Limits    engine.Limits
 	// Parallel bounds how many sandboxes are being pre-started at once;
@@ -143,7 +144,6 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	o.Limits = o.Limits.WithDefaults()
 	return o
 }
 
@@ -266,10 +266,9 @@ func (p *Pool) Reap(ctx context.Context) (int, error) { return p.base.Reap(ctx) 
 // Run executes spec in a warm sandbox if one is ready, else on the cold
 // path.
 func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
+	if err := spec.Validate(); err != nil {
+		return engine.Result{}, fmt.Errorf("pool: %w", err)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
 
 	root := imageRoot(spec.Language.Image)
 	p.mu.Lock()
