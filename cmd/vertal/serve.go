@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -140,7 +138,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		metrics.Add(p)
 		runner = p
 	}
-	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
+	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.QueueSize()})
 
 	// The MCP tools call the execution service of the API server directly,
 	// as the caller the API authenticated; the API handler exists only
@@ -159,18 +157,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	// Async executions and webhook deliveries go through the durable
 	// queue in the store's database; its workers call the service that
 	// api.New builds, hence the indirection again.
-	nodeID := cfg.NodeID
-	if nodeID == "" {
-		nodeID = defaultNodeID(cfg.DataDir)
-	}
-	asyncWorkers := cfg.AsyncWorkers
-	if asyncWorkers == 0 {
-		asyncWorkers = max(1, cfg.MaxConcurrent/2)
-	}
-	rescue := cfg.QueueRescueAfter.D()
-	if rescue == 0 {
-		rescue = time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D() + 2*time.Minute
-	}
+	nodeID := cfg.Node()
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
 	hooks := &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard}), RetryFor: cfg.WebhookRetryFor.D()}
@@ -179,7 +166,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		Deliver: func(ctx context.Context, tenant, id string, attempt int, first time.Time) error {
 			return srv.Service().DeliverWebhook(ctx, tenant, id, attempt, first)
 		},
-	}, queue.Options{Workers: asyncWorkers, NodeID: nodeID, RescueAfter: rescue, RetryBase: cfg.WebhookRetryBase.D(), Logger: logger})
+	}, queue.Options{Workers: cfg.Workers(), NodeID: nodeID, RescueAfter: cfg.RescueAfter(), RetryBase: cfg.WebhookRetryBase.D(), Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -329,20 +316,6 @@ func openQueue(ctx context.Context, st store.Store, h queue.Handlers, o queue.Op
 		return queue.OpenPostgres(ctx, db.Pool(), h, o)
 	}
 	return nil, fmt.Errorf("the store %T has no database for the queue", st)
-}
-
-// defaultNodeID names this installation among the nodes of a database:
-// the host name and a hash of the data directory, so it stays the same
-// across restarts and two servers on one host (each with its own data
-// directory) differ.
-func defaultNodeID(dataDir string) string {
-	host, _ := os.Hostname()
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		abs = dataDir
-	}
-	sum := sha256.Sum256([]byte(host + "\x00" + abs))
-	return host + "-" + hex.EncodeToString(sum[:4])
 }
 
 // openStore opens PostgreSQL when the URL says so, else SQLite in the data
