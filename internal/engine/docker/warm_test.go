@@ -37,7 +37,7 @@ func newWarmOnly(t *testing.T, d *Driver) *pool.Pool {
 	for _, l := range testLanguages() {
 		langs = append(langs, l)
 	}
-	p := pool.New(d, NewPrestarter(d), pool.Options{Languages: langs, Max: 2, Parallel: 2, WaitReady: 2 * time.Minute})
+	p := pool.New(d, NewPrestarter(d), pool.Options{Languages: langs, Min: 1, Max: 2, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0), Parallel: 2, WaitReady: 2 * time.Minute})
 	t.Cleanup(func() {
 		for _, s := range p.Stats() {
 			if s.Misses != 0 {
@@ -145,7 +145,7 @@ func BenchmarkWarm(b *testing.B) {
 			}
 			defer d.Close()
 			lang := testLanguages()["python"]
-			p := pool.New(d, NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Max: 1})
+			p := pool.New(d, NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Min: 1, Max: 1, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0)})
 			defer p.Close()
 			var cold, warm []time.Duration
 			for i := 0; b.Loop(); i++ {

@@ -51,11 +51,9 @@ var (
 	ErrClosed = errors.New("pool: closed")
 )
 
-// Defaults, sized for a 2-core, 4 GB host.
+// Defaults of the pool's own settings. Its sizes (Min, Max, MemoryBytes)
+// are the server's (config.Default) and taken as given.
 const (
-	DefaultMin          = 1
-	DefaultMax          = 4
-	DefaultMemoryBytes  = 1 << 30
 	DefaultParallel     = 2
 	DefaultShrinkEvery  = 30 * time.Second
 	DefaultMaxIdle      = 10 * time.Minute
@@ -65,19 +63,21 @@ const (
 	guessMemoryBytes = 64 << 20
 )
 
-// Options configure a Pool. Zero values take the defaults. To add a
-// setting: add a field here with its default in withDefaults, and tell the
-// server's flags (--pool-*) about it.
+// Options configure a Pool. The sizes (Min, Max, MemoryBytes) and Limits
+// are taken as given: the server's come from package config, where their
+// defaults live. Other zero values take the pool's defaults. To add a
+// setting: add a field here, with its default in withDefaults or, if the
+// operator sets it, in config (a --pool-* flag).
 type Options struct {
 	// Min is how many sandboxes each language in Languages keeps ready
-	// even when idle (--pool-min). Default 1.
+	// even when idle (--pool-min); at most Max.
 	Min int
 	// Max bounds the sandboxes ready or starting for one language and
-	// set of limits (--pool-max). Default 4. A server started with
-	// --pool-max 0 does not build a pool at all.
+	// set of limits (--pool-max). A server started with --pool-max 0
+	// does not build a pool at all.
 	Max int
 	// MemoryBytes bounds the memory all waiting sandboxes hold together,
-	// as measured in their cgroups (--pool-memory). Default 1 GiB.
+	// as measured in their cgroups (--pool-memory-mb).
 	MemoryBytes int64
 	// Languages are pre-started from New on, with Limits (normally the
 	// pool plan's, config.Plan.Limits, every field set; Lifetime is the
@@ -113,16 +113,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Min <= 0 {
-		o.Min = DefaultMin
-	}
-	if o.Max <= 0 {
-		o.Max = DefaultMax
-	}
-	o.Min = min(o.Min, o.Max)
-	if o.MemoryBytes <= 0 {
-		o.MemoryBytes = DefaultMemoryBytes
-	}
+	o.Min = max(0, min(o.Min, o.Max))
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
 	}

@@ -156,13 +156,28 @@ var full = enginetest.Complete
 // testLimits are the limits the test pools are kept for: those of full.
 var testLimits = full(engine.Spec{}).Limits
 
-func newTestPool(t *testing.T, pre *fakePre, opts Options) (*Pool, *fakeCold) {
-	t.Helper()
-	cold := &fakeCold{}
+// sized gives opts the server's default sizes (config.Default) and
+// testLimits where it names none: the pool takes them as given.
+func sized(opts Options) Options {
+	if opts.Min == 0 {
+		opts.Min = 1
+	}
+	if opts.Max == 0 {
+		opts.Max = 4
+	}
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = 1 << 30
+	}
 	if opts.Limits == (engine.Limits{}) {
 		opts.Limits = testLimits
 	}
-	p := New(cold, pre, opts)
+	return opts
+}
+
+func newTestPool(t *testing.T, pre *fakePre, opts Options) (*Pool, *fakeCold) {
+	t.Helper()
+	cold := &fakeCold{}
+	p := New(cold, pre, sized(opts))
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -528,7 +543,7 @@ func TestFailedPrestartBacksOff(t *testing.T) {
 func TestCloseDiscardsEverything(t *testing.T) {
 	pre := &fakePre{}
 	cold := &fakeCold{}
-	p := New(cold, pre, Options{Languages: []engine.Language{python, node}, Min: 2, Parallel: 2, Limits: testLimits})
+	p := New(cold, pre, sized(Options{Languages: []engine.Language{python, node}, Min: 2, Parallel: 2}))
 	eventually(t, "full", func() bool { return statsOf(p, "python").Ready == 2 && statsOf(p, "javascript").Ready == 2 })
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -548,7 +563,7 @@ func TestCloseDiscardsEverything(t *testing.T) {
 
 func TestCloseCancelsPrestartsInFlight(t *testing.T) {
 	pre := &fakePre{gate: make(chan struct{})} // never opened
-	p := New(&fakeCold{}, pre, Options{Languages: []engine.Language{python}, Limits: testLimits})
+	p := New(&fakeCold{}, pre, sized(Options{Languages: []engine.Language{python}}))
 	eventually(t, "starting", func() bool { return statsOf(p, "python").Starting == 1 })
 	done := make(chan error)
 	go func() { done <- p.Close() }()
