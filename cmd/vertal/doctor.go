@@ -66,7 +66,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 			opts.Driver = d
 			if cfg.PoolMax > 0 {
 				// The same pool serve builds, with one sandbox per language.
-				p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, Languages: langs, Logger: log})
+				p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, MemoryBytes: int64(cfg.PoolMemoryMB) << 20, Languages: langs, Limits: doctor.PoolLimits(), Logger: log})
 				defer p.Close()
 				opts.Pool = p
 			}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log"
@@ -79,10 +77,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	defer closeEngine()
 
-	nodeID := cfg.NodeID
-	if nodeID == "" {
-		nodeID = defaultNodeID(cfg.DataDir)
-	}
+	nodeID := cfg.Node()
 	q, err := newQueue(ctx, cfg, st, nodeID, logger)
 	if err != nil {
 		return err
@@ -118,7 +113,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	// `vertal status` reads the settings in effect from a socket in the
 	// data directory.
-	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driverName, nodeID, asyncWorkersOf(cfg)), logger)()
+	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driverName, nodeID, cfg.Workers()), logger)()
 	base := "http://" + ls.addr.String()
 	announce(e, cfg, base, driverName, storeDesc)
 	if cfg.Dev {
@@ -215,7 +210,7 @@ func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, 
 			Max:         cfg.PoolMax,
 			MemoryBytes: int64(cfg.PoolMemoryMB) << 20,
 			Languages:   langs,
-			Limits:      engine.Limits{MemoryBytes: cfg.Plans[cfg.PoolPlan].MemoryBytes()},
+			Limits:      cfg.Plans[cfg.PoolPlan].Limits(0),
 			Logger:      logger,
 		})
 		// Warm sandboxes are destroyed while the driver can still do it.
@@ -223,29 +218,16 @@ func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, 
 		metrics.Add(p)
 		runner = p
 	}
-	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.MaxQueue})
+	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.QueueSize()})
 	metrics.SetEngine(eng)
 	return eng, driver.Name(), closeAll, nil
-}
-
-// asyncWorkersOf is the number of async workers cfg asks for.
-func asyncWorkersOf(cfg config.Config) int {
-	if cfg.AsyncWorkers == 0 {
-		return max(1, cfg.MaxConcurrent/2)
-	}
-	return cfg.AsyncWorkers
 }
 
 // newQueue opens the durable queue that async executions and webhook
 // deliveries go through, on the store's own database. Its workers start
 // with the service's handlers (Queue.Start).
 func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID string, logger *slog.Logger) (*queue.Queue, error) {
-	asyncWorkers := asyncWorkersOf(cfg)
-	rescue := cfg.QueueRescueAfter.D()
-	if rescue == 0 {
-		rescue = time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D() + 2*time.Minute
-	}
-	o := queue.Options{Workers: asyncWorkers, NodeID: nodeID, RescueAfter: rescue, RetryBase: cfg.WebhookRetryBase.D(), Logger: logger}
+	o := queue.Options{Workers: cfg.Workers(), NodeID: nodeID, RescueAfter: cfg.RescueAfter(), RetryBase: cfg.WebhookRetryBase.D(), Logger: logger}
 	switch db := st.(type) {
 	case interface{ WriterDB() *sql.DB }:
 		return queue.OpenSQLite(ctx, db.WriterDB(), o)
@@ -388,20 +370,6 @@ func (ls *listening) shutdown(ctx context.Context, logger *slog.Logger) {
 			logger.Warn("shutdown", "error", err)
 		}
 	}
-}
-
-// defaultNodeID names this installation among the nodes of a database:
-// the host name and a hash of the data directory, so it stays the same
-// across restarts and two servers on one host (each with its own data
-// directory) differ.
-func defaultNodeID(dataDir string) string {
-	host, _ := os.Hostname()
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		abs = dataDir
-	}
-	sum := sha256.Sum256([]byte(host + "\x00" + abs))
-	return host + "-" + hex.EncodeToString(sum[:4])
 }
 
 // openStore opens PostgreSQL when the URL says so, else SQLite in the data

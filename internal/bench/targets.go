@@ -85,7 +85,7 @@ func DriverTarget(d engine.Driver, langs []engine.Language) Target {
 			return fmt.Errorf("language %s not configured", lang)
 		}
 		spec := engine.Spec{ID: NewID(), Language: l, Code: Programs[lang], Timeout: engine.DefaultTimeout,
-			Limits: engine.Limits{}.WithDefaults()}
+			Limits: engine.DefaultLimits(engine.DefaultTimeout)}
 		res, err := d.Run(ctx, spec)
 		if err != nil {
 			return err
@@ -119,7 +119,7 @@ type DockerCLI struct {
 // the docker driver, as far as the CLI can express it (Docker's own masked
 // paths apply). The code directory is bind-mounted read-only at /code.
 func DockerRunArgs(c DockerCLI, codeDir, seccompFile string, l engine.Language) []string {
-	lim := engine.Limits{}.WithDefaults()
+	lim := engine.DefaultLimits(engine.DefaultTimeout)
 	// -i: the container gets a stdin pipe, as the driver gives it. Without
 	// one, runsc is handed the host's /dev/null and chowns it.
 	args := []string{"run", "--rm", "-i", "--init",

@@ -5,11 +5,16 @@
 // (a flag beats the environment, which beats the file). To add a setting:
 // add a field with a json tag to Config, give it a default in Default,
 // check it in Validate, and add a row to settings (flags.go) if it should
-// also be a flag and an environment variable.
+// also be a flag and an environment variable (its def shows the default
+// in --help, from Default). Serve-time defaults live here alone: the ones
+// derived from other settings are methods (QueueSize, Node, Workers,
+// RescueAfter), and the packages below take the values as given.
 package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,7 +50,76 @@ const (
 	DefaultMaxCodeBytes = 512 << 10
 	// DefaultMaxStdinBytes is the largest stdin accepted (1 MiB).
 	DefaultMaxStdinBytes = 1 << 20
+
+	// The warm pool's sizes, for a 2-core, 4 GB host.
+	DefaultPoolMin      = 1
+	DefaultPoolMax      = 4
+	DefaultPoolMemoryMB = 1024
+	DefaultPoolPlan     = "pro"
+
+	DefaultDriver           = "oci"
+	DefaultSignup           = "invite"
+	DefaultNodeTimeout      = 60 * time.Second
+	DefaultWebhookRetryFor  = 24 * time.Hour
+	DefaultWebhookRetryBase = 10 * time.Second
+	// DefaultQueuePerSlot is how many requests may wait per sandbox slot
+	// when max-queue is 0.
+	DefaultQueuePerSlot = 4
 )
+
+// The defaults that are derived from other settings, each applied by the
+// method named and described by the text its flag's usage shows.
+const (
+	derivedMaxConcurrent = "CPU count, at least 2"                         // Default
+	derivedMaxQueue      = "4 x max-concurrent"                            // QueueSize
+	derivedNodeID        = "derived from the host name and data-dir"       // Node
+	derivedAsyncWorkers  = "half of max-concurrent, at least 1"            // Workers
+	derivedRescueAfter   = "the longest plan timeout + queue-timeout + 2m" // RescueAfter
+)
+
+// QueueSize is MaxQueue, or DefaultQueuePerSlot places per sandbox slot
+// when it is 0.
+func (c Config) QueueSize() int {
+	if c.MaxQueue > 0 {
+		return c.MaxQueue
+	}
+	return DefaultQueuePerSlot * c.MaxConcurrent
+}
+
+// Node is NodeID, or when it is empty a name derived from the host name
+// and a hash of DataDir, so it stays the same across restarts and two
+// servers on one host (each with its own data directory) differ.
+func (c Config) Node() string {
+	if c.NodeID != "" {
+		return c.NodeID
+	}
+	host, _ := os.Hostname()
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		abs = c.DataDir
+	}
+	sum := sha256.Sum256([]byte(host + "\x00" + abs))
+	return host + "-" + hex.EncodeToString(sum[:4])
+}
+
+// Workers is AsyncWorkers, or half of MaxConcurrent (at least 1) when it
+// is 0, so sync requests always keep the other slots.
+func (c Config) Workers() int {
+	if c.AsyncWorkers > 0 {
+		return c.AsyncWorkers
+	}
+	return max(1, c.MaxConcurrent/2)
+}
+
+// RescueAfter is QueueRescueAfter, or when it is 0 the longest plan
+// timeout plus QueueTimeout plus 2 minutes: a job running longer than
+// any execution can is handed to another node.
+func (c Config) RescueAfter() time.Duration {
+	if d := c.QueueRescueAfter.D(); d > 0 {
+		return d
+	}
+	return time.Duration(c.MaxTimeoutS())*time.Second + c.QueueTimeout.D() + 2*time.Minute
+}
 
 // Config is everything `vertal serve` and the operator commands need.
 type Config struct {
@@ -53,7 +127,8 @@ type Config struct {
 	Host string `json:"host"`
 	Port int    `json:"port"`
 	// MaxConcurrent sandboxes run at once; QueueTimeout bounds the wait for
-	// a free one; MaxQueue bounds how many may wait (0: 4×MaxConcurrent).
+	// a free one; MaxQueue bounds how many may wait (0: 4×MaxConcurrent;
+	// QueueSize).
 	MaxConcurrent int      `json:"max_concurrent"`
 	QueueTimeout  Duration `json:"queue_timeout"`
 	MaxQueue      int      `json:"max_queue"`
@@ -111,16 +186,16 @@ type Config struct {
 	ImageDir string `json:"image_dir"`
 	// NodeID names this server among the nodes of one database (executions
 	// it runs are owned by it); "" derives one from the host name and
-	// DataDir, stable across restarts.
+	// DataDir, stable across restarts (Node).
 	NodeID string `json:"node_id"`
 	// AsyncWorkers is how many async executions this node runs at once
-	// (0: half of MaxConcurrent, at least 1), so sync requests always keep
-	// the other slots.
+	// (0: half of MaxConcurrent, at least 1; Workers), so sync requests
+	// always keep the other slots.
 	AsyncWorkers int `json:"async_workers"`
 	// NodeTimeout: a node without a heartbeat this long is taken for
 	// stopped (0: 60 s). QueueRescueAfter: a queue job running this long
 	// goes to another node (0: the longest plan timeout + QueueTimeout +
-	// 2 min).
+	// 2 min; RescueAfter).
 	NodeTimeout      Duration `json:"node_timeout"`
 	QueueRescueAfter Duration `json:"queue_rescue_after"`
 	// WebhookAllowCIDRs are ranges webhooks may reach although they are
@@ -166,7 +241,7 @@ func (c Config) WebhookAllow() ([]netip.Prefix, error) {
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
-		Signup:        "invite",
+		Signup:        DefaultSignup,
 		Host:          DefaultHost,
 		Port:          DefaultPort,
 		MaxConcurrent: max(2, runtime.NumCPU()),
@@ -174,11 +249,11 @@ func Default() Config {
 		MaxConns:      DefaultMaxConns,
 		MaxConnsPerIP: DefaultMaxConnsPerIP,
 		IdleTimeout:   Duration(DefaultIdleTimeout),
-		PoolMin:       1,
-		PoolMax:       4,
-		PoolMemoryMB:  1024,
-		PoolPlan:      "pro",
-		Driver:        "oci",
+		PoolMin:       DefaultPoolMin,
+		PoolMax:       DefaultPoolMax,
+		PoolMemoryMB:  DefaultPoolMemoryMB,
+		PoolPlan:      DefaultPoolPlan,
+		Driver:        DefaultDriver,
 		DataDir:       DefaultDataDir,
 		StateDir:      DefaultStateDir,
 		ImageDir:      DefaultImageDir,
@@ -186,6 +261,10 @@ func Default() Config {
 		MaxCodeBytes:  DefaultMaxCodeBytes,
 		MaxStdinBytes: DefaultMaxStdinBytes,
 		Plans:         DefaultPlans(),
+
+		NodeTimeout:      Duration(DefaultNodeTimeout),
+		WebhookRetryFor:  Duration(DefaultWebhookRetryFor),
+		WebhookRetryBase: Duration(DefaultWebhookRetryBase),
 	}
 }
 

@@ -12,7 +12,13 @@ type setting struct {
 	name  string // flag name without dashes
 	env   string // environment variable
 	usage string
-	bool  bool
+	// def shows the setting's default in --help, "(default ...)", from
+	// Default; derived, "(default: ...)", says what an empty value means:
+	// for one derived from other settings, the rule of the method that
+	// derives it (config.go).
+	def     func(c Config) string
+	derived string
+	bool    bool
 	// repeat: the flag may be given several times; the values reach set
 	// joined by commas, as the environment variable gives them.
 	repeat bool
@@ -53,64 +59,76 @@ func boolean(dst func(c *Config) *bool) func(*Config, string) error {
 	}
 }
 
+// shortDuration shows d as a flag's default: 30s, 10m, 24h.
+func shortDuration(d Duration) string {
+	s := d.D().String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // settings lists every flag/environment setting. The config file path
 // (--config, VERTAL_CONFIG) is handled apart because it is read first.
 var settings = []setting{
-	{name: "host", env: "VERTAL_HOST", usage: "address to listen on (default 127.0.0.1)",
+	{name: "host", env: "VERTAL_HOST", usage: "address to listen on", def: func(c Config) string { return c.Host },
 		set: str(func(c *Config) *string { return &c.Host })},
-	{name: "port", env: "VERTAL_PORT", usage: "port to listen on; 0 picks a free one (default 8080)",
+	{name: "port", env: "VERTAL_PORT", usage: "port to listen on; 0 picks a free one", def: func(c Config) string { return strconv.Itoa(c.Port) },
 		set: integer(func(c *Config) *int { return &c.Port })},
-	{name: "max-concurrent", env: "VERTAL_MAX_CONCURRENT", usage: "sandboxes that may run at once (default: CPU count, at least 2)",
+	{name: "max-concurrent", env: "VERTAL_MAX_CONCURRENT", usage: "sandboxes that may run at once", derived: derivedMaxConcurrent,
 		set: integer(func(c *Config) *int { return &c.MaxConcurrent })},
-	{name: "queue-timeout", env: "VERTAL_QUEUE_TIMEOUT", usage: "longest wait for a free sandbox before 503, e.g. 30s or 30 (default 30s)",
+	{name: "queue-timeout", env: "VERTAL_QUEUE_TIMEOUT", usage: "longest wait for a free sandbox before 503, e.g. 30s or 30", def: func(c Config) string { return shortDuration(c.QueueTimeout) },
 		set: func(c *Config, v string) error {
 			d, err := ParseDuration(v)
 			c.QueueTimeout = d
 			return err
 		}},
-	{name: "max-queue", env: "VERTAL_MAX_QUEUE", usage: "requests that may wait for a sandbox (default 4 x max-concurrent)",
+	{name: "max-queue", env: "VERTAL_MAX_QUEUE", usage: "requests that may wait for a sandbox", derived: derivedMaxQueue,
 		set: integer(func(c *Config) *int { return &c.MaxQueue })},
-	{name: "max-conns", env: "VERTAL_MAX_CONNS", usage: "most client connections open at once; more are answered 503 and closed (default 1024)",
+	{name: "max-conns", env: "VERTAL_MAX_CONNS", usage: "most client connections open at once; more are answered 503 and closed", def: func(c Config) string { return strconv.Itoa(c.MaxConns) },
 		set: integer(func(c *Config) *int { return &c.MaxConns })},
-	{name: "max-conns-per-ip", env: "VERTAL_MAX_CONNS_PER_IP", usage: "most connections open at once from one client address; 0 turns this cap off, e.g. behind a proxy (default 64)",
+	{name: "max-conns-per-ip", env: "VERTAL_MAX_CONNS_PER_IP", usage: "most connections open at once from one client address; 0 turns this cap off, e.g. behind a proxy", def: func(c Config) string { return strconv.Itoa(c.MaxConnsPerIP) },
 		set: integer(func(c *Config) *int { return &c.MaxConnsPerIP })},
-	{name: "idle-timeout", env: "VERTAL_IDLE_TIMEOUT", usage: "close a keep-alive connection idle this long, e.g. 15s or 15 (default 15s)",
+	{name: "idle-timeout", env: "VERTAL_IDLE_TIMEOUT", usage: "close a keep-alive connection idle this long, e.g. 15s or 15", def: func(c Config) string { return shortDuration(c.IdleTimeout) },
 		set: func(c *Config, v string) error {
 			d, err := ParseDuration(v)
 			c.IdleTimeout = d
 			return err
 		}},
-	{name: "pool-min", env: "VERTAL_POOL_MIN", usage: "warm sandboxes kept ready per language when idle (default 1)",
+	{name: "pool-min", env: "VERTAL_POOL_MIN", usage: "warm sandboxes kept ready per language when idle", def: func(c Config) string { return strconv.Itoa(c.PoolMin) },
 		set: integer(func(c *Config) *int { return &c.PoolMin })},
-	{name: "pool-max", env: "VERTAL_POOL_MAX", usage: "most warm sandboxes per language and plan; 0 turns the warm pool off (default 4)",
+	{name: "pool-max", env: "VERTAL_POOL_MAX", usage: "most warm sandboxes per language and plan; 0 turns the warm pool off", def: func(c Config) string { return strconv.Itoa(c.PoolMax) },
 		set: integer(func(c *Config) *int { return &c.PoolMax })},
-	{name: "pool-memory-mb", env: "VERTAL_POOL_MEMORY_MB", usage: "memory all waiting warm sandboxes may hold together, in MiB (default 1024)",
+	{name: "pool-memory-mb", env: "VERTAL_POOL_MEMORY_MB", usage: "memory all waiting warm sandboxes may hold together, in MiB", def: func(c Config) string { return strconv.Itoa(c.PoolMemoryMB) },
 		set: integer(func(c *Config) *int { return &c.PoolMemoryMB })},
-	{name: "pool-plan", env: "VERTAL_POOL_PLAN", usage: "plan whose limits the idle warm pool is kept for (default pro)",
+	{name: "pool-plan", env: "VERTAL_POOL_PLAN", usage: "plan whose limits the idle warm pool is kept for", def: func(c Config) string { return c.PoolPlan },
 		set: str(func(c *Config) *string { return &c.PoolPlan })},
-	{name: "driver", env: "VERTAL_DRIVER", usage: "sandbox driver: oci or docker (default oci)",
+	{name: "driver", env: "VERTAL_DRIVER", usage: "sandbox driver: oci or docker", def: func(c Config) string { return c.Driver },
 		set: str(func(c *Config) *string { return &c.Driver })},
-	{name: "runtime", env: "VERTAL_RUNTIME", usage: "OCI runtime: bwrap (bubblewrap), crun, runc or runsc; bwrap is for the oci driver only (default: bwrap where the host allows unprivileged user namespaces, else crun, else runc)",
+	{name: "runtime", env: "VERTAL_RUNTIME", usage: "OCI runtime: bwrap (bubblewrap), crun, runc or runsc; bwrap is for the oci driver only", derived: "bwrap where the host allows unprivileged user namespaces, else crun, else runc",
 		set: str(func(c *Config) *string { return &c.Runtime })},
-	{name: "data-dir", env: "VERTAL_DATA_DIR", usage: "directory for the SQLite database (default /var/lib/vertal)",
+	{name: "data-dir", env: "VERTAL_DATA_DIR", usage: "directory for the SQLite database", def: func(c Config) string { return c.DataDir },
 		set: str(func(c *Config) *string { return &c.DataDir })},
-	{name: "state-dir", env: "VERTAL_STATE_DIR", usage: "directory for sandbox runtime state, best on a tmpfs; each server locks its own instance directory in it (default /run/vertal)",
+	{name: "state-dir", env: "VERTAL_STATE_DIR", usage: "directory for sandbox runtime state, best on a tmpfs; each server locks its own instance directory in it", def: func(c Config) string { return c.StateDir },
 		set: str(func(c *Config) *string { return &c.StateDir })},
-	{name: "database-url", env: "VERTAL_DATABASE_URL", usage: "postgres://... to share one PostgreSQL database between nodes (default: SQLite in data-dir)",
+	{name: "database-url", env: "VERTAL_DATABASE_URL", usage: "postgres://... to share one PostgreSQL database between nodes", derived: "SQLite in data-dir",
 		set: str(func(c *Config) *string { return &c.DatabaseURL })},
-	{name: "metrics-addr", env: "VERTAL_METRICS_ADDR", usage: "host:port for Prometheus /metrics (default: off)",
+	{name: "metrics-addr", env: "VERTAL_METRICS_ADDR", usage: "host:port for Prometheus /metrics", derived: "off",
 		set: str(func(c *Config) *string { return &c.MetricsAddr })},
 	{name: "edge-secret", env: "VERTAL_EDGE_SECRET", usage: "require this value in X-Vertal-Edge-Secret on every request but /health (prefer the environment variable: flags show in ps)",
 		set: str(func(c *Config) *string { return &c.EdgeSecret })},
-	{name: "signup", env: "VERTAL_SIGNUP", usage: "who may create a dashboard account: open, invite (links from vertal invite) or closed",
+	{name: "signup", env: "VERTAL_SIGNUP", usage: "who may create a dashboard account: open, invite (links from vertal invite) or closed", def: func(c Config) string { return c.Signup },
 		set: str(func(c *Config) *string { return &c.Signup })},
-	{name: "smtp-url", env: "VERTAL_SMTP_URL", usage: "smtp://[user:pass@]host:port?from=ADDR for verification and reset emails; needs --public-url (default: none; vertal reset-link prints reset links)",
+	{name: "smtp-url", env: "VERTAL_SMTP_URL", usage: "smtp://[user:pass@]host:port?from=ADDR for verification and reset emails; needs --public-url", derived: "none; vertal reset-link prints reset links",
 		set: str(func(c *Config) *string { return &c.SMTPURL })},
-	{name: "public-url", env: "VERTAL_PUBLIC_URL", usage: "the server's URL as browsers see it; every link in mail is built from it, so --smtp-url needs it (default: snippets take it from each request)",
+	{name: "public-url", env: "VERTAL_PUBLIC_URL", usage: "the server's URL as browsers see it; every link in mail is built from it, so --smtp-url needs it", derived: "snippets take it from each request",
 		set: str(func(c *Config) *string { return &c.PublicURL })},
 	{name: "dev", env: "VERTAL_DEV", usage: "development mode: create tenant 'local' (plan pro) and print its key on first start", bool: true,
 		set: boolean(func(c *Config) *bool { return &c.Dev })},
-	{name: "image-dir", env: "VERTAL_IMAGE_DIR", usage: "sandbox image directory with rootfs/ and versions.json (default /var/lib/vertal/images/default)",
+	{name: "image-dir", env: "VERTAL_IMAGE_DIR", usage: "sandbox image directory with rootfs/ and versions.json", def: func(c Config) string { return c.ImageDir },
 		set: str(func(c *Config) *string { return &c.ImageDir })},
 	{name: "image", env: "VERTAL_IMAGES", repeat: true, usage: "also offer this image, built with vertal image build --name NAME next to image-dir (NAME or NAME=DIR); repeatable, or comma-separated",
 		set: func(c *Config, v string) error {
@@ -130,15 +148,15 @@ var settings = []setting{
 			}
 			return nil
 		}},
-	{name: "node-id", env: "VERTAL_NODE_ID", usage: "this server's name among the nodes sharing a database; keep it across restarts (default: derived from the host name and data-dir)",
+	{name: "node-id", env: "VERTAL_NODE_ID", usage: "this server's name among the nodes sharing a database; keep it across restarts", derived: derivedNodeID,
 		set: str(func(c *Config) *string { return &c.NodeID })},
-	{name: "async-workers", env: "VERTAL_ASYNC_WORKERS", usage: "async executions this node runs at once, out of max-concurrent (default: half of max-concurrent, at least 1)",
+	{name: "async-workers", env: "VERTAL_ASYNC_WORKERS", usage: "async executions this node runs at once, out of max-concurrent", derived: derivedAsyncWorkers,
 		set: integer(func(c *Config) *int { return &c.AsyncWorkers })},
-	{name: "node-timeout", env: "VERTAL_NODE_TIMEOUT", usage: "a node silent this long is taken for stopped and its unfinished executions are settled (default 60s)",
+	{name: "node-timeout", env: "VERTAL_NODE_TIMEOUT", usage: "a node silent this long is taken for stopped and its unfinished executions are settled", def: func(c Config) string { return shortDuration(c.NodeTimeout) },
 		set: duration(func(c *Config) *Duration { return &c.NodeTimeout })},
-	{name: "queue-rescue-after", env: "VERTAL_QUEUE_RESCUE_AFTER", usage: "a queue job running this long is handed to another node, its worker presumed dead (default: the longest plan timeout + queue-timeout + 2m)",
+	{name: "queue-rescue-after", env: "VERTAL_QUEUE_RESCUE_AFTER", usage: "a queue job running this long is handed to another node, its worker presumed dead", derived: derivedRescueAfter,
 		set: duration(func(c *Config) *Duration { return &c.QueueRescueAfter })},
-	{name: "webhook-allow-cidr", env: "VERTAL_WEBHOOK_ALLOW_CIDR", repeat: true, usage: "let webhooks reach addresses in this range (private, loopback...), over http too; repeatable, or comma-separated (default: public addresses only, https only)",
+	{name: "webhook-allow-cidr", env: "VERTAL_WEBHOOK_ALLOW_CIDR", repeat: true, usage: "let webhooks reach addresses in this range (private, loopback...), over http too; repeatable, or comma-separated", derived: "public addresses only, https only",
 		set: func(c *Config, v string) error {
 			for _, p := range strings.Split(v, ",") {
 				if p = strings.TrimSpace(p); p != "" {
@@ -147,11 +165,11 @@ var settings = []setting{
 			}
 			return nil
 		}},
-	{name: "webhook-retry-for", env: "VERTAL_WEBHOOK_RETRY_FOR", usage: "how long a webhook delivery is retried after its first attempt before it is failed (default 24h)",
+	{name: "webhook-retry-for", env: "VERTAL_WEBHOOK_RETRY_FOR", usage: "how long a webhook delivery is retried after its first attempt before it is failed", def: func(c Config) string { return shortDuration(c.WebhookRetryFor) },
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryFor })},
-	{name: "webhook-retry-base", env: "VERTAL_WEBHOOK_RETRY_BASE", usage: "the first wait between webhook attempts, doubled each time up to 1h (default 10s)",
+	{name: "webhook-retry-base", env: "VERTAL_WEBHOOK_RETRY_BASE", usage: "the first wait between webhook attempts, doubled each time up to 1h", def: func(c Config) string { return shortDuration(c.WebhookRetryBase) },
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryBase })},
-	{name: "docker-image", env: "VERTAL_DOCKER_IMAGE", usage: "image for the docker driver (default vertal/default:latest)",
+	{name: "docker-image", env: "VERTAL_DOCKER_IMAGE", usage: "image for the docker driver", def: func(c Config) string { return c.DockerImage },
 		set: str(func(c *Config) *string { return &c.DockerImage })},
 }
 
@@ -186,7 +204,14 @@ func Bind(fs *flag.FlagSet, names ...string) *Binding {
 			b.values[name] = v
 			return nil
 		}
-		usage := s.usage + " [" + s.env + "]"
+		usage := s.usage
+		switch {
+		case s.def != nil:
+			usage += " (default " + s.def(Default()) + ")"
+		case s.derived != "":
+			usage += " (default: " + s.derived + ")"
+		}
+		usage += " [" + s.env + "]"
 		if s.bool {
 			fs.BoolFunc(name, usage, func(v string) error { return record(v) })
 		} else {

@@ -3,6 +3,9 @@ package config
 import (
 	"errors"
 	"sort"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // Plan is what a tenant may use. Every plan shares the fixed sandbox limits
@@ -72,6 +75,21 @@ func (p Plan) FilesBytes() int64 {
 		return DefaultMaxFilesMB << 20
 	}
 	return p.MaxFilesMB << 20
+}
+
+// Limits are the sandbox limits of an execution of timeout on p: the
+// engine's defaults with the plan's memory and file caps. It is the one
+// place a request's limits are decided (execution.prepare calls it), and
+// the warm pool is kept for the pool plan's.
+func (p Plan) Limits(timeout time.Duration) engine.Limits {
+	l := engine.DefaultLimits(timeout)
+	l.MemoryBytes = p.MemoryBytes()
+	// Fixed per plan, so warm sandboxes of a plan are alike: room for the
+	// largest files in plus what /tmp gets.
+	l.WorkdirBytes = p.FilesBytes() + engine.DefaultTmpBytes
+	l.ReturnFiles = p.FilesLimit()
+	l.ReturnBytes = p.FilesBytes()
+	return l
 }
 
 func (p Plan) validate() error {

@@ -77,7 +77,7 @@ func TestDoctorE2E(t *testing.T) {
 			defer env.Close()
 			env.Internet = true
 			host := HostChecks(ctx, HostOptions{Driver: pair.driver, Runtime: rt, ImageDir: cfg.ImageDir})
-			p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, Languages: langs})
+			p := pool.New(d, pre, pool.Options{Min: 1, Max: 1, MemoryBytes: int64(cfg.PoolMemoryMB) << 20, Languages: langs, Limits: PoolLimits()})
 			defer p.Close()
 			rep := Run(ctx, Options{Driver: d, Languages: langs, Host: host, Probes: probes.All(env), Pool: p})
 			var buf bytes.Buffer

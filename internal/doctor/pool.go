@@ -19,6 +19,13 @@ type WarmPool interface {
 	Stats() []pool.Stats
 }
 
+// poolCheckTimeout is the timeout of the warm pool check's executions.
+const poolCheckTimeout = 10 * time.Second
+
+// PoolLimits are the limits of the warm pool check's executions: a pool
+// built for the doctor keeps its sandboxes for them.
+func PoolLimits() engine.Limits { return engine.DefaultLimits(poolCheckTimeout) }
+
 // warmPrograms print "42" in each language.
 var warmPrograms = func() map[string]string {
 	out := map[string]string{}
@@ -43,8 +50,8 @@ func poolChecks(ctx context.Context, p WarmPool, langs []engine.Language, wait t
 		ready := waitReady(ctx, p, lang.Name, wait)
 		before := statsOf(p, lang.Name)
 		start := time.Now()
-		res, err := p.Run(ctx, engine.Spec{ID: probes.NewExecutionID(), Language: lang, Code: code, Timeout: 10 * time.Second,
-			Limits: engine.Limits{}.WithDefaults()})
+		res, err := p.Run(ctx, engine.Spec{ID: probes.NewExecutionID(), Language: lang, Code: code, Timeout: poolCheckTimeout,
+			Limits: PoolLimits()})
 		elapsed := time.Since(start)
 		after := statsOf(p, lang.Name)
 		switch {

@@ -11,6 +11,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"time"
 )
@@ -63,7 +64,10 @@ func (l Language) Argv() []string {
 // are collected after the program ended.
 const CodeDir = "/code"
 
-// Limits bound one sandbox. Zero values mean "use the default".
+// Limits bound one sandbox. Every field must be set (see Validate): the
+// defaults are applied once, where a request becomes a Spec
+// (execution.prepare, through config.Plan.Limits); below that, the
+// scheduler, the pool, the drivers and the loop take Limits as given.
 type Limits struct {
 	MemoryBytes   int64   // RAM, swap disabled. Default 256 MiB.
 	CPUs          float64 // CPU quota in cores. Default 1.
@@ -79,9 +83,10 @@ type Limits struct {
 	// Lifetime is the sandbox's own deadline, kept inside it: at this age
 	// its processes are killed by the sandbox itself, even when the server
 	// that started it is gone (SIGKILLed, crashed) and nothing on the host
-	// would. Zero: the driver uses the Spec's timeout plus LifetimeGrace.
-	// The warm pool gives its sandboxes how long one may wait plus the
-	// longest timeout it may then run (see sandbox.DeadlineArgv).
+	// would. For an execution it is its timeout plus LifetimeGrace
+	// (DefaultLimits); the warm pool gives its sandboxes how long one may
+	// wait plus the longest timeout it may then run (see
+	// sandbox.DeadlineArgv).
 	Lifetime time.Duration
 }
 
@@ -89,7 +94,7 @@ type Limits struct {
 // deadline: the host's timer, which reports timed_out, always fires first.
 const LifetimeGrace = 5 * time.Second
 
-// Defaults used by WithDefaults.
+// The engine's default limits and timeout (see DefaultLimits).
 const (
 	DefaultMemoryBytes   = 256 << 20
 	DefaultCPUs          = 1.0
@@ -103,34 +108,53 @@ const (
 	DefaultTimeout       = 10 * time.Second
 )
 
-// WithDefaults fills zero fields with the defaults.
-func (l Limits) WithDefaults() Limits {
-	if l.MemoryBytes <= 0 {
-		l.MemoryBytes = DefaultMemoryBytes
+// DefaultLimits are the limits of an execution of timeout that asks for
+// nothing else: every field at its default, and the sandbox's own
+// deadline timeout plus LifetimeGrace. A request's limits start from it
+// (config.Plan.Limits), and so do those of the server's own executions
+// (vertal doctor, the benchmarks) and of tests.
+func DefaultLimits(timeout time.Duration) Limits {
+	return Limits{
+		MemoryBytes:   DefaultMemoryBytes,
+		CPUs:          DefaultCPUs,
+		Pids:          DefaultPids,
+		FileSizeBytes: DefaultFileSizeBytes,
+		TmpBytes:      DefaultTmpBytes,
+		OutputBytes:   DefaultOutputBytes,
+		WorkdirBytes:  DefaultWorkdirBytes,
+		ReturnFiles:   DefaultReturnFiles,
+		ReturnBytes:   DefaultReturnBytes,
+		Lifetime:      timeout + LifetimeGrace,
 	}
+}
+
+// WithDefaults fills the zero fields of l from DefaultLimits(timeout), for
+// a caller that describes limits by what differs from the defaults (the
+// security probes).
+func (l Limits) WithDefaults(timeout time.Duration) Limits {
+	d := DefaultLimits(timeout)
+	fill := func(v *int64, def int64) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	fill(&l.MemoryBytes, d.MemoryBytes)
+	fill(&l.Pids, d.Pids)
+	fill(&l.FileSizeBytes, d.FileSizeBytes)
+	fill(&l.TmpBytes, d.TmpBytes)
+	fill(&l.WorkdirBytes, d.WorkdirBytes)
+	fill(&l.ReturnBytes, d.ReturnBytes)
 	if l.CPUs <= 0 {
-		l.CPUs = DefaultCPUs
-	}
-	if l.Pids <= 0 {
-		l.Pids = DefaultPids
-	}
-	if l.FileSizeBytes <= 0 {
-		l.FileSizeBytes = DefaultFileSizeBytes
-	}
-	if l.TmpBytes <= 0 {
-		l.TmpBytes = DefaultTmpBytes
+		l.CPUs = d.CPUs
 	}
 	if l.OutputBytes <= 0 {
-		l.OutputBytes = DefaultOutputBytes
-	}
-	if l.WorkdirBytes <= 0 {
-		l.WorkdirBytes = DefaultWorkdirBytes
+		l.OutputBytes = d.OutputBytes
 	}
 	if l.ReturnFiles <= 0 {
-		l.ReturnFiles = DefaultReturnFiles
+		l.ReturnFiles = d.ReturnFiles
 	}
-	if l.ReturnBytes <= 0 {
-		l.ReturnBytes = DefaultReturnBytes
+	if l.Lifetime <= 0 {
+		l.Lifetime = d.Lifetime
 	}
 	return l
 }
@@ -164,6 +188,40 @@ type Spec struct {
 	// over the cap is not passed on), one call at a time, in order per
 	// stream. It must not block for long: the sandbox's pipe waits.
 	Output func(s Stream, p []byte)
+}
+
+// Validate refuses a Limits with a field that is not set: nothing below
+// execution.prepare fills one in, and a zero limit would mean no limit.
+func (l Limits) Validate() error {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"MemoryBytes", l.MemoryBytes > 0}, {"CPUs", l.CPUs > 0}, {"Pids", l.Pids > 0},
+		{"FileSizeBytes", l.FileSizeBytes > 0}, {"TmpBytes", l.TmpBytes > 0}, {"OutputBytes", l.OutputBytes > 0},
+		{"WorkdirBytes", l.WorkdirBytes > 0}, {"ReturnFiles", l.ReturnFiles > 0}, {"ReturnBytes", l.ReturnBytes > 0},
+		{"Lifetime", l.Lifetime > 0},
+	} {
+		if !f.set {
+			return fmt.Errorf("engine: limit %s is not set", f.name)
+		}
+	}
+	return nil
+}
+
+// Validate refuses a Spec that is not complete: a driver calls it before
+// it creates anything, and takes the Spec as given once it passed.
+func (s Spec) Validate() error {
+	if s.Timeout <= 0 {
+		return fmt.Errorf("engine: execution %s has no timeout", s.ID)
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return fmt.Errorf("execution %s: %w", s.ID, err)
+	}
+	if s.Limits.Lifetime < s.Timeout {
+		return fmt.Errorf("engine: execution %s: the sandbox's lifetime %v is shorter than its timeout %v", s.ID, s.Limits.Lifetime, s.Timeout)
+	}
+	return nil
 }
 
 // Stream names one of the program's output streams.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,11 +12,48 @@ import (
 )
 
 func TestLimitsWithDefaults(t *testing.T) {
-	got := Limits{MemoryBytes: 512 << 20}.WithDefaults()
+	got := Limits{MemoryBytes: 512 << 20}.WithDefaults(3 * time.Second)
 	want := Limits{MemoryBytes: 512 << 20, CPUs: 1, Pids: 64, FileSizeBytes: 1 << 20, TmpBytes: 16 << 20, OutputBytes: 64 << 10,
-		WorkdirBytes: 16 << 20, ReturnFiles: 20, ReturnBytes: 10 << 20}
+		WorkdirBytes: 16 << 20, ReturnFiles: 20, ReturnBytes: 10 << 20, Lifetime: 8 * time.Second}
 	if got != want {
 		t.Fatalf("WithDefaults() = %+v, want %+v", got, want)
+	}
+	if d := DefaultLimits(3 * time.Second); d != (Limits{MemoryBytes: DefaultMemoryBytes}).WithDefaults(3*time.Second) {
+		t.Fatalf("DefaultLimits = %+v, not every default", d)
+	}
+	if err := DefaultLimits(time.Second).Validate(); err != nil {
+		t.Fatalf("DefaultLimits does not validate: %v", err)
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	full := Spec{ID: "exe_1", Timeout: time.Second, Limits: DefaultLimits(time.Second)}
+	for _, tc := range []struct {
+		name   string
+		change func(s *Spec)
+		want   string // "" means valid
+	}{
+		{"complete", func(*Spec) {}, ""},
+		{"no timeout", func(s *Spec) { s.Timeout = 0 }, "has no timeout"},
+		{"negative timeout", func(s *Spec) { s.Timeout = -time.Second }, "has no timeout"},
+		{"no memory", func(s *Spec) { s.Limits.MemoryBytes = 0 }, "MemoryBytes is not set"},
+		{"no cpus", func(s *Spec) { s.Limits.CPUs = 0 }, "CPUs is not set"},
+		{"no output cap", func(s *Spec) { s.Limits.OutputBytes = 0 }, "OutputBytes is not set"},
+		{"no lifetime", func(s *Spec) { s.Limits.Lifetime = 0 }, "Lifetime is not set"},
+		{"lifetime under timeout", func(s *Spec) { s.Timeout = time.Minute }, "shorter than its timeout"},
+		{"no limits at all", func(s *Spec) { s.Limits = Limits{} }, "is not set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := full
+			tc.change(&s)
+			err := s.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate() = %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }
 
@@ -95,16 +133,24 @@ func TestEngineCancelledWaiterLeavesQueue(t *testing.T) {
 	}
 }
 
-func TestExecuteAppliesDefaults(t *testing.T) {
+// The engine passes the Spec on as given: the defaults were applied
+// where the request became a Spec, and nothing below fills one in.
+func TestExecutePassesSpecAsGiven(t *testing.T) {
 	d := &blockingDriver{release: make(chan struct{})}
 	close(d.release)
 	e := New(d, Options{})
-	if _, err := e.Run(context.Background(), Spec{ID: "exe_1"}); err != nil {
-		t.Fatal(err)
+	for _, spec := range []Spec{
+		{ID: "exe_1"},
+		{ID: "exe_2", Timeout: 3 * time.Second, Limits: Limits{MemoryBytes: 1 << 30}},
+	} {
+		if _, err := e.Run(context.Background(), spec); err != nil {
+			t.Fatal(err)
+		}
 	}
-	got := d.specs[0]
-	if got.Timeout != DefaultTimeout || got.Limits != (Limits{}).WithDefaults() {
-		t.Fatalf("driver saw timeout %v limits %+v; want defaults", got.Timeout, got.Limits)
+	for i, want := range []Spec{{ID: "exe_1"}, {ID: "exe_2", Timeout: 3 * time.Second, Limits: Limits{MemoryBytes: 1 << 30}}} {
+		if got := d.specs[i]; got.ID != want.ID || got.Timeout != want.Timeout || got.Limits != want.Limits {
+			t.Fatalf("driver saw %s timeout %v limits %+v; want the Spec as given, %+v", got.ID, got.Timeout, got.Limits, want)
+		}
 	}
 }
 

@@ -289,13 +289,9 @@ func (e *Engine) releaser(tenant string) func() {
 	}
 }
 
-// Execute runs spec on the driver without taking a slot; the caller must
-// hold one from Acquire or Admit.
+// Execute runs spec, as given, on the driver without taking a slot; the
+// caller must hold one from Acquire or Admit.
 func (e *Engine) Execute(ctx context.Context, spec Spec) (Result, error) {
-	if spec.Timeout <= 0 {
-		spec.Timeout = DefaultTimeout
-	}
-	spec.Limits = spec.Limits.WithDefaults()
 	return e.driver.Run(ctx, spec)
 }
 

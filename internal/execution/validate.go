@@ -47,8 +47,9 @@ type InputFile struct {
 	Encoding string
 }
 
-// prepared is a validated request: the Spec to run (every default applied
-// here, once) and its hash.
+// prepared is a validated request: the Spec to run, complete (every
+// default applied here, once: the timeout, the image, and the limits
+// through config.Plan.Limits), and its hash.
 type prepared struct {
 	spec engine.Spec
 	// image is the name of the image the request resolved to and
@@ -148,25 +149,18 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 		WebhookURL  string            `json:"webhook_url,omitempty"`
 	}{imageName, lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL)})
 	sum := sha256.Sum256(canon)
-	filesBytes := c.Plan.FilesBytes()
+	timeout := time.Duration(timeoutS * float64(time.Second))
 	return prepared{
 		spec: engine.Spec{
 			Language:    lang,
 			Code:        code,
 			Stdin:       stdin,
-			Timeout:     time.Duration(timeoutS * float64(time.Second)),
+			Timeout:     timeout,
 			Files:       files,
 			Env:         in.Env,
 			Args:        in.Args,
 			ReturnFiles: in.ReturnFiles,
-			Limits: engine.Limits{
-				MemoryBytes: c.Plan.MemoryBytes(),
-				// Fixed per plan, so warm sandboxes of a plan are alike:
-				// room for the largest files in plus what /tmp gets.
-				WorkdirBytes: filesBytes + engine.DefaultTmpBytes,
-				ReturnFiles:  c.Plan.FilesLimit(),
-				ReturnBytes:  filesBytes,
-			}.WithDefaults(),
+			Limits:      c.Plan.Limits(timeout),
 		},
 		image:      img.Name,
 		imageBuild: s.images.builds.of(img.Dir),

@@ -161,7 +161,10 @@ func TestPrepareSpec(t *testing.T) {
 		Env:         in.Env,
 		Args:        in.Args,
 		ReturnFiles: in.ReturnFiles,
-		Limits:      engine.Limits{MemoryBytes: 512 << 20, WorkdirBytes: 10<<20 + 16<<20, ReturnFiles: 50, ReturnBytes: 10 << 20}.WithDefaults(),
+		// Every limit set, here and only here: the plan's memory and
+		// file caps, the engine's defaults for the rest.
+		Limits: engine.Limits{MemoryBytes: 512 << 20, CPUs: 1, Pids: 64, FileSizeBytes: 1 << 20, TmpBytes: 16 << 20, OutputBytes: 64 << 10,
+			WorkdirBytes: 10<<20 + 16<<20, ReturnFiles: 50, ReturnBytes: 10 << 20, Lifetime: p.spec.Timeout + engine.LifetimeGrace},
 	}
 	if diff := cmp.Diff(want, p.spec, cmp.Comparer(func(a, b func(engine.Stream, []byte)) bool { return true })); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)

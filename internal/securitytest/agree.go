@@ -10,9 +10,15 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
-// agreeLimits are a pro plan's: 512 MiB, and the engine's fixed CPU,
-// process and file limits.
-var agreeLimits = engine.Limits{MemoryBytes: 512 << 20}
+// agreeTimeout is each behaviour's timeout, and agreeLimits are a pro
+// plan's: 512 MiB, and the engine's fixed CPU, process and file limits.
+const agreeTimeout = 30 * time.Second
+
+var agreeLimits = func() engine.Limits {
+	l := engine.DefaultLimits(agreeTimeout)
+	l.MemoryBytes = 512 << 20
+	return l
+}()
 
 // behaviour is one program of the agreement table and the one outcome
 // every driver and runtime must give it.
@@ -31,7 +37,7 @@ type behaviour struct {
 // the point, so the sentry's memory under gVisor (about 15 MiB) or a busy
 // host cannot tip one pair over.
 func behaviours() []behaviour {
-	lim := agreeLimits.WithDefaults()
+	lim := agreeLimits
 	return []behaviour{
 		{
 			// Issue 20: the standard streams by name. Under bwrap the
@@ -211,7 +217,7 @@ print("threads", n, "refused", err is not None)
 func agree(t *testing.T, e *env) {
 	for _, b := range behaviours() {
 		t.Run(b.name, func(t *testing.T) {
-			res, err := e.run(t, Case{Lang: b.lang, Code: b.code, Stdin: b.stdin, Limits: agreeLimits, Timeout: 30 * time.Second})
+			res, err := e.run(t, Case{Lang: b.lang, Code: b.code, Stdin: b.stdin, Limits: agreeLimits, Timeout: agreeTimeout})
 			wantStatus(t, res, err, b.status, b.exit)
 			if b.check != nil && err == nil {
 				b.check(t, res)

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest/probes"
 )
 
@@ -187,20 +188,20 @@ func (e *env) run(t *testing.T, c Case) (engine.Result, error) {
 	if timeout == 0 {
 		timeout = 20 * time.Second
 	}
-	spec := engine.Spec{
+	spec := enginetest.Complete(engine.Spec{
 		ID:       "exe_" + randHex(16),
 		Language: lang,
 		Code:     c.Code,
 		Stdin:    c.Stdin,
 		Timeout:  timeout,
-		Limits:   c.Limits.WithDefaults(),
+		Limits:   c.Limits,
 
 		Files:       c.Files,
 		Env:         c.Env,
 		Args:        c.Args,
 		ReturnFiles: c.ReturnFiles,
 		Output:      c.Output,
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
 	defer cancel()
 	return e.d.Run(ctx, spec)

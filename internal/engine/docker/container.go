@@ -19,7 +19,7 @@ import (
 // uid is the sandbox's own host uid (and gid), leased from the uidpool:
 // no per-user kernel limit is shared with another sandbox.
 func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid uint32) (*container.Config, *container.HostConfig) {
-	lim := spec.Limits.WithDefaults()
+	lim := spec.Limits
 	img := spec.Language.Image
 	if img == "" {
 		img = d.opts.Image

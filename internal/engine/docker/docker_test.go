@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
@@ -73,6 +74,10 @@ func TestContainerConfig(t *testing.T) {
 				instance: inst,
 				acct:     &accounting{},
 			}
+			// Complete, as the driver gets it, but without the sandbox's
+			// own deadline: Cmd is then the command alone.
+			tc.spec = enginetest.Complete(tc.spec)
+			tc.spec.Limits.Lifetime = 0
 			cfg, host := d.containerConfig(tc.spec, "/run/v/"+inst+"/"+tc.spec.ID, 42, 2_000_000_042)
 
 			wantCfg := &container.Config{

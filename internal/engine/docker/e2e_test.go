@@ -27,6 +27,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
@@ -104,7 +105,7 @@ func run(t *testing.T, d *Driver, lang, code string, mod ...func(*engine.Spec)) 
 	for _, m := range mod {
 		m(&spec)
 	}
-	res, err := d.Run(context.Background(), spec)
+	res, err := d.Run(context.Background(), enginetest.Complete(spec))
 	if err != nil {
 		t.Fatalf("Run(%s %q): %v", lang, code, err)
 	}
@@ -270,7 +271,7 @@ func reapHelper(arg string) int {
 	if v := os.Getenv(reapTimeoutEnv); v != "" {
 		timeout, _ = time.ParseDuration(v)
 	}
-	_, err = d.Run(ctx, engine.Spec{ID: parts[2], Language: languages["bash"], Code: parts[3], Timeout: timeout})
+	_, err = d.Run(ctx, enginetest.Complete(engine.Spec{ID: parts[2], Language: languages["bash"], Code: parts[3], Timeout: timeout}))
 	fmt.Fprintln(os.Stderr, "helper: Run returned, it should have been killed:", err)
 	return 3
 }
@@ -410,7 +411,7 @@ func TestReapSparesLiveInstances(t *testing.T) {
 	spec := engine.Spec{ID: newID(t), Language: languages["bash"], Code: "sleep 3; echo done", Timeout: time.Minute}
 	done := make(chan engine.Result, 1)
 	go func() {
-		res, err := a.Run(context.Background(), spec)
+		res, err := a.Run(context.Background(), enginetest.Complete(spec))
 		if err != nil {
 			t.Errorf("Run: %v", err)
 		}
@@ -469,7 +470,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				_, err := d.Run(ctx, spec)
+				_, err := d.Run(ctx, enginetest.Complete(spec))
 				done <- err
 			}()
 			byID := container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelExecution+"="+spec.ID), filters.Arg("status", "running"))}
@@ -519,7 +520,7 @@ func TestPlatformErrorLeavesNothing(t *testing.T) {
 	lang := languages["python"]
 	lang.Image = "vertal/no-such-image:latest"
 	spec := engine.Spec{ID: newID(t), Language: lang, Code: "print(1)", Timeout: time.Minute}
-	if _, err := d.Run(context.Background(), spec); err == nil {
+	if _, err := d.Run(context.Background(), enginetest.Complete(spec)); err == nil {
 		t.Fatal("Run with a missing image succeeded; want an error")
 	}
 	assertNothingLeft(t, d, spec.ID)
@@ -672,7 +673,7 @@ func TestEngineAppliesPolicy(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				_, err := d.Run(ctx, spec)
+				_, err := d.Run(ctx, enginetest.Complete(spec))
 				done <- err
 			}()
 			defer func() {
@@ -845,7 +846,7 @@ func BenchmarkDriverVsDockerRun(b *testing.B) {
 			var driver, cli time.Duration
 			for i := 0; b.Loop(); i++ {
 				t0 := time.Now()
-				res, err := d.Run(ctx, engine.Spec{ID: fmt.Sprintf("exe_bench%d", i), Language: lang, Code: "print(6*7)", Timeout: 20 * time.Second})
+				res, err := d.Run(ctx, enginetest.Complete(engine.Spec{ID: fmt.Sprintf("exe_bench%d", i), Language: lang, Code: "print(6*7)", Timeout: 20 * time.Second}))
 				driver += time.Since(t0)
 				if err != nil || res.Stdout != "42\n" {
 					b.Fatalf("driver run: %v, %+v", err, res)
@@ -881,7 +882,7 @@ func dockerRunArgs(b *testing.B, d *Driver, lang engine.Language, code string) (
 	if err := os.WriteFile(profile, []byte(d.policy.Seccomp), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	cfg, host := d.containerConfig(engine.Spec{ID: "exe_cli", Language: lang}, codeDir, os.Getpid(), sandbox.UID)
+	cfg, host := d.containerConfig(enginetest.Complete(engine.Spec{ID: "exe_cli", Language: lang}), codeDir, os.Getpid(), sandbox.UID)
 	r := host.Resources
 	args := []string{"run", "--rm", "--runtime", host.Runtime, "--init", "--network", string(host.NetworkMode),
 		"--ipc", string(host.IpcMode), "--cgroupns", string(host.CgroupnsMode), "--read-only",

@@ -81,7 +81,6 @@ const gvisorThreadsPerTask = 16
 // one sandbox, one count, fork() fails with EAGAIN as under runc. The
 // cgroup keeps a generous backstop for the sentry's threads.
 func pidsLimits(l engine.Limits, gvisor bool) (cgroupPids int64, extra []*container.Ulimit) {
-	l = l.WithDefaults()
 	n := sandbox.Pids(l) // the program's, plus the deadline's timeout process
 	if !gvisor {
 		return n, nil

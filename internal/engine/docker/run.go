@@ -50,12 +50,8 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (res engine.Result, 
 	if !validID(spec.ID) {
 		return engine.Result{}, fmt.Errorf("docker: invalid execution id %q", spec.ID)
 	}
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
-	}
-	spec.Limits = spec.Limits.WithDefaults()
-	if spec.Limits.Lifetime <= 0 {
-		spec.Limits.Lifetime = spec.Timeout + engine.LifetimeGrace
+	if err := spec.Validate(); err != nil {
+		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
 	if err := d.begin(spec.ID); err != nil {
 		return engine.Result{}, err

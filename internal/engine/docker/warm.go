@@ -84,7 +84,9 @@ func (p *Prestarter) launcher(ctx context.Context, lang engine.Language, img str
 // code, and returns once it is ready.
 func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ engine.Warm, err error) {
 	d := p.d
-	limits = limits.WithDefaults()
+	if err := limits.Validate(); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
 	if f := lang.File; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
 		return nil, fmt.Errorf("docker: language %q: the code file needs a plain name, not %q", lang.Name, f)
 	}
@@ -426,7 +428,7 @@ func (d *Driver) newProbe(ctx context.Context, lang engine.Language) (*probe, er
 		return nil, fmt.Errorf("docker: probe directory: %w", err)
 	}
 	// Never started: nothing runs as its uid, so none is leased.
-	cfg, host := d.containerConfig(engine.Spec{ID: p.id, Language: lang, Limits: engine.Limits{}.WithDefaults()}, dir, os.Getpid(), sandbox.UID)
+	cfg, host := d.containerConfig(engine.Spec{ID: p.id, Language: lang, Limits: engine.DefaultLimits(0)}, dir, os.Getpid(), sandbox.UID)
 	host.CgroupParent = "" // never started: no cgroup to account
 	created, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, containerName(d.instance, p.id))
 	if err != nil {

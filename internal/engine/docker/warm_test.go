@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
@@ -36,7 +37,7 @@ func newWarmOnly(t *testing.T, d *Driver) *pool.Pool {
 	for _, l := range testLanguages() {
 		langs = append(langs, l)
 	}
-	p := pool.New(d, NewPrestarter(d), pool.Options{Languages: langs, Max: 2, Parallel: 2, WaitReady: 2 * time.Minute})
+	p := pool.New(d, NewPrestarter(d), pool.Options{Languages: langs, Min: 1, Max: 2, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0), Parallel: 2, WaitReady: 2 * time.Minute})
 	t.Cleanup(func() {
 		for _, s := range p.Stats() {
 			if s.Misses != 0 {
@@ -89,12 +90,12 @@ func TestWarmMatchesCold(t *testing.T) {
 				t.Run(p.lang+"/"+p.name, func(t *testing.T) {
 					spec := engine.Spec{Language: langs[p.lang], Code: p.code, Stdin: p.stdin, Timeout: 30 * time.Second}
 					spec.ID = newID(t)
-					cold, err := d.Run(context.Background(), spec)
+					cold, err := d.Run(context.Background(), enginetest.Complete(spec))
 					if err != nil {
 						t.Fatalf("cold Run: %v", err)
 					}
 					spec.ID = newID(t)
-					got, err := warm.Run(context.Background(), spec)
+					got, err := warm.Run(context.Background(), enginetest.Complete(spec))
 					if err != nil {
 						t.Fatalf("warm Run: %v", err)
 					}
@@ -144,7 +145,7 @@ func BenchmarkWarm(b *testing.B) {
 			}
 			defer d.Close()
 			lang := testLanguages()["python"]
-			p := pool.New(d, NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Max: 1})
+			p := pool.New(d, NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Min: 1, Max: 1, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0)})
 			defer p.Close()
 			var cold, warm []time.Duration
 			for i := 0; b.Loop(); i++ {
@@ -158,7 +159,7 @@ func BenchmarkWarm(b *testing.B) {
 					out *[]time.Duration
 				}{{d, &cold}, {p, &warm}} {
 					t0 := time.Now()
-					res, err := r.d.Run(context.Background(), engine.Spec{ID: fmt.Sprintf("exe_bench%d_%d", i, len(*r.out)), Language: lang, Code: "print(6*7)", Timeout: 20 * time.Second})
+					res, err := r.d.Run(context.Background(), enginetest.Complete(engine.Spec{ID: fmt.Sprintf("exe_bench%d_%d", i, len(*r.out)), Language: lang, Code: "print(6*7)", Timeout: 20 * time.Second}))
 					if err != nil || res.Stdout != "42\n" {
 						b.Fatalf("Run: %+v, %v", res, err)
 					}

@@ -33,7 +33,7 @@ func fakeProc(path string) (dir, ok bool) {
 func TestBwrapArgvGolden(t *testing.T) {
 	lang := engine.Language{Name: "python", Image: "/var/lib/vertal/images/default/rootfs", File: "main.py", Command: []string{"/usr/bin/python3"}}
 	d := unitDriver("bwrap")
-	spec, err := d.spec(lang, engine.Limits{Lifetime: 12_000_000_000}.WithDefaults(), idPlaceholder)
+	spec, err := d.spec(lang, engine.DefaultLimits(7_000_000_000), idPlaceholder)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
@@ -129,8 +130,8 @@ func TestNothingLeftBehind(t *testing.T) {
 					if timeout == 0 {
 						timeout = 20 * time.Second
 					}
-					id := newID()
-					res, err := d.Run(ctx, engine.Spec{ID: id, Language: tc.lang, Code: tc.code, Timeout: timeout})
+					id := enginetest.NewID()
+					res, err := d.Run(ctx, enginetest.Complete(engine.Spec{ID: id, Language: tc.lang, Code: tc.code, Timeout: timeout}))
 					if tc.broken {
 						if err == nil && res.Status == engine.StatusSucceeded {
 							t.Errorf("Run on a broken root filesystem succeeded")
@@ -153,9 +154,9 @@ func TestNothingLeftBehind(t *testing.T) {
 				ids := make([]string, n)
 				errs := make(chan error, n)
 				for i := range ids {
-					ids[i] = newID()
+					ids[i] = enginetest.NewID()
 					go func(id string) {
-						res, err := d.Run(context.Background(), engine.Spec{ID: id, Language: langs["python"], Code: "print(6*7)", Timeout: time.Minute})
+						res, err := d.Run(context.Background(), enginetest.Complete(engine.Spec{ID: id, Language: langs["python"], Code: "print(6*7)", Timeout: time.Minute}))
 						if err == nil && res.Stdout != "42\n" {
 							err = fmt.Errorf("stdout %q", res.Stdout)
 						}
@@ -216,7 +217,7 @@ func crashChild(rt, stateDir string) {
 	if v := os.Getenv(crashTimeoutEnv); v != "" {
 		timeout, _ = time.ParseDuration(v)
 	}
-	_, err = d.Run(context.Background(), engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: timeout})
+	_, err = d.Run(context.Background(), enginetest.Complete(engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: timeout}))
 	fmt.Fprintln(os.Stderr, "crash child: Run returned, it should have been killed:", err)
 	os.Exit(3)
 }
@@ -387,7 +388,7 @@ func TestReapAfterCrash(t *testing.T) {
 			if n, err := d.Reap(context.Background()); n != 0 || err != nil {
 				t.Errorf("second Reap = %d, %v; want 0, nil", n, err)
 			}
-			res, err := d.Run(context.Background(), engine.Spec{Language: testLanguages()["python"], Code: "print(6*7)", Timeout: 20 * time.Second})
+			res, err := d.Run(context.Background(), enginetest.Complete(engine.Spec{Language: testLanguages()["python"], Code: "print(6*7)", Timeout: 20 * time.Second}))
 			if err != nil || res.Stdout != "42\n" {
 				t.Errorf("Run after Reap = %q, %v", res.Stdout, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
 )
 
@@ -128,7 +129,7 @@ func BenchmarkRun(b *testing.B) {
 			spec := engine.Spec{Language: testLanguages()["python"], Code: "print(6*7)"}
 			cpu := cpuMeter(b)
 			for b.Loop() {
-				res, err := d.Run(context.Background(), spec)
+				res, err := d.Run(context.Background(), enginetest.Complete(spec))
 				if err != nil || res.Stdout != "42\n" {
 					b.Fatalf("%q %v", res.Stdout, err)
 				}

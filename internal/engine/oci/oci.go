@@ -420,13 +420,6 @@ func enforced(rt runtimeKind, mode string) []sandbox.Protection {
 	return ps
 }
 
-// newID returns a fresh execution id for specs that come without one.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "exe_" + hex.EncodeToString(b[:])
-}
-
 // validID accepts ids usable as a container id and a path element.
 func validID(id string) bool {
 	if id == "" || len(id) > 128 || id[0] == '.' || id[0] == '-' {

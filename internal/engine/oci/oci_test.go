@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -40,7 +41,7 @@ func TestConfigGolden(t *testing.T) {
 	for _, rt := range []string{"crun", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
 			d := unitDriver(rt)
-			tpl, err := d.template(lang, engine.Limits{}.WithDefaults())
+			tpl, err := d.template(lang, withoutDeadline(engine.DefaultLimits(0)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,9 +67,16 @@ func TestConfigGolden(t *testing.T) {
 	}
 }
 
+// withoutDeadline is l without the sandbox's own deadline, which the
+// golden configs and the invariants leave out (bwrap_test has one).
+func withoutDeadline(l engine.Limits) engine.Limits {
+	l.Lifetime = 0
+	return l
+}
+
 func TestConfigInvariants(t *testing.T) {
 	lang := engine.Language{Name: "bash", Image: "/img", File: "main.sh", Command: []string{"/bin/bash"}}
-	limits := engine.Limits{MemoryBytes: 64 << 20, Pids: 16, FileSizeBytes: 4096, TmpBytes: 1 << 20}.WithDefaults()
+	limits := withoutDeadline(engine.Limits{MemoryBytes: 64 << 20, Pids: 16, FileSizeBytes: 4096, TmpBytes: 1 << 20}.WithDefaults(0))
 	for _, rt := range []string{"crun", "runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
 			d := unitDriver(rt)
@@ -149,7 +157,7 @@ func TestSpecRejectsBadLanguage(t *testing.T) {
 		{Name: "none", Image: "/img", File: "main.py"},
 		{Name: "slash", Image: "/img", File: "../main.py", Command: []string{"/bin/sh"}},
 	} {
-		if _, err := d.spec(lang, engine.Limits{}.WithDefaults(), "x"); err == nil {
+		if _, err := d.spec(lang, engine.DefaultLimits(time.Second), "x"); err == nil {
 			t.Errorf("spec(%+v) succeeded", lang)
 		}
 	}

@@ -24,15 +24,8 @@ import (
 
 // Run executes spec in a fresh sandbox and destroys it.
 func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
-	}
-	spec.Limits = spec.Limits.WithDefaults()
-	if spec.Limits.Lifetime <= 0 {
-		spec.Limits.Lifetime = spec.Timeout + engine.LifetimeGrace
-	}
-	if spec.ID == "" {
-		spec.ID = newID()
+	if err := spec.Validate(); err != nil {
+		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
 	if !validID(spec.ID) {
 		return engine.Result{}, fmt.Errorf("oci: invalid execution id %q", spec.ID)

@@ -176,7 +176,9 @@ type startedCmd struct {
 // returns once the interpreter waits for code.
 func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits engine.Limits) (_ engine.Warm, err error) {
 	d := p.d
-	limits = limits.WithDefaults()
+	if err := limits.Validate(); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
 	lang.Image = resolveImage(lang.Image)
 	if err := d.checkImage(lang.Image); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 )
 
@@ -58,7 +59,7 @@ func warmLang(name string) engine.Language {
 
 func prestart(t *testing.T, p *Prestarter, lang engine.Language) *warmSandbox {
 	t.Helper()
-	w, err := p.Prestart(context.Background(), lang, engine.Limits{}.WithDefaults())
+	w, err := p.Prestart(context.Background(), lang, engine.DefaultLimits(time.Second))
 	if err != nil {
 		t.Fatalf("Prestart(%s): %v", lang.Name, err)
 	}
@@ -90,7 +91,7 @@ func TestWarmCPUWeight(t *testing.T) {
 	}
 	done := make(chan engine.Result)
 	go func() {
-		res, _ := s.Exec(context.Background(), engine.Spec{Language: warmLang("bash"), Code: "echo started; sleep 2", Timeout: 30 * time.Second})
+		res, _ := s.Exec(context.Background(), enginetest.Complete(engine.Spec{Language: warmLang("bash"), Code: "echo started; sleep 2", Timeout: 30 * time.Second}))
 		done <- res
 	}()
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -114,10 +115,10 @@ func TestWarmSandboxServesOnce(t *testing.T) {
 	_, p := warmDriver(t)
 	s := prestart(t, p, warmLang("python"))
 	spec := engine.Spec{Language: warmLang("python"), Code: "print(1)", Timeout: 10 * time.Second}
-	if res, err := s.Exec(context.Background(), spec); err != nil || res.Stdout != "1\n" {
+	if res, err := s.Exec(context.Background(), enginetest.Complete(spec)); err != nil || res.Stdout != "1\n" {
 		t.Fatalf("first Exec = %+v, %v", res, err)
 	}
-	if _, err := s.Exec(context.Background(), spec); err == nil {
+	if _, err := s.Exec(context.Background(), enginetest.Complete(spec)); err == nil {
 		t.Error("second Exec succeeded; a warm sandbox must serve one execution")
 	}
 	select {
@@ -138,7 +139,7 @@ func TestWarmSandboxThatDiedIsNotUsed(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Done not closed after the sandbox was killed")
 	}
-	_, err := s.Exec(context.Background(), engine.Spec{Language: warmLang("python"), Code: "print(1)"})
+	_, err := s.Exec(context.Background(), enginetest.Complete(engine.Spec{Language: warmLang("python"), Code: "print(1)"}))
 	if !errors.Is(err, pool.ErrNotStarted) {
 		t.Errorf("Exec on a dead sandbox: %v; want ErrNotStarted", err)
 	}

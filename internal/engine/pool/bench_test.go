@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 )
@@ -44,7 +45,7 @@ func BenchmarkLatency(b *testing.B) {
 			for _, c := range cases {
 				b.Run(c.lang, func(b *testing.B) {
 					lang := languages()[c.lang]
-					p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Min: 1, Max: 1})
+					p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Min: 1, Max: 1, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0)})
 					defer p.Close()
 					spec := engine.Spec{Language: lang, Code: c.code, Timeout: 10 * time.Second}
 					var bare, cold, warm []time.Duration
@@ -91,7 +92,7 @@ func BenchmarkSustained(b *testing.B) {
 			b.Run(fmt.Sprintf("clients=%d/parallel=%d", clients, parallel), func(b *testing.B) {
 				d := newOCI(b, "crun")
 				lang := languages()["python"]
-				p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Parallel: parallel})
+				p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: []engine.Language{lang}, Min: 1, Max: 4, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0), Parallel: parallel})
 				defer p.Close()
 				waitReady(b, p, "python")
 				spec := engine.Spec{Language: lang, Code: "print(6*7)", Timeout: 10 * time.Second}
@@ -107,7 +108,7 @@ func BenchmarkSustained(b *testing.B) {
 						defer wg.Done()
 						for next.Add(1) <= int64(b.N) {
 							t0 := time.Now()
-							res, err := p.Run(context.Background(), spec)
+							res, err := p.Run(context.Background(), enginetest.Complete(spec))
 							if err != nil || res.Status != engine.StatusSucceeded {
 								b.Errorf("Run: %+v, %v", res, err)
 								return
@@ -148,7 +149,7 @@ func runBare(b *testing.B, argv []string) {
 }
 
 func runOK(b *testing.B, d engine.Driver, spec engine.Spec) engine.Result {
-	res, err := d.Run(context.Background(), spec)
+	res, err := d.Run(context.Background(), enginetest.Complete(spec))
 	if err != nil || res.Status != engine.StatusSucceeded {
 		b.Fatalf("Run: %+v, %v", res, err)
 	}

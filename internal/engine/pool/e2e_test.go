@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/pool"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/launcher"
@@ -104,7 +105,7 @@ func newWarmOnly(t testing.TB, d *oci.Driver) *pool.Pool {
 	// The pool's warnings (a warm sandbox that could not take an
 	// execution, and why) go to the test's log.
 	logger := slog.New(slog.NewTextHandler(testLog{t}, nil))
-	p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: langs, Max: 2, WaitReady: 2 * time.Minute, Logger: logger})
+	p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: langs, Min: 1, Max: 2, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0), WaitReady: 2 * time.Minute, Logger: logger})
 	t.Cleanup(func() {
 		var misses uint64
 		for _, s := range p.Stats() {
@@ -191,10 +192,10 @@ func runProgram(t *testing.T, d engine.Driver, p program) engine.Result {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	res, err := d.Run(context.Background(), engine.Spec{
+	res, err := d.Run(context.Background(), enginetest.Complete(engine.Spec{
 		ID: "exe_" + strings.ReplaceAll(p.lang+p.name, "_", ""), Language: languages()[p.lang],
-		Code: p.code, Stdin: p.stdin, Timeout: timeout, Limits: p.limits.WithDefaults(),
-	})
+		Code: p.code, Stdin: p.stdin, Timeout: timeout, Limits: p.limits,
+	}))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -360,7 +361,7 @@ func TestNoLeftovers(t *testing.T) {
 	for _, l := range languages() {
 		langs = append(langs, l)
 	}
-	p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: langs, Min: 2, Max: 2, Parallel: 2, WaitReady: time.Minute})
+	p := pool.New(d, oci.NewPrestarter(d), pool.Options{Languages: langs, Min: 2, Max: 2, MemoryBytes: 1 << 30, Limits: engine.DefaultLimits(0), Parallel: 2, WaitReady: time.Minute})
 	for range 3 {
 		runProgram(t, p, program{lang: "python", code: "print(1)"})
 	}

@@ -51,11 +51,9 @@ var (
 	ErrClosed = errors.New("pool: closed")
 )
 
-// Defaults, sized for a 2-core, 4 GB host.
+// Defaults of the pool's own settings. Its sizes (Min, Max, MemoryBytes)
+// are the server's (config.Default) and taken as given.
 const (
-	DefaultMin          = 1
-	DefaultMax          = 4
-	DefaultMemoryBytes  = 1 << 30
 	DefaultParallel     = 2
 	DefaultShrinkEvery  = 30 * time.Second
 	DefaultMaxIdle      = 10 * time.Minute
@@ -65,23 +63,26 @@ const (
 	guessMemoryBytes = 64 << 20
 )
 
-// Options configure a Pool. Zero values take the defaults. To add a
-// setting: add a field here with its default in withDefaults, and tell the
-// server's flags (--pool-*) about it.
+// Options configure a Pool. The sizes (Min, Max, MemoryBytes) and Limits
+// are taken as given: the server's come from package config, where their
+// defaults live. Other zero values take the pool's defaults. To add a
+// setting: add a field here, with its default in withDefaults or, if the
+// operator sets it, in config (a --pool-* flag).
 type Options struct {
 	// Min is how many sandboxes each language in Languages keeps ready
-	// even when idle (--pool-min). Default 1.
+	// even when idle (--pool-min); at most Max.
 	Min int
 	// Max bounds the sandboxes ready or starting for one language and
-	// set of limits (--pool-max). Default 4. A server started with
-	// --pool-max 0 does not build a pool at all.
+	// set of limits (--pool-max). A server started with --pool-max 0
+	// does not build a pool at all.
 	Max int
 	// MemoryBytes bounds the memory all waiting sandboxes hold together,
-	// as measured in their cgroups (--pool-memory). Default 1 GiB.
+	// as measured in their cgroups (--pool-memory-mb).
 	MemoryBytes int64
 	// Languages are pre-started from New on, with Limits (normally the
-	// default plan's). Other languages and limits get a pool of their own
-	// when traffic asks for them, and lose it when idle.
+	// pool plan's, config.Plan.Limits, every field set; Lifetime is the
+	// pool's own, below). Other languages and limits get a pool of their
+	// own when traffic asks for them, and lose it when idle.
 	Languages []engine.Language
 	Limits    engine.Limits
 	// Parallel bounds how many sandboxes are being pre-started at once;
@@ -112,16 +113,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Min <= 0 {
-		o.Min = DefaultMin
-	}
-	if o.Max <= 0 {
-		o.Max = DefaultMax
-	}
-	o.Min = min(o.Min, o.Max)
-	if o.MemoryBytes <= 0 {
-		o.MemoryBytes = DefaultMemoryBytes
-	}
+	o.Min = max(0, min(o.Min, o.Max))
 	if o.Parallel <= 0 {
 		o.Parallel = DefaultParallel
 	}
@@ -143,7 +135,6 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	o.Limits = o.Limits.WithDefaults()
 	return o
 }
 
@@ -266,10 +257,9 @@ func (p *Pool) Reap(ctx context.Context) (int, error) { return p.base.Reap(ctx) 
 // Run executes spec in a warm sandbox if one is ready, else on the cold
 // path.
 func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
+	if err := spec.Validate(); err != nil {
+		return engine.Result{}, fmt.Errorf("pool: %w", err)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
 
 	root := imageRoot(spec.Language.Image)
 	p.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 )
 
 // fakeCold is the base driver: it answers "cold:<code>".
@@ -148,10 +149,35 @@ func statsOf(p *Pool, lang string) Stats {
 	return Stats{Language: lang}
 }
 
+// full makes s whole as execution.prepare would: the pool refuses a Spec
+// that is not.
+var full = enginetest.Complete
+
+// testLimits are the limits the test pools are kept for: those of full.
+var testLimits = full(engine.Spec{}).Limits
+
+// sized gives opts the server's default sizes (config.Default) and
+// testLimits where it names none: the pool takes them as given.
+func sized(opts Options) Options {
+	if opts.Min == 0 {
+		opts.Min = 1
+	}
+	if opts.Max == 0 {
+		opts.Max = 4
+	}
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = 1 << 30
+	}
+	if opts.Limits == (engine.Limits{}) {
+		opts.Limits = testLimits
+	}
+	return opts
+}
+
 func newTestPool(t *testing.T, pre *fakePre, opts Options) (*Pool, *fakeCold) {
 	t.Helper()
 	cold := &fakeCold{}
-	p := New(cold, pre, opts)
+	p := New(cold, pre, sized(opts))
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -169,7 +195,7 @@ func newTestPool(t *testing.T, pre *fakePre, opts Options) (*Pool, *fakeCold) {
 
 func run(t *testing.T, p *Pool, lang engine.Language, code string) engine.Result {
 	t.Helper()
-	res, err := p.Run(context.Background(), engine.Spec{ID: "exe_1", Language: lang, Code: code})
+	res, err := p.Run(context.Background(), full(engine.Spec{ID: "exe_1", Language: lang, Code: code}))
 	if err != nil {
 		t.Fatalf("Run(%q): %v", code, err)
 	}
@@ -212,7 +238,7 @@ func TestEnvOrArgsRunCold(t *testing.T) {
 		{ID: "exe_1", Language: python, Code: "a", Env: map[string]string{"A": "1"}},
 		{ID: "exe_2", Language: python, Code: "b", Args: []string{"x"}},
 	} {
-		res, err := p.Run(context.Background(), spec)
+		res, err := p.Run(context.Background(), full(spec))
 		if err != nil || res.Stdout != "cold:"+spec.Code {
 			t.Fatalf("Run(%q) = %q, %v; want the cold path", spec.Code, res.Stdout, err)
 		}
@@ -268,7 +294,7 @@ func TestEverySandboxServesOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := p.Run(context.Background(), engine.Spec{Language: python, Code: fmt.Sprint(i)})
+			res, err := p.Run(context.Background(), full(engine.Spec{Language: python, Code: fmt.Sprint(i)}))
 			if err != nil {
 				t.Errorf("Run: %v", err)
 				return
@@ -380,7 +406,7 @@ func TestLimitsSelectTheirOwnSandboxes(t *testing.T) {
 	p, cold := newTestPool(t, pre, Options{Languages: []engine.Language{python}})
 	eventually(t, "one ready", func() bool { return statsOf(p, "python").Ready == 1 })
 	big := engine.Limits{MemoryBytes: 512 << 20}
-	res, err := p.Run(context.Background(), engine.Spec{Language: python, Code: "x", Limits: big})
+	res, err := p.Run(context.Background(), full(engine.Spec{Language: python, Code: "x", Limits: big}))
 	if err != nil || res.Stdout != "cold:x" {
 		t.Fatalf("Run with other limits = %q, %v; want the cold path", res.Stdout, err)
 	}
@@ -388,13 +414,13 @@ func TestLimitsSelectTheirOwnSandboxes(t *testing.T) {
 		t.Errorf("the sandbox with the default limits was used for other limits")
 	}
 	// The output cap is the host's business: any sandbox serves it.
-	res, err = p.Run(context.Background(), engine.Spec{Language: python, Code: "z", Limits: engine.Limits{OutputBytes: 10}})
+	res, err = p.Run(context.Background(), full(engine.Spec{Language: python, Code: "z", Limits: engine.Limits{OutputBytes: 10}}))
 	if err != nil || !strings.HasPrefix(res.Stdout, "warm:") {
 		t.Errorf("Run with another output cap = %q, %v; want warm", res.Stdout, err)
 	}
 	// The new limits get a pool of their own.
 	eventually(t, "two ready", func() bool { return statsOf(p, "python").Ready == 2 })
-	res, err = p.Run(context.Background(), engine.Spec{Language: python, Code: "y", Limits: big})
+	res, err = p.Run(context.Background(), full(engine.Spec{Language: python, Code: "y", Limits: big}))
 	if err != nil || !strings.HasPrefix(res.Stdout, "warm:") {
 		t.Errorf("second Run with other limits = %q, %v; want warm", res.Stdout, err)
 	}
@@ -517,7 +543,7 @@ func TestFailedPrestartBacksOff(t *testing.T) {
 func TestCloseDiscardsEverything(t *testing.T) {
 	pre := &fakePre{}
 	cold := &fakeCold{}
-	p := New(cold, pre, Options{Languages: []engine.Language{python, node}, Min: 2, Parallel: 2})
+	p := New(cold, pre, sized(Options{Languages: []engine.Language{python, node}, Min: 2, Parallel: 2}))
 	eventually(t, "full", func() bool { return statsOf(p, "python").Ready == 2 && statsOf(p, "javascript").Ready == 2 })
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -527,7 +553,7 @@ func TestCloseDiscardsEverything(t *testing.T) {
 			t.Errorf("sandbox %s not discarded by Close", w.id)
 		}
 	}
-	if _, err := p.Run(context.Background(), engine.Spec{Language: python}); !errors.Is(err, ErrClosed) {
+	if _, err := p.Run(context.Background(), full(engine.Spec{Language: python})); !errors.Is(err, ErrClosed) {
 		t.Errorf("Run after Close: %v; want ErrClosed", err)
 	}
 	if n, err := p.Reap(context.Background()); n != 7 || err != nil {
@@ -537,7 +563,7 @@ func TestCloseDiscardsEverything(t *testing.T) {
 
 func TestCloseCancelsPrestartsInFlight(t *testing.T) {
 	pre := &fakePre{gate: make(chan struct{})} // never opened
-	p := New(&fakeCold{}, pre, Options{Languages: []engine.Language{python}})
+	p := New(&fakeCold{}, pre, sized(Options{Languages: []engine.Language{python}}))
 	eventually(t, "starting", func() bool { return statsOf(p, "python").Starting == 1 })
 	done := make(chan error)
 	go func() { done <- p.Close() }()
@@ -601,10 +627,28 @@ func TestOldSandboxesAreReplaced(t *testing.T) {
 	mu.Unlock()
 	p.shrink()
 	eventually(t, "replacement ready", func() bool { return len(pre.sandboxes()) == 2 && statsOf(p, "python").Ready == 1 })
-	if _, d := pre.sandboxes()[0].counts(); d != 1 {
-		t.Errorf("the old sandbox was not discarded")
-	}
+	// The old sandbox is discarded in the background, maybe after its
+	// replacement is ready.
+	eventually(t, "the old sandbox discarded", func() bool { _, d := pre.sandboxes()[0].counts(); return d == 1 })
 	if res := run(t, p, python, "x"); res.Stdout != "warm:w2:x" {
 		t.Errorf("stdout = %q; want the fresh sandbox", res.Stdout)
+	}
+}
+
+// TestRunRefusesAnIncompleteSpec: the pool fills nothing in; a Spec
+// without a timeout or a limit is refused before it reaches a sandbox.
+func TestRunRefusesAnIncompleteSpec(t *testing.T) {
+	pre := &fakePre{}
+	p, cold := newTestPool(t, pre, Options{Languages: []engine.Language{python}})
+	for _, spec := range []engine.Spec{
+		{ID: "exe_1", Language: python, Code: "x", Limits: testLimits},
+		{ID: "exe_2", Language: python, Code: "x", Timeout: time.Second},
+	} {
+		if _, err := p.Run(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "exe_") {
+			t.Errorf("Run(%s) = %v; want a refusal naming the execution", spec.ID, err)
+		}
+	}
+	if n := cold.runs.Load(); n != 0 {
+		t.Errorf("cold runs = %d; want none", n)
 	}
 }

@@ -82,7 +82,8 @@ type LoopOptions struct {
 // captures its output (capped, and passed on to spec.Output as it
 // arrives), kills it at spec.Timeout or when ctx ends, and builds the
 // Result. When ctx ends first it returns ctx's error and no Result.
-// Destroying the sandbox is left to the caller.
+// Destroying the sandbox is left to the caller, and so is checking spec
+// (Spec.Validate), which the loop takes as given.
 func Supervise(ctx context.Context, spec engine.Spec, p Process, o LoopOptions) (engine.Result, error) {
 	now, after, collect := o.Now, o.After, o.Collect
 	if now == nil {
@@ -94,10 +95,6 @@ func Supervise(ctx context.Context, spec engine.Spec, p Process, o LoopOptions) 
 	if collect == nil {
 		collect = CollectFiles
 	}
-	if spec.Timeout <= 0 {
-		spec.Timeout = engine.DefaultTimeout
-	}
-	spec.Limits = spec.Limits.WithDefaults()
 	if err := ctx.Err(); err != nil {
 		return engine.Result{}, err
 	}

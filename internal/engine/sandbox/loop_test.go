@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 )
 
 // fakeProcess is a program the loop drives without any sandbox: it
@@ -176,7 +177,7 @@ func TestSupervise(t *testing.T) {
 				// The kill fails; the program ends anyway a little later.
 				go func() { time.Sleep(100 * time.Millisecond); p.exit() }()
 			}
-			spec := tc.spec
+			spec := enginetest.Complete(tc.spec)
 			spec.Stdin = "input"
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -227,7 +228,7 @@ func TestSupervise(t *testing.T) {
 // that escaped the kill) is cut after DrainTimeout, not waited for.
 func TestSuperviseDrainBound(t *testing.T) {
 	p := (&fakeProcess{stdout: []string{"x"}, holdOutput: true}).init()
-	res, err := Supervise(context.Background(), engine.Spec{}, p, LoopOptions{})
+	res, err := Supervise(context.Background(), enginetest.Complete(engine.Spec{}), p, LoopOptions{})
 	if err != nil || res.Stdout != "x" || p.kills == 0 {
 		t.Fatalf("res %+v err %v kills %d; want stdout x, no error, killed", res, err, p.kills)
 	}
@@ -239,11 +240,11 @@ func TestSuperviseOutputSink(t *testing.T) {
 	p := (&fakeProcess{stdout: []string{"ab", "cd", "ef"}, stderr: []string{"1", "2"}}).init()
 	var mu sync.Mutex
 	got := map[engine.Stream]string{}
-	spec := engine.Spec{Limits: engine.Limits{OutputBytes: 5}, Output: func(s engine.Stream, b []byte) {
+	spec := enginetest.Complete(engine.Spec{Limits: engine.Limits{OutputBytes: 5}, Output: func(s engine.Stream, b []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		got[s] += string(b)
-	}}
+	}})
 	res, err := Supervise(context.Background(), spec, p, LoopOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -70,7 +70,6 @@ func Env() []string {
 // machine of l.MemoryBytes (old space half of it, semi-space 1/512 of it,
 // 1 to 16 MiB), so every driver now behaves as Node does on docker+runc.
 func EnvFor(l engine.Limits) []string {
-	l = l.WithDefaults()
 	mib := l.MemoryBytes >> 20
 	semi := min(max(mib/512, 1), 16)
 	return append(Env(), fmt.Sprintf("NODE_OPTIONS=--max-old-space-size=%d --max-semi-space-size=%d", max(mib/2, 16), semi))
@@ -160,7 +159,6 @@ func ReadonlyPaths() []string {
 // bounded in size, and nothing written there can be executed (noexec) or
 // gain privileges (nosuid, nodev).
 func TmpfsOptions(l engine.Limits) []string {
-	l = l.WithDefaults()
 	return []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(l.TmpBytes, 10)}
 }
 
@@ -170,7 +168,7 @@ func TmpfsOptions(l engine.Limits) []string {
 // is a tmpfs, whose pages count against the memory limit of the sandbox
 // that writes them.
 func ShmBytes(l engine.Limits) int64 {
-	return min(64<<20, l.WithDefaults().MemoryBytes/4)
+	return min(64<<20, l.MemoryBytes/4)
 }
 
 // ShmOptions are the mount options of /dev/shm: /tmp's, with its own size.
@@ -188,7 +186,6 @@ type Rlimit struct {
 // are bounded by the sandbox's cgroup instead: a per-process or per-uid
 // rlimit would be shared by every sandbox running as UID.
 func Rlimits(l engine.Limits) []Rlimit {
-	l = l.WithDefaults()
 	return []Rlimit{
 		{Type: "RLIMIT_FSIZE", Value: uint64(l.FileSizeBytes)},
 		{Type: "RLIMIT_CORE", Value: 0},
@@ -204,11 +201,10 @@ func Namespaces() []string {
 
 // MemorySwapBytes is the memory+swap limit: equal to the memory limit, so
 // no swap can be used.
-func MemorySwapBytes(l engine.Limits) int64 { return l.WithDefaults().MemoryBytes }
+func MemorySwapBytes(l engine.Limits) int64 { return l.MemoryBytes }
 
 // CPUQuota returns a CFS quota for a period of 100 ms that grants l.CPUs.
 func CPUQuota(l engine.Limits) (quota int64, period uint64) {
-	l = l.WithDefaults()
 	period = 100_000
 	return int64(l.CPUs * float64(period)), period
 }

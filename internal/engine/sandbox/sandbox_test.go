@@ -36,7 +36,7 @@ func TestTmpfsOptions(t *testing.T) {
 		limits engine.Limits
 		want   []string
 	}{
-		{"default", engine.Limits{}, []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=16777216"}},
+		{"default", engine.DefaultLimits(0), []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=16777216"}},
 		{"plan", engine.Limits{TmpBytes: 1 << 20}, []string{"rw", "noexec", "nosuid", "nodev", "mode=1777", "size=1048576"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestShmOptions(t *testing.T) {
 		limits engine.Limits
 		want   string
 	}{
-		{"default memory: a quarter", engine.Limits{}, "size=67108864"},
+		{"default memory: a quarter", engine.DefaultLimits(0), "size=67108864"},
 		{"small plan: a quarter", engine.Limits{MemoryBytes: 64 << 20}, "size=16777216"},
 		{"large plan: capped", engine.Limits{MemoryBytes: 4 << 30}, "size=67108864"},
 	} {

@@ -29,7 +29,6 @@ import (
 // privileged (nosuid, nodev), and sticky and world-writable, so the
 // sandbox's uid can create files next to the code file but not replace it.
 func MountWorkdir(dir string, l engine.Limits) error {
-	l = l.WithDefaults()
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return fmt.Errorf("creating working directory: %w", err)
 	}
@@ -138,7 +137,6 @@ const collectMaxEntries = 20000
 // and an fstat check before any read), and a file's size is checked
 // before it is read, so a huge sparse file costs nothing.
 func CollectFiles(dir string, globs []string, l engine.Limits) ([]engine.File, bool, error) {
-	l = l.WithDefaults()
 	rootFD, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, false, fmt.Errorf("opening working directory: %w", err)

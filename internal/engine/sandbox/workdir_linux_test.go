@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -47,7 +48,7 @@ func TestCollectFiles(t *testing.T) {
 		{"nothing matches", []string{"*.jpg"}, engine.Limits{}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			files, truncated, err := CollectFiles(dir, tc.globs, tc.limits)
+			files, truncated, err := CollectFiles(dir, tc.globs, tc.limits.WithDefaults(time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

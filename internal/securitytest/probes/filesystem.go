@@ -111,7 +111,7 @@ var writableDirs = []string{"/tmp", engine.CodeDir, "/dev/shm"}
 // and each is bounded in size.
 func writableProbe() Probe {
 	sizes := map[string]int64{"/tmp": engine.DefaultTmpBytes, engine.CodeDir: engine.DefaultWorkdirBytes,
-		"/dev/shm": sandbox.ShmBytes(engine.Limits{})}
+		"/dev/shm": sandbox.ShmBytes(engine.DefaultLimits(0))}
 	dirs := writableDirs
 	fill := int64(0)
 	for _, n := range sizes {

@@ -106,7 +106,7 @@ func (p Probe) Run(ctx context.Context, d engine.Driver, lang engine.Language, o
 	}
 	run := func(code string) (string, engine.Result, error) {
 		id := NewExecutionID()
-		spec := engine.Spec{ID: id, Language: lang, Code: code, Stdin: p.Stdin, Timeout: timeout, Limits: p.Limits.WithDefaults()}
+		spec := engine.Spec{ID: id, Language: lang, Code: code, Stdin: p.Stdin, Timeout: timeout, Limits: p.Limits.WithDefaults(timeout)}
 		rctx, cancel := context.WithTimeout(ctx, timeout+2*time.Minute)
 		defer cancel()
 		res, err := d.Run(rctx, spec)
