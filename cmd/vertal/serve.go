@@ -243,15 +243,23 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
 	}
-	// Idle keep-alive connections cost a file descriptor each and need no
-	// key; cap them in total and per client address.
-	ln = api.LimitListener(ln, api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, Logger: logger, Metrics: metrics})
+	// Connections cost a file descriptor each and need no key until a
+	// request on them passes the key check; cap them in total and per
+	// client address, and those not yet authenticated per prefix too.
+	proxies, err := cfg.Proxies()
+	if err != nil {
+		return err
+	}
+	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, MaxUnauth: cfg.UnauthConns(),
+		UnauthPerPrefix: cfg.MaxUnauthConnsPerPrefix, Proxies: proxies, Logger: logger, Metrics: metrics})
+	ln = conns.Listener(ln)
 	// Writes must outlive the longest execution a plan allows plus the wait
 	// for a slot; reads are bounded well below that.
 	longest := time.Duration(cfg.MaxTimeoutS())*time.Second + cfg.QueueTimeout.D()
 	httpSrv := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           conns.Handler(srv),
+		ConnContext:       conns.ConnContext,
+		ReadHeaderTimeout: cfg.HeaderTimeout.D(),
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      longest + 90*time.Second,
 		IdleTimeout:       cfg.IdleTimeout.D(),
