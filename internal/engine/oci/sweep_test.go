@@ -3,14 +3,21 @@
 package oci
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // TestSweepHostFiles: under a root laid out like /tmp, the sweep removes
@@ -118,5 +125,66 @@ func TestSweepHostFiles(t *testing.T) {
 	want := []string{"dirlink", "keep", "mixed", "mixed/b", "mnt", "mnt/behind-link", "mnt/target", "outside/behind-link", "outside/target", "race", "roots"}
 	if diff := cmp.Diff(want, left); diff != "" {
 		t.Errorf("left (-want +got):\n%s", diff)
+	}
+}
+
+// TestReapSweepsHostFilesE2E: a real sandbox runs on bwrap and tells its
+// host uid (its user namespace's map); once it is done, a file that uid
+// writes in a host temporary directory is removed by Reap, while a file
+// of another uid and one of a uid a live lease holds stay. The sweep's
+// root is a directory of this test, laid out like /dev/shm, so that the
+// test does not touch what other tests on the host keep in /tmp.
+func TestReapSweepsHostFilesE2E(t *testing.T) {
+	e2e(t)
+	d := newTestDriver(t, "bwrap")
+	res, err := d.Run(context.Background(), engine.Spec{ID: newID(), Language: testLanguages()["bash"], Code: "cat /proc/self/uid_map", Timeout: 20 * time.Second})
+	if err != nil || res.Status != engine.StatusSucceeded {
+		t.Fatalf("Run: %v %+v", err, res)
+	}
+	fields := strings.Fields(res.Stdout)
+	if len(fields) < 3 {
+		t.Fatalf("uid_map %q", res.Stdout)
+	}
+	uid64, err := strconv.ParseUint(fields[1], 10, 32)
+	if err != nil || !d.uids.Contains(uint32(uid64)) {
+		t.Fatalf("the sandbox ran as host uid %q, not one of the pool's (%v)", fields[1], err)
+	}
+	sandboxUID := uint32(uid64)
+	lease, err := d.uids.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	// write creates name in root as uid, the way a process of that uid does.
+	write := func(uid uint32, name string) string {
+		t.Helper()
+		path := filepath.Join(root, name)
+		cmd := exec.Command("/bin/sh", "-c", `head -c 4096 /dev/zero > "$0"`, path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("writing %s as uid %d: %v %s", name, uid, err, out)
+		}
+		return path
+	}
+	left := write(sandboxUID, "x.4242")
+	others := write(65534, "nobody")
+	held := write(lease.UID, "held")
+
+	d.sweepRoots = []string{root}
+	if _, err := d.Reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(left); err == nil {
+		t.Errorf("the file sandbox uid %d left is still there", sandboxUID)
+	}
+	for _, p := range []string{others, held} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s: %v", filepath.Base(p), err)
+		}
 	}
 }
