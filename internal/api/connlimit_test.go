@@ -323,3 +323,21 @@ func (l *ConnLimiter) running() int {
 	}
 	return n
 }
+
+// TestPrefixOf: unauthenticated connections are grouped by what one
+// client cheaply holds: an IPv4 /24, an IPv6 /64 (IPv4-mapped IPv6 as
+// IPv4).
+func TestPrefixOf(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"127.0.0.2", "127.0.0.0/24"},
+		{"127.0.1.2", "127.0.1.0/24"},
+		{"::ffff:10.1.2.3", "10.1.2.0/24"},
+		{"2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff::9", "2001:db8:1:2::/64"},
+		{"::1", "::/64"},
+	} {
+		if got := prefixOf(netip.MustParseAddr(tc.addr).Unmap()); got.String() != tc.want {
+			t.Errorf("prefixOf(%s) = %s, want %s", tc.addr, got, tc.want)
+		}
+	}
+}
