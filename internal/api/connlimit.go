@@ -25,8 +25,8 @@ import (
 // cheaply hold) and in total. A new connection over one of those caps, or
 // over Max, takes the place of the oldest unauthenticated one that is not
 // running a request (in its own prefix when that prefix is full, else in
-// the prefix holding the most), which is closed; only when there is none
-// is it refused. So a flood can only push its own connections out, never
+// the prefix holding the most; within the prefix, of the address holding
+// the most), which is closed; only when there is none is it refused. So a flood can only push its own connections out, never
 // an authenticated caller's.
 type ConnLimits struct {
 	// Max is the most connections open at once, from all clients.
@@ -234,7 +234,7 @@ func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn)
 		l.o.Metrics.observeRefusedConnection(why)
 	}
 	if now := time.Now(); (l.refused > 0 || l.evicted > 0) && now.Sub(l.lastLogged) >= 10*time.Second {
-		l.o.Logger.Warn("connections over the limits", "refused", l.refused, "evicted", l.evicted, "reason", why,
+		l.o.Logger.Warn("connections over the limits", "refused", l.refused, "evicted", l.evicted, "last_refusal", why,
 			"open", l.open, "unauthenticated", l.unauth, "max_conns", l.o.Max, "max_conns_per_ip", l.o.PerAddr,
 			"max_unauth_conns", l.o.MaxUnauth, "max_unauth_conns_per_prefix", l.o.UnauthPerPrefix)
 		l.refused, l.evicted, l.lastLogged = 0, 0, now
@@ -242,15 +242,23 @@ func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn)
 	return why, victims
 }
 
-// idle is the oldest unauthenticated connection of p not running a
-// request, or nil.
+// idle is the unauthenticated connection of p to close for a newcomer,
+// or nil: one not running a request, from the address of p holding the
+// most, the oldest of those. So the neighbours of a flood in its prefix
+// keep their few connections while the flood's addresses hold more.
 func (l *ConnLimiter) idle(p netip.Prefix) *limitedConn {
-	for _, c := range l.byPrefix[p] {
-		if c.busy == 0 {
-			return c
+	cs := l.byPrefix[p]
+	held := make(map[netip.Addr]int, len(cs))
+	for _, c := range cs {
+		held[c.addr]++
+	}
+	var v *limitedConn
+	for _, c := range cs { // oldest first
+		if c.busy == 0 && (v == nil || held[c.addr] > held[v.addr]) {
+			v = c
 		}
 	}
-	return nil
+	return v
 }
 
 // forget gives c's places back; it is called once per connection, when

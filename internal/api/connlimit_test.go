@@ -341,3 +341,40 @@ func TestPrefixOf(t *testing.T) {
 		}
 	}
 }
+
+// TestConnLimiterEvictsFromBusiestAddress: in a full prefix, the place
+// given to a newcomer is taken from the address holding the most, so a
+// neighbour of a flood keeps its connection although it is the oldest.
+func TestConnLimiterEvictsFromBusiestAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	l := NewConnLimiter(ConnLimits{Max: 8, MaxUnauth: 8, UnauthPerPrefix: 3, Metrics: m})
+	srv := &http.Server{Handler: l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })), ConnContext: l.ConnContext}
+	go srv.Serve(l.Listener(ln))
+	t.Cleanup(func() { srv.Close() })
+	dial := func(from string, open, evicted int) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", from, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		waitFor(t, func() bool { return m.openConnections() == open && m.evictedConnections() == evicted })
+		return c
+	}
+	neighbour := dial("127.0.0.2", 1, 0)
+	first := dial("127.0.0.3", 2, 0)
+	dial("127.0.0.3", 3, 0)
+	dial("127.0.0.4", 3, 1)
+	first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := first.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the oldest connection of the address holding the most is still open")
+	}
+	if status, _ := get(t, neighbour); status != 200 {
+		t.Errorf("the neighbour's connection: %d", status)
+	}
+}
