@@ -164,16 +164,12 @@ func (m *Metrics) evictedConnections() int { return int(testutil.ToFloat64(m.con
 // full, else of the prefix holding the most), never of an authenticated
 // connection, one running a request, or a proxy's.
 func TestConnLimiterUnauthenticated(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := NewMetrics()
 	release := make(chan struct{})
-	l := NewConnLimiter(ConnLimits{Max: 8, PerAddr: 3, MaxUnauth: 3, UnauthPerPrefix: 2, Metrics: m,
-		Proxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.9/32")}})
-	srv := &http.Server{
-		Handler: l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	t.Cleanup(func() { close(release) })
+	m := NewMetrics()
+	l, dial := limitedServer(t, ConnLimits{Max: 8, PerAddr: 3, MaxUnauth: 3, UnauthPerPrefix: 2, Metrics: m,
+		Proxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.9/32")}},
+		func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
 			case "/auth":
 				authenticatedConn(r.Context())
@@ -181,27 +177,7 @@ func TestConnLimiterUnauthenticated(t *testing.T) {
 				<-release
 			}
 			io.WriteString(w, "ok")
-		})),
-		ConnContext: l.ConnContext,
-		IdleTimeout: time.Minute,
-	}
-	go srv.Serve(l.Listener(ln))
-	t.Cleanup(func() { srv.Close() })
-	t.Cleanup(func() { close(release) })
-
-	// dial connects from an address and waits until the server has
-	// counted the connection: open and evicted reach the given values.
-	dial := func(from string, open, evicted int) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatalf("dial from %s: %v", from, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		waitFor(t, func() bool { return m.openConnections() == open && m.evictedConnections() == evicted })
-		return c
-	}
+		})
 	// halfOpen starts a request header and never ends it.
 	halfOpen := func(c net.Conn) {
 		t.Helper()
@@ -278,30 +254,15 @@ func TestConnLimiterUnauthenticated(t *testing.T) {
 // held by a connection running a request, a newcomer over the cap is
 // refused with the 503.
 func TestConnLimiterRefusesWhenAllBusy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := NewMetrics()
 	release := make(chan struct{})
-	l := NewConnLimiter(ConnLimits{Max: 8, MaxUnauth: 1, UnauthPerPrefix: 1, Metrics: m})
-	srv := &http.Server{Handler: l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })), ConnContext: l.ConnContext}
-	go srv.Serve(l.Listener(ln))
-	t.Cleanup(func() { srv.Close() })
 	t.Cleanup(func() { close(release) })
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	m := NewMetrics()
+	l, dial := limitedServer(t, ConnLimits{Max: 8, MaxUnauth: 1, UnauthPerPrefix: 1, Metrics: m},
+		func(w http.ResponseWriter, r *http.Request) { <-release })
+	c := dial("127.0.0.1", 1, 0)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: test\r\n\r\n")
 	waitFor(t, func() bool { return l.running() == 1 })
-	c2, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c2.Close() })
-	if status, _ := get(t, c2); status != 503 {
+	if status, _ := get(t, dial("127.0.0.1", 1, 0)); status != 503 {
 		t.Errorf("over the cap with no idle connection: %d, want 503", status)
 	}
 	if got := testutil.ToFloat64(m.connsRefused.WithLabelValues("per_prefix")); got != 1 {
@@ -346,26 +307,9 @@ func TestPrefixOf(t *testing.T) {
 // given to a newcomer is taken from the address holding the most, so a
 // neighbour of a flood keeps its connection although it is the oldest.
 func TestConnLimiterEvictsFromBusiestAddress(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := NewMetrics()
-	l := NewConnLimiter(ConnLimits{Max: 8, MaxUnauth: 8, UnauthPerPrefix: 3, Metrics: m})
-	srv := &http.Server{Handler: l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })), ConnContext: l.ConnContext}
-	go srv.Serve(l.Listener(ln))
-	t.Cleanup(func() { srv.Close() })
-	dial := func(from string, open, evicted int) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatalf("dial from %s: %v", from, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		waitFor(t, func() bool { return m.openConnections() == open && m.evictedConnections() == evicted })
-		return c
-	}
+	_, dial := limitedServer(t, ConnLimits{Max: 8, MaxUnauth: 8, UnauthPerPrefix: 3, Metrics: m},
+		func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	neighbour := dial("127.0.0.2", 1, 0)
 	first := dial("127.0.0.3", 2, 0)
 	dial("127.0.0.3", 3, 0)
@@ -376,5 +320,35 @@ func TestConnLimiterEvictsFromBusiestAddress(t *testing.T) {
 	}
 	if status, _ := get(t, neighbour); status != 200 {
 		t.Errorf("the neighbour's connection: %d", status)
+	}
+}
+
+// countedDial connects from an address and waits until the server has
+// counted the connection: its open and evicted connections reach the
+// given values.
+type countedDial func(from string, open, evicted int) net.Conn
+
+// limitedServer serves h on loopback through a ConnLimiter with o (whose
+// Metrics must be set) and returns it with a countedDial to the server.
+func limitedServer(t *testing.T, o ConnLimits, h http.HandlerFunc) (*ConnLimiter, countedDial) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewConnLimiter(o)
+	srv := &http.Server{Handler: l.Handler(h), ConnContext: l.ConnContext, IdleTimeout: time.Minute}
+	go srv.Serve(l.Listener(ln))
+	t.Cleanup(func() { srv.Close() })
+	return l, func(from string, open, evicted int) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", from, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		waitFor(t, func() bool { return o.Metrics.openConnections() == open && o.Metrics.evictedConnections() == evicted })
+		return c
 	}
 }
