@@ -316,10 +316,19 @@ func listen(cfg config.Config, h http.Handler, metrics *api.Metrics, logger *slo
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
 	}
-	// Idle keep-alive connections cost a file descriptor each and need no
-	// key; cap them in total and per client address.
-	ln = api.LimitListener(ln, api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, Logger: logger, Metrics: metrics})
-	httpSrv := newHTTPServer(cfg, h, logger)
+	// Connections cost a file descriptor each and need no key until a
+	// request on them passes the key check; cap them in total and per
+	// client address, and those not yet authenticated per prefix too.
+	proxies, err := cfg.Proxies()
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, MaxUnauth: cfg.UnauthConns(),
+		UnauthPerPrefix: cfg.MaxUnauthConnsPerPrefix, Proxies: proxies, Logger: logger, Metrics: metrics})
+	ln = conns.Listener(ln)
+	httpSrv := newHTTPServer(cfg, conns.Handler(h), logger)
+	httpSrv.ConnContext = conns.ConnContext
 	ls := &listening{addr: ln.Addr(), servers: []*http.Server{httpSrv}, errc: make(chan error, 2)}
 	go func() { ls.errc <- httpSrv.Serve(ln) }()
 
@@ -341,7 +350,7 @@ func listen(cfg config.Config, h http.Handler, metrics *api.Metrics, logger *slo
 func newHTTPServer(cfg config.Config, h http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.HeaderTimeout.D(),
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      longestRequest(cfg) + 90*time.Second,
 		IdleTimeout:       cfg.IdleTimeout.D(),

@@ -243,6 +243,7 @@ func (s *Server) signedIn(h pageHandler) handlerFunc {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return nil
 		}
+		authenticatedConn(r.Context())
 		return h(w, r, se)
 	})
 }

@@ -41,6 +41,7 @@ func (s *Server) authed(h authedFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
+		authenticatedConn(r.Context())
 		if err := s.rateLimit(w, r, c); err != nil {
 			return err
 		}

@@ -1,26 +1,49 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 )
 
 // ConnLimits bound the connections the API listener keeps open. Without
-// them, idle keep-alive connections that never send a key can use up the
-// server's file descriptors.
+// them, idle keep-alive connections that never send a key, or connections
+// that never finish their request header, can use up the server's file
+// descriptors and the places of callers that have a key.
+//
+// A connection is unauthenticated until a request on it has passed the
+// key check (or a session's, or the edge secret's); from then on it is
+// the caller's until it closes. Unauthenticated connections are bounded
+// per network prefix (an IPv4 /24, an IPv6 /64: what one client can
+// cheaply hold) and in total. A new connection over one of those caps, or
+// over Max, takes the place of the oldest unauthenticated one that is not
+// running a request (in its own prefix when that prefix is full, else in
+// the prefix holding the most; within the prefix, of the address holding
+// the most), which is closed; only when there is none is it refused. So a flood can only push its own connections out, never
+// an authenticated caller's.
 type ConnLimits struct {
 	// Max is the most connections open at once, from all clients.
 	Max int
 	// PerAddr is the most open at once from one client IP address; 0
-	// means no per-address cap (behind a proxy every client has its
-	// address).
+	// means no per-address cap.
 	PerAddr int
+	// MaxUnauth is the most unauthenticated connections open at once; 0
+	// turns this cap off, and with it the eviction at Max.
+	MaxUnauth int
+	// UnauthPerPrefix is the most unauthenticated connections open at once
+	// from one IPv4 /24 or IPv6 /64; 0 means no per-prefix cap.
+	UnauthPerPrefix int
+	// Proxies are the peers (a reverse proxy's addresses) whose
+	// connections carry many clients: they are exempt from PerAddr and
+	// from the unauthenticated caps, and count only against Max.
+	Proxies []netip.Prefix
 	// Logger receives one line per burst of refusals; nil discards.
 	Logger *slog.Logger
 	// Metrics counts refusals and open connections; may be nil.
@@ -31,83 +54,270 @@ type ConnLimits struct {
 // beyond it a refused connection is closed without an answer.
 const maxRefusing = 64
 
-// LimitListener wraps ln so that a connection over the limits is answered
-// with a 503 in the API's error shape and closed, instead of being
-// served. Accepted connections count until they are closed.
-func LimitListener(ln net.Listener, o ConnLimits) net.Listener {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &limitListener{Listener: ln, o: o, byAddr: map[string]int{}, refusing: make(chan struct{}, maxRefusing)}
-}
-
-type limitListener struct {
-	net.Listener
+// ConnLimiter applies ConnLimits to a listener. Its Listener counts the
+// connections; ConnContext and Handler, set on the http.Server that serves
+// that listener, let the API mark a connection authenticated and tell
+// which connections are running a request.
+type ConnLimiter struct {
 	o        ConnLimits
 	refusing chan struct{}
 
 	mu         sync.Mutex
 	open       int
-	byAddr     map[string]int
-	refused    int       // since the last log line
-	lastLogged time.Time // of a refusal
+	accepted   uint64 // connections so far, to order them
+	byAddr     map[netip.Addr]int
+	unauth     int
+	byPrefix   map[netip.Prefix][]*limitedConn // unauthenticated, oldest first
+	refused    int                             // since the last log line
+	evicted    int                             // since the last log line
+	lastLogged time.Time                       // of a refusal or eviction
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
+// NewConnLimiter returns a limiter for o.
+func NewConnLimiter(o ConnLimits) *ConnLimiter {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &ConnLimiter{o: o, byAddr: map[netip.Addr]int{}, byPrefix: map[netip.Prefix][]*limitedConn{}, refusing: make(chan struct{}, maxRefusing)}
+}
+
+// LimitListener wraps ln so that a connection over the limits is answered
+// with a 503 in the API's error shape and closed, instead of being
+// served. Accepted connections count until they are closed. Without the
+// limiter's ConnContext on the server, no connection is ever authenticated.
+func LimitListener(ln net.Listener, o ConnLimits) net.Listener {
+	return NewConnLimiter(o).Listener(ln)
+}
+
+// Listener wraps ln with the limits.
+func (l *ConnLimiter) Listener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, l: l}
+}
+
+type connKey struct{}
+
+// ConnContext is the http.Server hook that makes the connection reachable
+// from its requests.
+func (l *ConnLimiter) ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitedConn); ok && lc.l == l {
+		return context.WithValue(ctx, connKey{}, lc)
+	}
+	return ctx
+}
+
+// Handler wraps h so that a connection running a request is never taken
+// for a newcomer: its answer is under way.
+func (l *ConnLimiter) Handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(*limitedConn); ok {
+			l.mu.Lock()
+			c.busy++
+			l.mu.Unlock()
+			defer func() {
+				l.mu.Lock()
+				c.busy--
+				l.mu.Unlock()
+			}()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authenticatedConn marks the connection of a request that passed the key
+// check (or the edge secret's): it leaves the unauthenticated caps.
+func authenticatedConn(ctx context.Context) {
+	if c, ok := ctx.Value(connKey{}).(*limitedConn); ok {
+		c.l.authenticate(c)
+	}
+}
+
+type limitListener struct {
+	net.Listener
+	l *ConnLimiter
+}
+
+func (ll *limitListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		c, err := ll.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		addr := remoteIP(c)
-		if why := l.admit(addr); why != "" {
-			l.refuse(c, why)
+		lc := &limitedConn{Conn: c, l: ll.l, addr: remoteAddr(c)}
+		lc.prefix = prefixOf(lc.addr)
+		why, victims := ll.l.admit(lc)
+		for _, v := range victims {
+			v.Conn.Close()
+		}
+		if why != "" {
+			ll.l.refuse(c, why)
 			continue
 		}
-		return &limitedConn{Conn: c, release: func() { l.release(addr) }}, nil
+		return lc, nil
 	}
 }
 
-// admit counts a new connection from addr, or says why it is refused.
-func (l *limitListener) admit(addr string) string {
+// prefixOf is the network a client holds addresses in cheaply.
+func prefixOf(a netip.Addr) netip.Prefix {
+	bits := 64
+	if a.Is4() {
+		bits = 24
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+func (l *ConnLimiter) proxy(a netip.Addr) bool {
+	for _, p := range l.o.Proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// admit counts c, after making room by taking the places of idle
+// unauthenticated connections (returned, to be closed outside the lock),
+// or says why it is refused.
+func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var why string
+	c.trusted = l.proxy(c.addr)
+	l.accepted++
+	c.seq = l.accepted
+	// evict makes room under a cap: from prefix p, or when p is invalid
+	// from the prefix holding the most (of those, the one whose idle
+	// connection is oldest).
+	evict := func(p netip.Prefix) bool {
+		var v *limitedConn
+		if p.IsValid() {
+			v = l.idle(p)
+		} else {
+			most := 0
+			for q, cs := range l.byPrefix {
+				if w := l.idle(q); w != nil && (len(cs) > most || len(cs) == most && w.seq < v.seq) {
+					v, most = w, len(cs)
+				}
+			}
+		}
+		if v == nil {
+			return false
+		}
+		l.forget(v)
+		victims = append(victims, v)
+		return true
+	}
 	switch {
-	case l.open >= l.o.Max:
-		why = "total"
-	case l.o.PerAddr > 0 && l.byAddr[addr] >= l.o.PerAddr:
+	case !c.trusted && l.o.PerAddr > 0 && l.byAddr[c.addr] >= l.o.PerAddr:
 		why = "per_address"
-	default:
+	case !c.trusted && l.o.UnauthPerPrefix > 0 && len(l.byPrefix[c.prefix]) >= l.o.UnauthPerPrefix && !evict(c.prefix):
+		why = "per_prefix"
+	case !c.trusted && l.o.MaxUnauth > 0 && l.unauth >= l.o.MaxUnauth && !evict(netip.Prefix{}):
+		why = "unauthenticated"
+	case l.open >= l.o.Max && (l.o.MaxUnauth == 0 || !evict(netip.Prefix{})):
+		why = "total"
+	}
+	if n := len(victims); n > 0 {
+		l.evicted += n
+		l.o.Metrics.observeEvictedConnections(n)
+	}
+	if why == "" {
 		l.open++
-		l.byAddr[addr]++
+		c.counted = true
+		if !c.trusted {
+			l.byAddr[c.addr]++
+			l.unauth++
+			l.byPrefix[c.prefix] = append(l.byPrefix[c.prefix], c)
+		}
 		l.o.Metrics.setOpenConnections(l.open)
-		return ""
+	} else {
+		l.refused++
+		l.o.Metrics.observeRefusedConnection(why)
 	}
-	l.refused++
-	if now := time.Now(); now.Sub(l.lastLogged) >= 10*time.Second {
-		l.o.Logger.Warn("refusing connections over the limit", "refused", l.refused, "reason", why,
-			"open", l.open, "max_conns", l.o.Max, "max_conns_per_ip", l.o.PerAddr)
-		l.refused, l.lastLogged = 0, now
+	if now := time.Now(); (l.refused > 0 || l.evicted > 0) && now.Sub(l.lastLogged) >= 10*time.Second {
+		l.o.Logger.Warn("connections over the limits", "refused", l.refused, "evicted", l.evicted, "last_refusal", why,
+			"open", l.open, "unauthenticated", l.unauth, "max_conns", l.o.Max, "max_conns_per_ip", l.o.PerAddr,
+			"max_unauth_conns", l.o.MaxUnauth, "max_unauth_conns_per_prefix", l.o.UnauthPerPrefix)
+		l.refused, l.evicted, l.lastLogged = 0, 0, now
 	}
-	l.o.Metrics.observeRefusedConnection(why)
-	return why
+	return why, victims
 }
 
-func (l *limitListener) release(addr string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// idle is the unauthenticated connection of p to close for a newcomer,
+// or nil: one not running a request, from the address of p holding the
+// most, the oldest of those. So the neighbours of a flood in its prefix
+// keep their few connections while the flood's addresses hold more.
+func (l *ConnLimiter) idle(p netip.Prefix) *limitedConn {
+	cs := l.byPrefix[p]
+	held := make(map[netip.Addr]int, len(cs))
+	for _, c := range cs {
+		held[c.addr]++
+	}
+	var v *limitedConn
+	for _, c := range cs { // oldest first
+		if c.busy == 0 && (v == nil || held[c.addr] > held[v.addr]) {
+			v = c
+		}
+	}
+	return v
+}
+
+// forget gives c's places back; it is called once per connection, when
+// it closes or is taken for a newcomer.
+func (l *ConnLimiter) forget(c *limitedConn) {
+	if !c.counted {
+		return
+	}
+	c.counted = false
 	l.open--
-	if l.byAddr[addr]--; l.byAddr[addr] <= 0 {
-		delete(l.byAddr, addr)
+	if !c.trusted {
+		if l.byAddr[c.addr]--; l.byAddr[c.addr] <= 0 {
+			delete(l.byAddr, c.addr)
+		}
+		l.leaveUnauth(c)
 	}
 	l.o.Metrics.setOpenConnections(l.open)
+}
+
+func (l *ConnLimiter) authenticate(c *limitedConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !c.counted || c.authed || c.trusted {
+		return
+	}
+	l.leaveUnauth(c)
+}
+
+// leaveUnauth takes c out of the unauthenticated caps.
+func (l *ConnLimiter) leaveUnauth(c *limitedConn) {
+	if c.authed {
+		return
+	}
+	c.authed = true
+	l.unauth--
+	cs := l.byPrefix[c.prefix]
+	for i, x := range cs {
+		if x == c {
+			cs = append(cs[:i:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(l.byPrefix, c.prefix)
+	} else {
+		l.byPrefix[c.prefix] = cs
+	}
+}
+
+func (l *ConnLimiter) release(c *limitedConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forget(c)
 }
 
 // refuse answers c with a 503 and closes it, off the accept loop. The
 // request is read briefly after the answer so that closing does not reset
 // the connection before the client has read it.
-func (l *limitListener) refuse(c net.Conn, why string) {
+func (l *ConnLimiter) refuse(c net.Conn, why string) {
 	select {
 	case l.refusing <- struct{}{}:
 	default:
@@ -140,26 +350,32 @@ func overloadedResponse(msg string) string {
 		http.StatusServiceUnavailable, http.StatusText(http.StatusServiceUnavailable), id, len(body)+1, body)
 }
 
-func remoteIP(c net.Conn) string {
+// remoteAddr is c's peer address, IPv4-mapped IPv6 unmapped.
+func remoteAddr(c net.Conn) netip.Addr {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
+		return a.AddrPort().Addr().Unmap()
 	}
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
-	if err != nil {
-		return c.RemoteAddr().String()
-	}
-	return host
+	ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	return ap.Addr().Unmap()
 }
 
-// limitedConn gives its place back once, on the first Close.
+// limitedConn gives its places back once, on the first Close. Its other
+// fields are guarded by its limiter's mutex.
 type limitedConn struct {
 	net.Conn
+	l       *ConnLimiter
+	addr    netip.Addr
+	prefix  netip.Prefix
+	seq     uint64 // order of acceptance
+	trusted bool   // a proxy's: never unauthenticated
+	counted bool   // holds its places
+	authed  bool   // out of the unauthenticated caps
+	busy    int    // requests running on it
 	once    sync.Once
-	release func()
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() { c.l.release(c) })
 	return err
 }

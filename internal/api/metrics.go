@@ -38,6 +38,7 @@ type Metrics struct {
 	replays      prometheus.Counter
 	connsOpen    prometheus.Gauge
 	connsRefused *prometheus.CounterVec
+	connsEvicted prometheus.Counter
 
 	mu     sync.Mutex
 	engine *engine.Engine
@@ -72,10 +73,13 @@ func NewMetrics() *Metrics {
 			Name: "vertal_connections_open", Help: "Client connections open on the API listener.",
 		}),
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vertal_connections_refused_total", Help: "Connections answered 503 and closed for being over --max-conns (reason total) or --max-conns-per-ip (reason per_address).",
+			Name: "vertal_connections_refused_total", Help: "Connections answered 503 and closed for being over --max-conns (reason total), --max-conns-per-ip (per_address), --max-unauth-conns-per-prefix (per_prefix) or --max-unauth-conns (unauthenticated) with no idle unauthenticated connection to close instead.",
 		}, []string{"reason"}),
+		connsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vertal_connections_evicted_total", Help: "Unauthenticated connections closed to make room for a new connection over a cap.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.reqDur, m.executions, m.execDur, m.errors, m.replays, m.connsOpen, m.connsRefused,
+	m.reg.MustRegister(m.requests, m.reqDur, m.executions, m.execDur, m.errors, m.replays, m.connsOpen, m.connsRefused, m.connsEvicted,
 		engineCollector{m}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -121,7 +125,7 @@ func (m *Metrics) observeError(code string) { m.errors.WithLabelValues(code).Inc
 
 func (m *Metrics) ObserveReplay() { m.replays.Inc() }
 
-// setOpenConnections and observeRefusedConnection do nothing on nil
+// setOpenConnections and the observe*Connection(s) methods do nothing on nil
 // Metrics, so a LimitListener works without them.
 func (m *Metrics) setOpenConnections(n int) {
 	if m != nil {
@@ -132,6 +136,12 @@ func (m *Metrics) setOpenConnections(n int) {
 func (m *Metrics) observeRefusedConnection(reason string) {
 	if m != nil {
 		m.connsRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) observeEvictedConnections(n int) {
+	if m != nil {
+		m.connsEvicted.Add(float64(n))
 	}
 }
 

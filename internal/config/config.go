@@ -45,6 +45,13 @@ const (
 	DefaultMaxConns      = 1024
 	DefaultMaxConnsPerIP = 64
 	DefaultIdleTimeout   = 15 * time.Second
+	// DefaultMaxUnauthConns and DefaultMaxUnauthConnsPerPrefix bound the
+	// connections on which no request has passed the key check yet, in
+	// total and per IPv4 /24 or IPv6 /64; DefaultHeaderTimeout closes a
+	// connection that does not finish its request header in time.
+	// (the total's default is a quarter of max-conns).
+	DefaultMaxUnauthConnsPerPrefix = 32
+	DefaultHeaderTimeout           = 10 * time.Second
 
 	// DefaultMaxCodeBytes is the largest program accepted (512 KiB).
 	DefaultMaxCodeBytes = 512 << 10
@@ -163,6 +170,17 @@ type Config struct {
 	MaxConns      int      `json:"max_conns"`
 	MaxConnsPerIP int      `json:"max_conns_per_ip"`
 	IdleTimeout   Duration `json:"idle_timeout"`
+	// MaxUnauthConns (0: a quarter of MaxConns) and
+	// MaxUnauthConnsPerPrefix (per IPv4 /24 or IPv6 /64; 0: no per-prefix
+	// cap) bound the connections no request has
+	// authenticated yet; a newcomer over them takes the place of the
+	// oldest idle one. HeaderTimeout bounds the wait for a request header.
+	// ProxyCIDRs are the peers of a reverse proxy in front: exempt from
+	// the per-address and unauthenticated caps, counted in MaxConns.
+	MaxUnauthConns          int      `json:"max_unauth_conns"`
+	MaxUnauthConnsPerPrefix int      `json:"max_unauth_conns_per_prefix"`
+	HeaderTimeout           Duration `json:"header_timeout"`
+	ProxyCIDRs              []string `json:"proxy_cidrs"`
 	// MetricsAddr is host:port of the Prometheus listener; empty disables it.
 	MetricsAddr string `json:"metrics_addr"`
 	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
@@ -222,9 +240,15 @@ type Config struct {
 }
 
 // WebhookAllow parses WebhookAllowCIDRs.
-func (c Config) WebhookAllow() ([]netip.Prefix, error) {
+func (c Config) WebhookAllow() ([]netip.Prefix, error) { return parseCIDRs(c.WebhookAllowCIDRs) }
+
+// Proxies parses ProxyCIDRs.
+func (c Config) Proxies() ([]netip.Prefix, error) { return parseCIDRs(c.ProxyCIDRs) }
+
+// parseCIDRs reads ranges, a bare address being its own range.
+func parseCIDRs(list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range c.WebhookAllowCIDRs {
+	for _, s := range list {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			if a, aerr := netip.ParseAddr(s); aerr == nil {
@@ -249,6 +273,10 @@ func Default() Config {
 		MaxConns:      DefaultMaxConns,
 		MaxConnsPerIP: DefaultMaxConnsPerIP,
 		IdleTimeout:   Duration(DefaultIdleTimeout),
+
+		MaxUnauthConnsPerPrefix: DefaultMaxUnauthConnsPerPrefix,
+		HeaderTimeout:           Duration(DefaultHeaderTimeout),
+
 		PoolMin:       DefaultPoolMin,
 		PoolMax:       DefaultPoolMax,
 		PoolMemoryMB:  DefaultPoolMemoryMB,
@@ -266,6 +294,14 @@ func Default() Config {
 		WebhookRetryFor:  Duration(DefaultWebhookRetryFor),
 		WebhookRetryBase: Duration(DefaultWebhookRetryBase),
 	}
+}
+
+// UnauthConns is the cap on unauthenticated connections in effect.
+func (c Config) UnauthConns() int {
+	if c.MaxUnauthConns > 0 {
+		return c.MaxUnauthConns
+	}
+	return max(1, c.MaxConns/4)
 }
 
 // Addr is the API listen address.
@@ -307,6 +343,18 @@ func (c Config) Validate() error {
 	}
 	if c.IdleTimeout.D() <= 0 || c.IdleTimeout.D() > 10*time.Minute {
 		bad("idle-timeout %s is not in (0, 10m]", c.IdleTimeout.D())
+	}
+	if c.MaxUnauthConns < 0 || c.MaxUnauthConns > c.MaxConns {
+		bad("max-unauth-conns %d is not in 0..max-conns (%d); 0 is a quarter of max-conns", c.MaxUnauthConns, c.MaxConns)
+	}
+	if c.MaxUnauthConnsPerPrefix < 0 {
+		bad("max-unauth-conns-per-prefix must not be negative; 0 turns the per-prefix cap off")
+	}
+	if c.HeaderTimeout.D() <= 0 || c.HeaderTimeout.D() > 10*time.Minute {
+		bad("header-timeout %s is not in (0, 10m]", c.HeaderTimeout.D())
+	}
+	if _, err := c.Proxies(); err != nil {
+		bad("proxy-cidr: %v", err)
 	}
 	// pool-max 0 turns the pool off whatever pool-min says, so
 	// `--pool-max 0` alone works although pool-min defaults to 1.

@@ -262,3 +262,59 @@ func TestConnectionLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestUnauthConnLimits: the caps on unauthenticated connections, the
+// header timeout and the proxy ranges come from flags, environment and
+// file; a bad value is an error naming the setting.
+func TestUnauthConnLimits(t *testing.T) {
+	type limits struct {
+		Unauth, PerPrefix int
+		Header            time.Duration
+		Proxies           []string
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string
+		want limits
+		err  string
+	}{
+		{name: "defaults", want: limits{DefaultMaxConns / 4, DefaultMaxUnauthConnsPerPrefix, DefaultHeaderTimeout, nil}},
+		{name: "a quarter of max-conns", args: []string{"--max-conns", "100"}, want: limits{25, DefaultMaxUnauthConnsPerPrefix, DefaultHeaderTimeout, nil}},
+		{name: "flags", args: []string{"--max-unauth-conns", "50", "--max-unauth-conns-per-prefix", "0", "--header-timeout", "3s", "--proxy-cidr", "10.0.0.0/8", "--proxy-cidr", "::1"},
+			want: limits{50, 0, 3 * time.Second, []string{"10.0.0.0/8", "::1"}}},
+		{name: "environment", env: map[string]string{"VERTAL_MAX_UNAUTH_CONNS": "60", "VERTAL_MAX_UNAUTH_CONNS_PER_PREFIX": "6", "VERTAL_HEADER_TIMEOUT": "4", "VERTAL_PROXY_CIDR": "127.0.0.1, 192.168.0.0/16"},
+			want: limits{60, 6, 4 * time.Second, []string{"127.0.0.1", "192.168.0.0/16"}}},
+		{name: "file", file: `{"max_unauth_conns": 70, "max_unauth_conns_per_prefix": 7, "header_timeout": "5s", "proxy_cidrs": ["172.16.0.0/12"]}`,
+			want: limits{70, 7, 5 * time.Second, []string{"172.16.0.0/12"}}},
+		{name: "over max-conns", args: []string{"--max-conns", "10", "--max-unauth-conns", "11"}, err: "max-unauth-conns 11 is not in 0..max-conns (10)"},
+		{name: "negative per prefix", args: []string{"--max-unauth-conns-per-prefix", "-1"}, err: "max-unauth-conns-per-prefix must not be negative"},
+		{name: "no header timeout", args: []string{"--header-timeout", "0s"}, err: "header-timeout 0s is not in (0, 10m]"},
+		{name: "bad proxy", args: []string{"--proxy-cidr", "proxy.example"}, err: `proxy-cidr: "proxy.example" is not a CIDR`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config", writeFile(t, tc.file)}, args...)
+			}
+			c, err := resolve(t, args, tc.env)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := limits{c.UnauthConns(), c.MaxUnauthConnsPerPrefix, c.HeaderTimeout.D(), c.ProxyCIDRs}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("limits (-want +got):\n%s", diff)
+			}
+			if _, err := c.Proxies(); err != nil {
+				t.Errorf("proxies: %v", err)
+			}
+		})
+	}
+}

@@ -48,6 +48,18 @@ func duration(dst func(c *Config) *Duration) func(*Config, string) error {
 	}
 }
 
+// list appends the comma-separated values of a repeatable setting.
+func list(dst func(c *Config) *[]string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				*dst(c) = append(*dst(c), p)
+			}
+		}
+		return nil
+	}
+}
+
 func boolean(dst func(c *Config) *bool) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
@@ -98,6 +110,14 @@ var settings = []setting{
 			c.IdleTimeout = d
 			return err
 		}},
+	{name: "max-unauth-conns", env: "VERTAL_MAX_UNAUTH_CONNS", usage: "most connections open at once on which no request has passed the key check; a new one over it takes the place of the oldest idle one", derived: "a quarter of max-conns",
+		set: integer(func(c *Config) *int { return &c.MaxUnauthConns })},
+	{name: "max-unauth-conns-per-prefix", env: "VERTAL_MAX_UNAUTH_CONNS_PER_PREFIX", usage: "most such unauthenticated connections from one IPv4 /24 or IPv6 /64; 0 turns this cap off", def: func(c Config) string { return strconv.Itoa(c.MaxUnauthConnsPerPrefix) },
+		set: integer(func(c *Config) *int { return &c.MaxUnauthConnsPerPrefix })},
+	{name: "header-timeout", env: "VERTAL_HEADER_TIMEOUT", usage: "close a connection that does not send a whole request header within this, e.g. 10s or 10", def: func(c Config) string { return shortDuration(c.HeaderTimeout) },
+		set: duration(func(c *Config) *Duration { return &c.HeaderTimeout })},
+	{name: "proxy-cidr", env: "VERTAL_PROXY_CIDR", repeat: true, usage: "connections from this range are a reverse proxy's: exempt from the per-address and unauthenticated caps, still counted in max-conns; repeatable, or comma-separated", derived: "none",
+		set: list(func(c *Config) *[]string { return &c.ProxyCIDRs })},
 	{name: "pool-min", env: "VERTAL_POOL_MIN", usage: "warm sandboxes kept ready per language when idle", def: func(c Config) string { return strconv.Itoa(c.PoolMin) },
 		set: integer(func(c *Config) *int { return &c.PoolMin })},
 	{name: "pool-max", env: "VERTAL_POOL_MAX", usage: "most warm sandboxes per language and plan; 0 turns the warm pool off", def: func(c Config) string { return strconv.Itoa(c.PoolMax) },
@@ -157,14 +177,7 @@ var settings = []setting{
 	{name: "queue-rescue-after", env: "VERTAL_QUEUE_RESCUE_AFTER", usage: "a queue job running this long is handed to another node, its worker presumed dead", derived: derivedRescueAfter,
 		set: duration(func(c *Config) *Duration { return &c.QueueRescueAfter })},
 	{name: "webhook-allow-cidr", env: "VERTAL_WEBHOOK_ALLOW_CIDR", repeat: true, usage: "let webhooks reach addresses in this range (private, loopback...), over http too; repeatable, or comma-separated", derived: "public addresses only, https only",
-		set: func(c *Config, v string) error {
-			for _, p := range strings.Split(v, ",") {
-				if p = strings.TrimSpace(p); p != "" {
-					c.WebhookAllowCIDRs = append(c.WebhookAllowCIDRs, p)
-				}
-			}
-			return nil
-		}},
+		set: list(func(c *Config) *[]string { return &c.WebhookAllowCIDRs })},
 	{name: "webhook-retry-for", env: "VERTAL_WEBHOOK_RETRY_FOR", usage: "how long a webhook delivery is retried after its first attempt before it is failed", def: func(c Config) string { return shortDuration(c.WebhookRetryFor) },
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryFor })},
 	{name: "webhook-retry-base", env: "VERTAL_WEBHOOK_RETRY_BASE", usage: "the first wait between webhook attempts, doubled each time up to 1h", def: func(c Config) string { return shortDuration(c.WebhookRetryBase) },

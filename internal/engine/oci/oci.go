@@ -71,6 +71,8 @@ type Driver struct {
 	bundlesDir  string // instance/bundles
 	runtimeRoot string // instance/<runtime>: the runtime's --root
 	lock        *os.File
+	// sweepRoots replaces hostTempDirs for Reap's sweep in tests.
+	sweepRoots []string
 
 	// seccompBPF is the profile compiled for bwrap, once.
 	seccompBPF []byte

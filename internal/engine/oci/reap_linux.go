@@ -19,7 +19,9 @@ import (
 // left under StateDir: their runtime processes, sandboxes, runtime state,
 // cgroups, mounts and bundles. A driver's lock on its instance directory
 // tells the living from the dead, so Reap is safe while other drivers
-// share the StateDir. It returns the number of sandboxes removed.
+// share the StateDir. It also removes what sandbox uids no live sandbox
+// holds left in the host's temporary directories. It returns the number
+// of sandboxes removed.
 func (d *Driver) Reap(ctx context.Context) (int, error) {
 	ents, err := os.ReadDir(d.opts.StateDir)
 	if err != nil {
@@ -69,6 +71,7 @@ func (d *Driver) Reap(ctx context.Context) (int, error) {
 	if removed > 0 {
 		d.log.Info("oci: reaped sandboxes left by a previous server", "removed", removed)
 	}
+	d.reapHostFiles()
 	if err := errors.Join(errs...); err != nil {
 		return removed, fmt.Errorf("oci: reap: %w", err)
 	}

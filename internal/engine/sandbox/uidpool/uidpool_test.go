@@ -313,3 +313,40 @@ func TestReapKeepsRunningUIDs(t *testing.T) {
 		t.Errorf("the lease of a uid only a zombie has was kept: %v", err)
 	}
 }
+
+// TestHeld: a uid is held while its lease is, or while a process runs as
+// it; Held never creates a lease file.
+func TestHeld(t *testing.T) {
+	dir := t.TempDir()
+	p, err := New(dir, 5000, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[uint32]bool{}
+	p.running = func(uid uint32) bool { return runs[uid] }
+	l, err := p.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := p.first + (l.UID-p.first+1)%p.count
+	if !p.Held(l.UID) {
+		t.Errorf("uid %d with a live lease is not held", l.UID)
+	}
+	if p.Held(other) {
+		t.Errorf("uid %d without a lease is held", other)
+	}
+	if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(int(other)))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Held created a lease file: %v", err)
+	}
+	runs[other] = true
+	if !p.Held(other) {
+		t.Errorf("uid %d that a process runs as is not held", other)
+	}
+	l.Release()
+	if p.Held(l.UID) {
+		t.Errorf("uid %d is held after its release", l.UID)
+	}
+	if p.Held(4999) || p.Contains(4999) || !p.Contains(5003) || p.Contains(5004) {
+		t.Errorf("range 5000+4: Contains or Held wrong at its edges")
+	}
+}
