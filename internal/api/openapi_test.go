@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -557,5 +558,39 @@ func TestOpenAPIValidatorRefuses(t *testing.T) {
 				t.Errorf("errors %q, want one naming %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOpenAPIForGeneratedClients: what client generators need of the
+// document (tests/openapi runs the generators themselves). An optional
+// property of a request schema has no default, since openapi-typescript
+// (defaultNonNullable) makes such a property required; and no answer lists
+// more than one media type, so that a generated client types its data as
+// one schema (the run's stream is named in x-event-stream instead).
+func TestOpenAPIForGeneratedClients(t *testing.T) {
+	d := loadDoc(t)
+	schemas := d.raw["components"].(map[string]any)["schemas"].(map[string]any)
+	for _, name := range []string{"ExecutionRequest", "InputFile", "BatchRequest"} {
+		s, ok := schemas[name].(map[string]any)
+		if !ok {
+			t.Errorf("no schema %s", name)
+			continue
+		}
+		required, _ := s["required"].([]any)
+		for prop, v := range s["properties"].(map[string]any) {
+			if _, ok := v.(map[string]any)["default"]; ok && !slices.Contains(required, any(prop)) {
+				t.Errorf("%s.%s is optional and has a default: generated types make it required", name, prop)
+			}
+		}
+	}
+	for _, p := range d.paths {
+		for m, op := range p.methods {
+			for status := range op["responses"].(map[string]any) {
+				_, resp := d.at(pointer("#/paths", p.template, strings.ToLower(m), "responses", status))
+				if content, _ := resp["content"].(map[string]any); len(content) > 1 {
+					t.Errorf("%s %s %s lists %d media types; generated clients type its data as their union", m, p.template, status, len(content))
+				}
+			}
+		}
 	}
 }
