@@ -5,12 +5,12 @@
 # package's testdata/fuzz/<Name>/ (commit it with the fix: it then runs as
 # a regular test case) and fails the script.
 #
-#   scripts/fuzz.sh            every target, FUZZTIME each (default 12s)
+#   scripts/fuzz.sh            every target, FUZZTIME each (default 10s)
 #   FUZZTIME=60s scripts/fuzz.sh FuzzCheckURL   only the targets named
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
-fuzztime=${FUZZTIME:-12s}
+fuzztime=${FUZZTIME:-10s}
 only=("$@")
 
 # Packages with a fuzz target, then each target's name as go test lists it.
