@@ -239,6 +239,12 @@ if [ "$mode" = test ]; then
     log "MCP client (npm)"
     (cd tests/mcpclient && npm ci --no-audit --no-fund --loglevel=error)
   fi
+  if [ -f tests/openapi/package.json ]; then
+    # Redocly, openapi-typescript + openapi-fetch, @hey-api/openapi-ts and
+    # typescript for tests/openapi (no install scripts, about 70 MB).
+    log "OpenAPI tools (npm)"
+    (cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error)
+  fi
   if [ -f cloudflare/package.json ]; then
     # wrangler and workerd (its Linux binary is in @cloudflare/workerd-linux-64)
     # for tests/edge, which runs the Worker with `wrangler dev`.

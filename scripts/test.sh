@@ -42,6 +42,15 @@ env -u VERTAL_E2E -u VERTAL_TEST_DATABASE_URL go test -race -count=1 -timeout 15
   echo "== go test -race failed:"; grep -vE '^(ok|\?)\s' "$out/race.log" | tail -200; echo "tests: FAILED"; exit 1; }
 grep -E '^(ok|FAIL)\s' "$out/race.log" | sed 's/^/race: /'
 
+# Every fuzz target for a bounded time from its committed seed corpus
+# (scripts/fuzz.sh; FUZZTIME, 10 s each by default, which keeps the 14
+# targets near 3 minutes). A failing input is left under the package's
+# testdata/fuzz/ to commit with the fix.
+echo "== go test -fuzz (every target, ${FUZZTIME:-10s} each)"
+env -u VERTAL_E2E -u VERTAL_TEST_DATABASE_URL bash scripts/fuzz.sh >"$out/fuzz.log" 2>&1 || {
+  cat "$out/fuzz.log"; echo "tests: FAILED (fuzz)"; exit 1; }
+grep -E '^fuzz: ' "$out/fuzz.log" | tail -1
+
 echo "== go test"
 set +e
 go test -count=1 -timeout 25m -v ./... >"$out/go.log" 2>&1

@@ -408,8 +408,14 @@ func decodeStrict(body []byte, v any) error {
 // The objects inside "files" are held to the same rule.
 func checkFieldNames(body []byte, allowed []string) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil // not an object: decodeStrict has said so
+	t, err := dec.Token()
+	if err != nil {
+		return nil // not JSON: decodeStrict says so
+	}
+	if t != json.Delim('{') {
+		// decodeStrict refuses every other shape but null, which
+		// encoding/json decodes into a struct as nothing at all.
+		return errorf(KindInvalidRequest, "request body must be a JSON object")
 	}
 	return checkObjectFields(dec, "", allowed, func(name string) error {
 		if name != "files" {
