@@ -40,16 +40,7 @@ func (b mcpBackend) RunCode(ctx context.Context, req mcpserver.RunRequest) (*cli
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	raw, err := json.Marshal(toResponse(out.Execution, b.info.id))
-	if err != nil {
-		return nil, err
-	}
-	var ex client.Execution
-	if err := json.Unmarshal(raw, &ex); err != nil {
-		return nil, err
-	}
-	ex.Raw = raw
-	return &ex, nil
+	return asClient[client.Execution](toResponse(out.Execution, b.info.id))
 }
 
 func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
@@ -57,16 +48,21 @@ func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
 	if err != nil {
 		return nil, b.clientError(err)
 	}
+	return asClient[client.Usage](body)
+}
+
+// asClient is body, an answer of the API, as the client package decodes it
+// (with its Raw), which is what the tools take.
+func asClient[T any](body any) (*T, error) {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
-	var u client.Usage
-	if err := json.Unmarshal(raw, &u); err != nil {
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
 		return nil, err
 	}
-	u.Raw = raw
-	return &u, nil
+	return out, nil
 }
 
 // clientError gives a tool the refusal the HTTP API would have answered
