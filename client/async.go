@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"path"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // Waits between two GETs of an execution when Wait polls: doubling from
@@ -21,7 +23,7 @@ const maxPollWait = 5 * time.Second
 // Run and Stream refuse it, since a synchronous run answers the result
 // itself.
 func WithWebhook(url string) RunOption {
-	return func(r *runRequest) { r.WebhookURL = url }
+	return func(r *runRequest) { r.WebhookURL = nonEmpty(url) }
 }
 
 // Submit accepts code for an asynchronous run and returns at once,
@@ -149,8 +151,7 @@ func (it BatchItem) options() []RunOption {
 
 // batchRequest is the body of POST /v1/executions/batch.
 type batchRequest struct {
-	Executions []runRequest `json:"executions"`
-	WebhookURL string       `json:"webhook_url,omitempty"`
+	wire.BatchRequest
 
 	idempotencyKey string
 }
@@ -161,7 +162,7 @@ type BatchOption func(*batchRequest)
 // WithBatchWebhook sends the result of every item without a WebhookURL
 // of its own to url.
 func WithBatchWebhook(url string) BatchOption {
-	return func(b *batchRequest) { b.WebhookURL = url }
+	return func(b *batchRequest) { b.WebhookURL = nonEmpty(url) }
 }
 
 // WithBatchIdempotencyKey makes a Batch safe to repeat across processes,
@@ -183,9 +184,9 @@ func (c *Client) Batch(ctx context.Context, items []BatchItem, opts ...BatchOpti
 	if len(items) == 0 {
 		return nil, errors.New("vertal: a batch needs at least one item")
 	}
-	req := batchRequest{Executions: make([]runRequest, len(items))}
+	req := batchRequest{BatchRequest: wire.BatchRequest{Executions: make([]wire.ExecutionRequest, len(items))}}
 	for i, it := range items {
-		req.Executions[i] = newRunRequest(it.Code, it.options())
+		req.Executions[i] = newRunRequest(it.Code, it.options()).ExecutionRequest
 	}
 	for _, o := range opts {
 		o(&req)
@@ -210,7 +211,6 @@ func (c *Client) Batch(ctx context.Context, items []BatchItem, opts ...BatchOpti
 		if err := json.Unmarshal(raw, &ex); err != nil {
 			return nil, fmt.Errorf("vertal: decoding executions[%d] of the batch: %w", i, err)
 		}
-		ex.Raw = raw
 		out[i] = &ex
 	}
 	return out, nil

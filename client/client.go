@@ -33,6 +33,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // DefaultBaseURL is the hosted service, used by FromEnv when KUBO_API_URL is
@@ -176,24 +178,13 @@ func (c *Client) apiKey() string {
 	return c.key
 }
 
-// runRequest is the body of POST /v1/executions.
+// runRequest is the body of POST /v1/executions with the key it is sent
+// under. Fields the caller did not set are left out of the body, so a
+// plain run sends exactly what older servers expect; Async and WebhookURL
+// are set by Submit (and WebhookURL by a batch item), never by a
+// synchronous run.
 type runRequest struct {
-	// Image is left out when empty: the server's default image.
-	Image    string   `json:"image,omitempty"`
-	Language string   `json:"language"`
-	Code     string   `json:"code"`
-	TimeoutS *float64 `json:"timeout_s,omitempty"`
-	Stdin    string   `json:"stdin,omitempty"`
-	// Files, Env, Args and ReturnFiles are left out of the body when
-	// empty, so a plain run sends exactly what older servers expect.
-	Files       []wireFile        `json:"files,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
-	Args        []string          `json:"args,omitempty"`
-	ReturnFiles []string          `json:"return_files,omitempty"`
-	// Async and WebhookURL are set by Submit (and WebhookURL by a batch
-	// item); a synchronous run never sends them.
-	Async      bool   `json:"async,omitempty"`
-	WebhookURL string `json:"webhook_url,omitempty"`
+	wire.ExecutionRequest
 
 	idempotencyKey string
 }
@@ -209,13 +200,6 @@ type File struct {
 	Content []byte
 }
 
-// wireFile is a File as the API takes it.
-type wireFile struct {
-	Path     string `json:"path"`
-	Content  string `json:"content"`
-	Encoding string `json:"encoding"`
-}
-
 const (
 	encodingUTF8   = "utf8"
 	encodingBase64 = "base64"
@@ -224,11 +208,11 @@ const (
 // encodeFile sends text as it is and anything else as base64: bytes
 // that are valid UTF-8 without NUL survive a JSON string unchanged, the
 // rest would not.
-func encodeFile(f File) wireFile {
+func encodeFile(f File) wire.File {
 	if utf8.Valid(f.Content) && bytes.IndexByte(f.Content, 0) < 0 {
-		return wireFile{Path: f.Path, Content: string(f.Content), Encoding: encodingUTF8}
+		return wire.File{Path: f.Path, Content: string(f.Content), Encoding: encodingUTF8}
 	}
-	return wireFile{Path: f.Path, Content: base64.StdEncoding.EncodeToString(f.Content), Encoding: encodingBase64}
+	return wire.File{Path: f.Path, Content: base64.StdEncoding.EncodeToString(f.Content), Encoding: encodingBase64}
 }
 
 // RunOption configures one Run.
@@ -237,14 +221,14 @@ type RunOption func(*runRequest)
 // WithLanguage picks the language: "python" (the default), "javascript" or
 // "bash". Languages lists what the server offers.
 func WithLanguage(name string) RunOption {
-	return func(r *runRequest) { r.Language = name }
+	return func(r *runRequest) { r.Language = &name }
 }
 
 // WithImage runs on the named image ("default" when not given), e.g.
 // "datasci" for pandas and matplotlib. Images lists what the caller may
 // use.
 func WithImage(name string) RunOption {
-	return func(r *runRequest) { r.Image = name }
+	return func(r *runRequest) { r.Image = nonEmpty(name) }
 }
 
 // WithTimeout sets the wall-clock limit, between 1 second and the plan's
@@ -257,7 +241,7 @@ func WithTimeout(d time.Duration) RunOption {
 
 // WithStdin feeds s to the program's standard input.
 func WithStdin(s string) RunOption {
-	return func(r *runRequest) { r.Stdin = s }
+	return func(r *runRequest) { r.Stdin = nonEmpty(s) }
 }
 
 // WithFiles places files in the program's working directory, where the
@@ -331,7 +315,8 @@ func (c *Client) Run(ctx context.Context, code string, opts ...RunOption) (*Exec
 
 // newRunRequest applies the options to a request for code.
 func newRunRequest(code string, opts []RunOption) runRequest {
-	req := runRequest{Language: "python", Code: code}
+	lang := "python"
+	req := runRequest{ExecutionRequest: wire.ExecutionRequest{Language: &lang, Code: &code}}
 	for _, o := range opts {
 		o(&req)
 	}
@@ -346,8 +331,10 @@ func (c *Client) runCall(code string, opts []RunOption) (call, error) {
 
 func (c *Client) runCallAsync(code string, opts []RunOption, async bool) (call, error) {
 	req := newRunRequest(code, opts)
-	req.Async = async
-	if req.WebhookURL != "" && !async {
+	if async {
+		req.Async = &async
+	}
+	if req.WebhookURL != nil && !async {
 		return call{}, errors.New("vertal: WithWebhook is for Submit and Batch; a synchronous run has no webhook")
 	}
 	return c.postCall("/v1/executions", req, req.idempotencyKey)
@@ -614,13 +601,7 @@ func (c *Client) backoff(n int) time.Duration {
 
 func (c *Client) parseError(resp *http.Response, raw []byte) *Error {
 	e := &Error{StatusCode: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), c.now())}
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-		RequestID string `json:"request_id"`
-	}
+	var body wire.Error
 	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
 		e.Code, e.Message, e.RequestID = body.Error.Code, body.Error.Message, body.RequestID
 	} else {

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // EventType names the events of an execution's stream.
@@ -217,31 +219,19 @@ func decodeEvent(sev sseEvent, requestID string) (ev Event, ok bool, err error) 
 	data := []byte(sev.data)
 	switch ev.Type {
 	case EventStarted:
-		var d struct {
-			ID       string `json:"id"`
-			Language string `json:"language"`
-		}
+		var d wire.StartedEvent
 		err = json.Unmarshal(data, &d)
 		ev.ExecutionID, ev.Language = d.ID, d.Language
 	case EventStdout, EventStderr:
-		var d struct {
-			Text string `json:"text"`
-		}
+		var d wire.OutputEvent
 		err = json.Unmarshal(data, &d)
 		ev.Text = d.Text
 	case EventResult:
 		var ex Execution
 		err = json.Unmarshal(data, &ex)
-		ex.Raw = json.RawMessage(data)
 		ev.Execution = &ex
 	case EventError:
-		var d struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-			RequestID string `json:"request_id"`
-		}
+		var d wire.Error
 		err = json.Unmarshal(data, &d)
 		ev.Error = &Error{Code: d.Error.Code, Message: d.Error.Message, RequestID: d.RequestID}
 		if ev.Error.Code == "" {
@@ -272,7 +262,6 @@ func (c *Client) yieldBuffered(resp *http.Response, yield func(Event, error) boo
 		yield(Event{}, fmt.Errorf("vertal: decoding response: %w", err))
 		return
 	}
-	ex.Raw = raw
 	out, errOut := strconv.Itoa(len(ex.Stdout)), strconv.Itoa(len(ex.Stderr))
 	events := []Event{{Type: EventStarted, ID: "0-0", Language: ex.Language}}
 	if ex.Stdout != "" {

@@ -1,11 +1,12 @@
 package client
 
 import (
-	"time"
-
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // Status is the outcome of an execution.
@@ -33,63 +34,124 @@ func (s Status) Final() bool { return s != StatusQueued && s != StatusRunning }
 
 // Execution is one execution: finished when Run, Wait or a result event
 // returns it; queued (or already final) when Submit or Batch does; in any
-// state from Get.
+// state from Get. It is decoded from the wire's wire.Execution, with
+// fields the server sends as null given as their zero value.
 type Execution struct {
-	ID         string `json:"id"`
-	Status     Status `json:"status"`
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	ExitCode   int    `json:"exit_code"`
-	DurationMS int64  `json:"duration_ms"`
+	ID         string
+	Status     Status
+	Stdout     string
+	Stderr     string
+	ExitCode   int
+	DurationMS int64
 	// Truncated is true when stdout or stderr went over the per-stream cap
 	// (64 KB) and the rest was discarded.
-	Truncated bool           `json:"truncated"`
-	Usage     ExecutionUsage `json:"usage"`
-	RequestID string         `json:"request_id"`
+	Truncated bool
+	Usage     ExecutionUsage
+	RequestID string
 	// IdempotentReplay is true when the server answered an earlier request
 	// with the same Idempotency-Key instead of running the code again.
-	IdempotentReplay bool `json:"idempotent_replay,omitempty"`
+	IdempotentReplay bool
 	// Language and CreatedAt (Unix seconds) are set by Get.
-	Language  string `json:"language,omitempty"`
-	CreatedAt int64  `json:"created_at,omitempty"`
+	Language  string
+	CreatedAt int64
 	// Image is the image the execution runs on ("default" when the request
 	// named none) and ImageVersion the id of that image's build it was
 	// given (the Version of Images' entry at the time). ImageVersion is
 	// empty for an image not built by vertal image build; both are empty
 	// for an execution stored by a server that did not record them.
-	Image        string `json:"image,omitempty"`
-	ImageVersion string `json:"image_version,omitempty"`
+	Image        string
+	ImageVersion string
 	// Files are the files the program left in its working directory that
 	// matched WithReturnFiles, decoded. FilesTruncated is true when the
 	// plan's count or size cap left some out.
-	Files          []ReturnedFile `json:"files,omitempty"`
-	FilesTruncated bool           `json:"files_truncated,omitempty"`
+	Files          []ReturnedFile
+	FilesTruncated bool
 	// Reason says why an execution ended as error or canceled without
 	// running to its end (e.g. the node running it died); empty otherwise.
-	Reason string `json:"reason,omitempty"`
+	Reason string
 	// Webhook is the delivery state of the execution's webhook (Submit or
 	// Batch with a webhook URL); nil when it has none.
-	Webhook *WebhookState `json:"webhook,omitempty"`
+	Webhook *WebhookState
 
 	// Raw is the response body exactly as received, including fields this
 	// version of the package does not know.
-	Raw json.RawMessage `json:"-"`
+	Raw json.RawMessage
+}
+
+// UnmarshalJSON decodes a wire.Execution and keeps b as Raw.
+func (e *Execution) UnmarshalJSON(b []byte) error {
+	var w wire.Execution
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	files, err := decodeFiles(w.Files)
+	if err != nil {
+		return err
+	}
+	*e = Execution{
+		ID: w.ID, Status: Status(w.Status), Stdout: w.Stdout, Stderr: w.Stderr, ExitCode: w.ExitCode, DurationMS: w.DurationMS,
+		Truncated: w.Truncated, Usage: w.Usage, RequestID: w.RequestID, IdempotentReplay: w.IdempotentReplay,
+		Language: w.Language, CreatedAt: w.CreatedAt, Image: deref(w.Image), ImageVersion: deref(w.ImageVersion),
+		Files: files, FilesTruncated: w.FilesTruncated, Reason: deref(w.Reason),
+		Raw: append(json.RawMessage(nil), b...),
+	}
+	if h := w.Webhook; h != nil {
+		e.Webhook = &WebhookState{URL: h.URL, State: DeliveryState(h.State), Attempts: h.Attempts, LastStatus: h.LastStatus, LastError: h.LastError}
+	}
+	return nil
+}
+
+// MarshalJSON writes Raw, the body as the server sent it; an Execution
+// made by hand (no Raw) is written in the wire's shape.
+func (e Execution) MarshalJSON() ([]byte, error) {
+	if len(e.Raw) > 0 {
+		return e.Raw, nil
+	}
+	w := wire.Execution{
+		ID: e.ID, Status: string(e.Status), Stdout: e.Stdout, Stderr: e.Stderr, ExitCode: e.ExitCode, DurationMS: e.DurationMS,
+		Truncated: e.Truncated, Usage: e.Usage, RequestID: e.RequestID, IdempotentReplay: e.IdempotentReplay,
+		Language: e.Language, CreatedAt: e.CreatedAt, Image: nonEmpty(e.Image), ImageVersion: nonEmpty(e.ImageVersion),
+		Files: make([]wire.ReturnedFile, len(e.Files)), FilesTruncated: e.FilesTruncated, Reason: nonEmpty(e.Reason),
+	}
+	for i, f := range e.Files {
+		w.Files[i] = wire.ReturnedFile{Path: f.Path, Size: f.Size, Encoding: encodingBase64, Content: base64.StdEncoding.EncodeToString(f.Content)}
+	}
+	if h := e.Webhook; h != nil {
+		w.Webhook = &wire.Webhook{URL: h.URL, State: string(h.State), Attempts: h.Attempts, LastStatus: h.LastStatus, LastError: h.LastError}
+	}
+	return json.Marshal(w)
+}
+
+// deref is *s, or "" for null.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// nonEmpty is &s, or nil (null, left out) for "".
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // WebhookState is where the delivery of an execution's result to its
 // webhook URL stands. Delivery is at least once: a receiver dedupes by the
 // Vertal-Delivery header.
 type WebhookState struct {
-	URL string `json:"url"`
+	URL string
 	// State is DeliveryPending until a delivery got a 2xx answer
 	// (DeliveryDelivered) or the server gave up retrying (DeliveryFailed).
-	State    DeliveryState `json:"state"`
-	Attempts int           `json:"attempts"`
+	State    DeliveryState
+	Attempts int
 	// LastStatus is the HTTP status of the last attempt, nil when it got
 	// no answer (or none was made yet); LastError says what went wrong
 	// with it, nil after a success.
-	LastStatus *int    `json:"last_status"`
-	LastError  *string `json:"last_error"`
+	LastStatus *int
+	LastError  *string
 }
 
 // DeliveryState is the state of a webhook delivery.
@@ -112,77 +174,95 @@ type ReturnedFile struct {
 	Content []byte
 }
 
-// UnmarshalJSON decodes {"path", "size", "encoding", "content"}. The API
-// always sends base64; "utf8" is accepted too so that a file written by
-// hand in a test or a proxy reads the same.
+// UnmarshalJSON decodes a wire.ReturnedFile.
 func (f *ReturnedFile) UnmarshalJSON(b []byte) error {
-	var w struct {
-		Path     string `json:"path"`
-		Size     int64  `json:"size"`
-		Encoding string `json:"encoding"`
-		Content  string `json:"content"`
-	}
+	var w wire.ReturnedFile
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	f.Path, f.Size = w.Path, w.Size
+	var err error
+	*f, err = decodeFile(w)
+	return err
+}
+
+// decodeFile decodes a returned file's content. The API always sends
+// base64; "utf8" is accepted too so that a file written by hand in a test
+// or a proxy reads the same.
+func decodeFile(w wire.ReturnedFile) (ReturnedFile, error) {
+	f := ReturnedFile{Path: w.Path, Size: w.Size}
 	switch w.Encoding {
 	case "", encodingBase64:
 		c, err := base64.StdEncoding.DecodeString(w.Content)
 		if err != nil {
-			return fmt.Errorf("returned file %q: %w", w.Path, err)
+			return ReturnedFile{}, fmt.Errorf("returned file %q: %w", w.Path, err)
 		}
 		f.Content = c
 	case encodingUTF8:
 		f.Content = []byte(w.Content)
 	default:
-		return fmt.Errorf("returned file %q: unknown encoding %q", w.Path, w.Encoding)
+		return ReturnedFile{}, fmt.Errorf("returned file %q: unknown encoding %q", w.Path, w.Encoding)
 	}
-	return nil
+	return f, nil
 }
 
-// ExecutionUsage is what one execution consumed.
-type ExecutionUsage struct {
-	SandboxSeconds  float64 `json:"sandbox_seconds"`
-	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
-	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
+// decodeFiles decodes the returned files; nil stays nil, [] stays empty.
+func decodeFiles(in []wire.ReturnedFile) ([]ReturnedFile, error) {
+	if in == nil {
+		return nil, nil
+	}
+	out := make([]ReturnedFile, len(in))
+	for i, w := range in {
+		f, err := decodeFile(w)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = f
+	}
+	return out, nil
 }
+
+// ExecutionUsage is what one execution consumed: sandbox (wall-clock)
+// seconds, CPU seconds and peak memory.
+type ExecutionUsage = wire.ExecutionUsage
 
 // Usage is today's consumption (UTC) and the plan's limits.
 type Usage struct {
-	Tenant string     `json:"tenant"`
-	Plan   string     `json:"plan"`
-	Today  UsageToday `json:"today"`
-	Limits Limits     `json:"limits"`
+	Tenant string
+	Plan   string
+	Today  UsageToday
+	Limits Limits
 
 	// Raw is the response body exactly as received.
-	Raw json.RawMessage `json:"-"`
+	Raw json.RawMessage
 }
 
-// UsageToday counts the current UTC day.
-type UsageToday struct {
-	Date           string  `json:"date,omitempty"` // YYYY-MM-DD, UTC
-	Executions     int64   `json:"executions"`
-	SandboxSeconds float64 `json:"sandbox_seconds"`
-	CPUSeconds     float64 `json:"cpu_seconds,omitempty"`
+// UnmarshalJSON decodes a wire.Usage and keeps b as Raw.
+func (u *Usage) UnmarshalJSON(b []byte) error {
+	var w wire.Usage
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*u = Usage{Tenant: w.Tenant, Plan: w.Plan, Today: w.Today, Limits: w.Limits, Raw: append(json.RawMessage(nil), b...)}
+	return nil
 }
 
-// Limits are a plan's limits. Servers may report more than these; read
-// Usage.Raw for the rest.
-type Limits struct {
-	ExecutionsPerDay  int64 `json:"executions_per_day"`
-	RequestsPerMinute int64 `json:"requests_per_minute"`
-	MaxTimeoutS       int   `json:"max_timeout_s"`
-	MemoryMB          int64 `json:"memory_mb,omitempty"` // per sandbox
+// MarshalJSON writes Raw, or the wire's shape for a Usage made by hand.
+func (u Usage) MarshalJSON() ([]byte, error) {
+	if len(u.Raw) > 0 {
+		return u.Raw, nil
+	}
+	return json.Marshal(wire.Usage{Tenant: u.Tenant, Plan: u.Plan, Today: u.Today, Limits: u.Limits})
 }
+
+// UsageToday counts the current UTC day: Date is YYYY-MM-DD.
+type UsageToday = wire.UsageToday
+
+// Limits are a plan's limits (MemoryMB per sandbox). Servers may report
+// more than these; read Usage.Raw for the rest.
+type Limits = wire.Limits
 
 // KeyRotation is the result of RotateKey. APIKey is shown only this once.
-type KeyRotation struct {
-	APIKey       string `json:"api_key"`
-	KeyID        string `json:"key_id"`
-	RevokedKeyID string `json:"revoked_key_id"`
-	Plan         string `json:"plan"`
-}
+type KeyRotation = wire.KeyRotation
 
 // Language is one language the server runs.
 type Language struct {

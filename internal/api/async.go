@@ -2,24 +2,13 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
-
-// batchRequest is the body of POST /v1/executions/batch.
-type batchRequest struct {
-	Executions []json.RawMessage `json:"executions"`
-	WebhookURL *string           `json:"webhook_url"`
-}
-
-var batchFields = []string{"executions", "webhook_url"}
-
-type batchResponse struct {
-	Executions []executionResponse `json:"executions"`
-}
 
 // createBatch translates POST /v1/executions/batch: up to
 // execution.MaxBatch async executions, validated all or nothing, under
@@ -35,15 +24,8 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) 
 	if err != nil {
 		return err
 	}
-	// decodeStrict's message for an unknown field lists the fields of one
-	// execution request; a batch's own are named here first.
-	if json.Valid(body) {
-		if err := checkFieldNames(body, batchFields); err != nil {
-			return err
-		}
-	}
-	var br batchRequest
-	if err := decodeStrict(body, &br); err != nil {
+	var br wire.BatchRequest
+	if err := decodeRequest(body, &br, execution.InvalidTimeout(*c)); err != nil {
 		return err
 	}
 	if br.Executions == nil {
@@ -53,12 +35,8 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) 
 		return errorf(KindInvalidRequest, "executions holds %d executions; a batch holds at most %d", len(br.Executions), execution.MaxBatch)
 	}
 	items := make([]execution.Input, len(br.Executions))
-	for i, raw := range br.Executions {
-		in, _, err := decodeExecutionBody(raw, c)
-		if err != nil {
-			return prefixError(err, fmt.Sprintf("executions[%d]: ", i))
-		}
-		items[i] = in
+	for i, in := range br.Executions {
+		items[i] = toInput(in)
 	}
 	req := runRequest(w, r, idemKey, execution.Input{})
 	out, err := s.exec.SubmitBatch(r.Context(), *c, req, items, br.WebhookURL)
@@ -66,7 +44,7 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request, c *Caller) 
 		return err
 	}
 	info := infoFrom(r.Context())
-	resp := batchResponse{Executions: make([]executionResponse, len(out.Executions))}
+	resp := wire.BatchResponse{Executions: make([]wire.Execution, len(out.Executions))}
 	for i, e := range out.Executions {
 		resp.Executions[i] = toResponse(e, info.id)
 		resp.Executions[i].IdempotentReplay = out.Replay
@@ -84,12 +62,6 @@ func prefixError(err error, prefix string) error {
 	return err
 }
 
-type webhookSecretResponse struct {
-	Secret    string `json:"secret"`
-	CreatedAt int64  `json:"created_at"`
-	RequestID string `json:"request_id"`
-}
-
 // getWebhookSecret answers GET /v1/webhook-secret: the tenant's signing
 // secret, made on first use.
 func (s *Server) getWebhookSecret(w http.ResponseWriter, r *http.Request, c *Caller) error {
@@ -97,7 +69,7 @@ func (s *Server) getWebhookSecret(w http.ResponseWriter, r *http.Request, c *Cal
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, webhookSecretResponse{Secret: secret, CreatedAt: created.Unix(), RequestID: infoFrom(r.Context()).id})
+	return s.writeJSON(w, r, http.StatusOK, wire.WebhookSecret{Secret: secret, CreatedAt: created.Unix(), RequestID: infoFrom(r.Context()).id})
 }
 
 // rotateWebhookSecret answers POST /v1/webhook-secret/rotate.
@@ -106,7 +78,7 @@ func (s *Server) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, c *
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(w, r, http.StatusOK, webhookSecretResponse{Secret: secret, CreatedAt: created.Unix(), RequestID: infoFrom(r.Context()).id})
+	return s.writeJSON(w, r, http.StatusOK, wire.WebhookSecret{Secret: secret, CreatedAt: created.Unix(), RequestID: infoFrom(r.Context()).id})
 }
 
 // RenderExecution is the JSON a webhook delivers: what GET

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 	"runtime"
 	"strings"
@@ -103,7 +102,7 @@ func TestLargeEscapedBodiesBoundedMemory(t *testing.T) {
 }
 
 // FuzzFilesDecodedSize: the scan that runs before decoding never panics,
-// and on a body encoding/json decodes it gives the decoded size of the
+// and on a body the API decodes it gives the decoded size of the
 // files exactly (base64 ones rounded down to whole groups).
 func FuzzFilesDecodedSize(f *testing.F) {
 	for _, seed := range []string{
@@ -118,8 +117,8 @@ func FuzzFilesDecodedSize(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, ok := filesDecodedSize(body, 1<<30)
-		var in executionRequest
-		if json.Unmarshal(body, &in) != nil || checkFieldNames(body, executionFields) != nil || !ok {
+		in, err := DecodeExecutionRequest(body)
+		if err != nil || !ok {
 			return
 		}
 		var want int64

@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // ConnLimits bound the connections the API listener keeps open. Without
@@ -345,7 +347,7 @@ func (l *ConnLimiter) refuse(c net.Conn, why string) {
 // overloadedResponse is a whole HTTP/1.1 503 answer in the error shape.
 func overloadedResponse(msg string) string {
 	id := newRequestID()
-	body, _ := json.Marshal(errorBody{Error: errorDetail{Code: kinds[KindOverloaded].code, Message: msg}, RequestID: id})
+	body, _ := json.Marshal(wire.Error{Error: wire.ErrorDetail{Code: kinds[KindOverloaded].code, Message: msg}, RequestID: id})
 	return fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-ID: %s\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n",
 		http.StatusServiceUnavailable, http.StatusText(http.StatusServiceUnavailable), id, len(body)+1, body)
 }

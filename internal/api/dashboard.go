@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -18,8 +19,8 @@ const KeyPlaceholder = "kubo_sk_YOUR_KEY"
 type dashboardData struct {
 	Name, Email, Tenant, Plan string
 	Verified, Disabled        bool
-	Limits                    usageLimits
-	Today                     usageToday
+	Limits                    wire.Limits
+	Today                     wire.UsageToday
 	QuotaHigh                 int64
 	Charts                    []chart
 	Keys                      []keyRow
@@ -77,7 +78,7 @@ func (s *Server) dashboardData(r *http.Request, se *session, newKey string, k st
 	now := s.now().UTC()
 	d := dashboardData{Name: se.account.Name, Email: se.account.Email, Tenant: t.ID, Plan: t.Plan,
 		Verified: !se.account.VerifiedAt.IsZero(), Disabled: t.Disabled, MaxKeys: store.MaxActiveKeys, NewKey: newKey, NewKeyID: k.ID,
-		Limits: usageLimits{ExecutionsPerDay: plan.ExecutionsPerDay, RequestsPerMinute: plan.RequestsPerMinute,
+		Limits: wire.Limits{ExecutionsPerDay: plan.ExecutionsPerDay, RequestsPerMinute: plan.RequestsPerMinute,
 			MaxTimeoutS: plan.MaxTimeoutS, MemoryMB: plan.MemoryMB},
 		QuotaHigh: plan.ExecutionsPerDay * 9 / 10}
 	if d.Name == "" {
@@ -93,7 +94,7 @@ func (s *Server) dashboardData(r *http.Request, se *session, newKey string, k st
 		}
 		days[i], execs[i], secs[i] = day, float64(u.Executions), u.SandboxSeconds
 		if i == chartDays-1 {
-			d.Today = usageToday{Date: day, Executions: u.Executions, SandboxSeconds: round3(u.SandboxSeconds), CPUSeconds: round3(u.CPUSeconds)}
+			d.Today = wire.UsageToday{Date: day, Executions: u.Executions, SandboxSeconds: round3(u.SandboxSeconds), CPUSeconds: round3(u.CPUSeconds)}
 		}
 	}
 	d.Charts = []chart{newChart("Executions", "chart-exec", days, execs, ""), newChart("Sandbox seconds", "chart-secs", days, secs, " s")}

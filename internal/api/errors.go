@@ -94,17 +94,6 @@ func asError(err error) *Error {
 	return internal(err)
 }
 
-// errorBody is the one error shape on the wire.
-type errorBody struct {
-	Error     errorDetail `json:"error"`
-	RequestID string      `json:"request_id"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // writeErrorHeaders adds what e tells the client besides its body.
 func writeErrorHeaders(e *Error, h http.Header) {
 	if e.Quota != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
@@ -157,24 +158,15 @@ func (st *eventStream) follow(ctx context.Context, events <-chan execution.Event
 	}
 }
 
-type startedData struct {
-	ID       string `json:"id"`
-	Language string `json:"language"`
-}
-
-type outputData struct {
-	Text string `json:"text"`
-}
-
 // event writes one event: its id, its kind and one line of JSON.
 func (st *eventStream) event(ev execution.Event) error {
 	info := infoFrom(st.r.Context())
 	var data any
 	switch ev.Kind {
 	case execution.EventStarted:
-		data = startedData{ID: ev.Execution.ID, Language: ev.Execution.Language}
+		data = wire.StartedEvent{ID: ev.Execution.ID, Language: ev.Execution.Language}
 	case execution.EventStdout, execution.EventStderr:
-		data = outputData{Text: ev.Text}
+		data = wire.OutputEvent{Text: ev.Text}
 	case execution.EventResult:
 		resp := toResponse(ev.Execution, info.id)
 		resp.IdempotentReplay = ev.Replay
@@ -187,7 +179,7 @@ func (st *eventStream) event(ev execution.Event) error {
 		// For the access log and metrics, as an error answer would be.
 		info.errCode, info.err = kindCode(e.Kind), e
 		st.s.metrics.observeError(kindCode(e.Kind))
-		data = errorBody{Error: errorDetail{Code: kindCode(e.Kind), Message: e.Msg}, RequestID: info.id}
+		data = wire.Error{Error: wire.ErrorDetail{Code: kindCode(e.Kind), Message: e.Msg}, RequestID: info.id}
 	}
 	var buf bytes.Buffer
 	buf.WriteString("id: " + ev.ID + "\nevent: " + ev.Kind + "\ndata: ")

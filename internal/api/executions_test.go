@@ -17,6 +17,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
@@ -27,15 +28,15 @@ func TestRunCode(t *testing.T) {
 	if res.status != http.StatusOK {
 		t.Fatalf("status %d: %s", res.status, res.body)
 	}
-	var got executionResponse
+	var got wire.Execution
 	if err := decodeStrict(res.body, &got); err != nil {
 		t.Fatal(err)
 	}
-	want := executionResponse{
+	want := wire.Execution{
 		ID: got.ID, Status: "succeeded", Stdout: "42\n", Stderr: "", ExitCode: 0, DurationMS: 265, Truncated: false,
-		Usage:    usageJSON{SandboxSeconds: 0.265, CPUSeconds: 0.02, PeakMemoryBytes: 9 << 20},
+		Usage:    wire.ExecutionUsage{SandboxSeconds: 0.265, CPUSeconds: 0.02, PeakMemoryBytes: 9 << 20},
 		Language: "python", Image: ptr("default"), CreatedAt: got.CreatedAt, StartedAt: &got.CreatedAt, FinishedAt: &got.CreatedAt,
-		Files: []fileResponse{}, RequestID: res.header.Get("X-Request-ID"),
+		Files: []wire.ReturnedFile{}, RequestID: res.header.Get("X-Request-ID"),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("response (-want +got):\n%s", diff)
@@ -195,14 +196,14 @@ func TestUsage(t *testing.T) {
 	}
 	env.run("python", "crash", nil) // refunded, not counted
 	res := env.do(request{path: "/api/v1/usage"})
-	var got usageResponse
+	var got wire.Usage
 	if err := decodeStrict(res.body, &got); err != nil {
 		t.Fatal(err)
 	}
-	want := usageResponse{
+	want := wire.Usage{
 		Tenant: "acme", Plan: "pro",
-		Today:  usageToday{Date: "2026-03-14", Executions: 3, SandboxSeconds: 0.795, CPUSeconds: 0.06},
-		Limits: usageLimits{ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
+		Today:  wire.UsageToday{Date: "2026-03-14", Executions: 3, SandboxSeconds: 0.795, CPUSeconds: 0.06},
+		Limits: wire.Limits{ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("usage (-want +got):\n%s", diff)
@@ -380,7 +381,7 @@ func TestRotateAndRevoke(t *testing.T) {
 	if res.status != 200 {
 		t.Fatalf("rotate: %d %s", res.status, res.body)
 	}
-	var rot rotateResponse
+	var rot wire.KeyRotation
 	if err := decodeStrict(res.body, &rot); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
@@ -26,11 +27,11 @@ import (
 // it has read it within its caps: the text checks, then the strict decode.
 // The fuzz target goes through this one function only.
 func decodeBody(body []byte) (execution.Input, bool, error) {
-	body, err := checkJSONText(body)
+	in, err := DecodeExecutionRequest(body)
 	if err != nil {
 		return execution.Input{}, false, err
 	}
-	return decodeExecutionBody(body, &Caller{Plan: planPro()})
+	return toInput(in), in.Async != nil && *in.Async, nil
 }
 
 // FuzzDecodeExecutionBody: any body gets either a 400 naming the problem
@@ -114,11 +115,11 @@ func topLevelNames(body []byte) ([]string, bool) {
 }
 
 // requestOf is the body that sends in (and async when set).
-func requestOf(in execution.Input, async bool) executionRequest {
-	r := executionRequest{Image: in.Image, Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
+func requestOf(in execution.Input, async bool) wire.ExecutionRequest {
+	r := wire.ExecutionRequest{Image: in.Image, Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
 		Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles, WebhookURL: in.WebhookURL}
 	for _, f := range in.Files {
-		r.Files = append(r.Files, fileRequest{Path: f.Path, Content: f.Content, Encoding: f.Encoding})
+		r.Files = append(r.Files, wire.File{Path: f.Path, Content: f.Content, Encoding: f.Encoding})
 	}
 	if async {
 		r.Async = &async

@@ -60,12 +60,7 @@ func (b mcpBackend) RunCode(ctx context.Context, req mcpserver.RunRequest) (*cli
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	ex, raw, err := asClient[client.Execution](toResponse(out.Execution, b.info.id))
-	if err != nil {
-		return nil, err
-	}
-	ex.Raw = raw
-	return ex, nil
+	return asClient[client.Execution](toResponse(out.Execution, b.info.id))
 }
 
 func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
@@ -73,26 +68,21 @@ func (b mcpBackend) Usage(ctx context.Context) (*client.Usage, error) {
 	if err != nil {
 		return nil, b.clientError(err)
 	}
-	u, raw, err := asClient[client.Usage](body)
+	return asClient[client.Usage](body)
+}
+
+// asClient is body, an answer of the API, as the client package decodes it
+// (with its Raw), which is what the tools take.
+func asClient[T any](body any) (*T, error) {
+	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
-	u.Raw = raw
-	return u, nil
-}
-
-// asClient is body as the Go client reads it from the HTTP API, and the
-// JSON it was read from.
-func asClient[T any](body any) (*T, []byte, error) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return nil, nil, err
+	out := new(T)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, err
 	}
-	v := new(T)
-	if err := json.Unmarshal(raw, v); err != nil {
-		return nil, nil, err
-	}
-	return v, raw, nil
+	return out, nil
 }
 
 // clientError gives a tool the refusal the HTTP API would have answered

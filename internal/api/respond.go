@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // requestInfo is what the access log needs to know about a request; the
@@ -115,8 +117,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Kind == KindUnauthorized && isMCPPath(r.URL.Path) {
 		w.Header().Set("WWW-Authenticate", s.mcpChallenge(r, e.Msg))
 	}
-	_ = s.writeJSON(w, r, kindStatus(e.Kind), errorBody{
-		Error:     errorDetail{Code: kindCode(e.Kind), Message: e.Msg},
+	_ = s.writeJSON(w, r, kindStatus(e.Kind), wire.Error{
+		Error:     wire.ErrorDetail{Code: kindCode(e.Kind), Message: e.Msg},
 		RequestID: info.id,
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
@@ -444,11 +445,8 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, c *Caller) err
 	if err != nil {
 		return errorf(KindInvalidRequest, "could not read the request body")
 	}
-	if i := invalidUTF8At(body); i >= 0 {
-		return errorf(KindInvalidJSON, "request body is not valid UTF-8 (at byte %d)", i)
-	}
-	if i := LoneSurrogateAt(body); i >= 0 {
-		return errorf(KindInvalidJSON, "request body has a lone surrogate escape (at byte %d); a string must be valid Unicode", i)
+	if err := checkJSONText(body); err != nil {
+		return err
 	}
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
 		return errorf(KindInvalidRequest, "JSON-RPC batches are not supported; send one message per request")
@@ -461,10 +459,5 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, c *Caller) err
 
 // health is public: it tells a load balancer the process is serving.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
-	return s.writeJSON(w, r, http.StatusOK, healthResponse{Status: "ok", Version: s.opts.Version})
-}
-
-type healthResponse struct {
-	Status  string `json:"status"`
-	Version string `json:"version"`
+	return s.writeJSON(w, r, http.StatusOK, wire.Health{Status: "ok", Version: s.opts.Version})
 }

@@ -5,30 +5,10 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
-
-type usageResponse struct {
-	Tenant string      `json:"tenant"`
-	Plan   string      `json:"plan"`
-	Today  usageToday  `json:"today"`
-	Limits usageLimits `json:"limits"`
-}
-
-type usageToday struct {
-	Date           string  `json:"date"`
-	Executions     int64   `json:"executions"`
-	SandboxSeconds float64 `json:"sandbox_seconds"`
-	CPUSeconds     float64 `json:"cpu_seconds"`
-}
-
-type usageLimits struct {
-	ExecutionsPerDay  int64 `json:"executions_per_day"`
-	RequestsPerMinute int64 `json:"requests_per_minute"`
-	MaxTimeoutS       int   `json:"max_timeout_s"`
-	MemoryMB          int64 `json:"memory_mb"`
-}
 
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) error {
 	body, err := usage(r.Context(), s.exec, c)
@@ -39,34 +19,27 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) err
 }
 
 // usage is the body of GET /v1/usage (and of the MCP get_usage tool).
-func usage(ctx context.Context, exec *execution.Service, c *Caller) (usageResponse, error) {
+func usage(ctx context.Context, exec *execution.Service, c *Caller) (wire.Usage, error) {
 	u, day, err := exec.Usage(ctx, *c)
 	if err != nil {
-		return usageResponse{}, err
+		return wire.Usage{}, err
 	}
-	return usageResponse{
+	return wire.Usage{
 		Tenant: c.Key.Tenant,
 		Plan:   c.Key.Plan,
-		Today: usageToday{
+		Today: wire.UsageToday{
 			Date:           day,
 			Executions:     u.Executions,
 			SandboxSeconds: round3(u.SandboxSeconds),
 			CPUSeconds:     round3(u.CPUSeconds),
 		},
-		Limits: usageLimits{
+		Limits: wire.Limits{
 			ExecutionsPerDay:  c.Plan.ExecutionsPerDay,
 			RequestsPerMinute: c.Plan.RequestsPerMinute,
 			MaxTimeoutS:       c.Plan.MaxTimeoutS,
 			MemoryMB:          c.Plan.MemoryMB,
 		},
 	}, nil
-}
-
-type rotateResponse struct {
-	APIKey       string `json:"api_key"`
-	KeyID        string `json:"key_id"`
-	RevokedKeyID string `json:"revoked_key_id"`
-	Plan         string `json:"plan"`
 }
 
 // rotateKey swaps the calling key for a new one in one store transaction,
@@ -86,5 +59,5 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request, c *Caller) er
 	if err != nil {
 		return internal(err)
 	}
-	return s.writeJSON(w, r, http.StatusOK, rotateResponse{APIKey: secret, KeyID: k.ID, RevokedKeyID: c.Key.ID, Plan: k.Plan})
+	return s.writeJSON(w, r, http.StatusOK, wire.KeyRotation{APIKey: secret, KeyID: k.ID, RevokedKeyID: c.Key.ID, Plan: k.Plan})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -191,7 +192,7 @@ func FuzzFilePaths(f *testing.F) {
 	root := filepath.Join(string(filepath.Separator), "work", "code")
 	f.Fuzz(func(t *testing.T, p, q string) {
 		msg := badPath(p)
-		if engErr := engine.CheckFilePath(p); (msg == "") != (engErr == nil) {
+		if engErr := sandbox.CheckFilePath(p); (msg == "") != (engErr == nil) {
 			t.Fatalf("%q: validation says %q, the engine says %v", p, msg, engErr)
 		}
 		if msg == "" {
@@ -249,7 +250,7 @@ func FuzzReturnFiles(f *testing.F) {
 		if !doublestar.ValidatePattern(g) || strings.HasPrefix(g, "/") || len(g) > MaxGlobBytes {
 			t.Fatalf("glob %q accepted", g)
 		}
-		files, _, err := engine.CollectFiles(work, []string{g}, engine.Limits{})
+		files, _, err := sandbox.CollectFiles(work, []string{g}, engine.Limits{})
 		if err != nil {
 			t.Fatalf("collecting %q: %v", g, err)
 		}
