@@ -154,7 +154,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	webHandler := web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger})
+	webHandler := web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger, Accounts: true})
 
 	// Async executions and webhook deliveries go through the durable
 	// queue in the store's database; its workers call the service that
