@@ -295,7 +295,7 @@ func newAPI(cfg config.Config, st store.Store, svc *execution.Service, accounts 
 		PublicURL:  cfg.PublicURL,
 		Version:    version,
 		EdgeSecret: cfg.EdgeSecret,
-		Web:        web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger}),
+		Web:        web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger, Accounts: true}),
 		MCP:        mcpHandler,
 		Metrics:    metrics,
 		Logger:     logger,

@@ -144,6 +144,37 @@ func TestSessionFixationInBrowser(t *testing.T) {
 	b.checkClean()
 }
 
+// checkOperatorOnPhone signs in as the operator on a phone-sized window and
+// checks that every control of the tenant table is inside the window, with
+// nothing to scroll sideways to, and saves a screenshot under
+// VERTAL_SCREENSHOTS.
+func checkOperatorOnPhone(t *testing.T, base, email string) {
+	t.Helper()
+	b := newBrowser(t, 390, 844)
+	b.signIn(base+"/login", email, testPassword)
+	b.do(chromedp.WaitVisible(chromedp.ID("create-key")), chromedp.Navigate(base+"/operator"), chromedp.WaitVisible(chromedp.CSS(`table.keys`)))
+	clipped := eval[[]string](b, `[...document.querySelectorAll('table.keys button, table.keys select')].filter((el) => {
+	  const r = el.getBoundingClientRect(); return r.width < 1 || r.left < 0 || r.right > document.documentElement.clientWidth;
+	}).map((el) => el.id || el.textContent.trim())`)
+	if len(clipped) > 0 {
+		t.Errorf("operator page at 390 px: controls outside the window: %q", clipped)
+	}
+	if over := eval[int](b, `Math.max(...[...document.querySelectorAll('.table-wrap')].map((w) => w.scrollWidth - w.clientWidth), 0)`); over > 0 {
+		t.Errorf("operator page at 390 px: the tenant table scrolls sideways by %d px", over)
+	}
+	if dir := os.Getenv("VERTAL_SCREENSHOTS"); dir != "" {
+		shot, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "accounts", "phone-operator.png")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			_ = os.WriteFile(path, shot, 0o644)
+		}
+	}
+	b.checkClean()
+}
+
 // shootError checks that the page's error is shown styled and fits the
 // window, and saves a screenshot as name under VERTAL_SCREENSHOTS.
 func (b *browser) shootError(name string) {
@@ -360,6 +391,7 @@ func TestDisabledTenantOnPostgresPairInBrowser(t *testing.T) {
 	op.do(chromedp.WaitVisible(chromedp.ID("create-key")), chromedp.Navigate(nodeA+"/operator"), chromedp.WaitVisible(chromedp.CSS(`table.keys`)))
 	tenant := eval[string](op, `[...document.querySelectorAll('table.keys tbody tr')].find(r => r.textContent.includes('ann@example.com')).querySelector('code').textContent`)
 	op.do(chromedp.Click(chromedp.ID("disable-"+tenant)), chromedp.WaitVisible(chromedp.ID("enable-"+tenant)))
+	checkOperatorOnPhone(t, nodeA, "op@example.com")
 
 	user.do(chromedp.Navigate(nodeB + "/dashboard"))
 	if msg := eval[string](user, `document.getElementById('form-error')?.textContent ?? ''`); !strings.Contains(msg, "disabled") {

@@ -1081,12 +1081,64 @@ func takeScreenshots(t *testing.T, dir, url, key string) {
 		}
 		b.do(chromedp.ScrollIntoView(chromedp.ID("error")))
 		save("playground-401", false, "#error", "#error-code", "#error-message")
+		checkLayout(t, b, url, size.name)
 		for _, p := range []string{"docs/", "docs/quickstart", "docs/clients", "docs/architecture", "docs/reference"} {
 			b.open(url + "/" + p)
 			save(strings.ReplaceAll(strings.TrimSuffix(p, "/"), "/", "-"), false, ".site-header", "main h1")
 		}
 		save("docs-reference-full", true, ".site-header", "main h1", "main h2")
 		b.checkClean()
+	}
+}
+
+// brokenWordsJS lists the words of the elements' text that the layout
+// breaks across lines (a word whose box is more than one line).
+const brokenWordsJS = `((sels) => sels.flatMap((sel) => {
+  const el = document.querySelector(sel), out = [];
+  if (!el) return [sel + ': missing'];
+  const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    for (const m of n.data.matchAll(/\S+/g)) {
+      const r = document.createRange();
+      r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].filter((b) => b.width > 0).map((b) => Math.round(b.top)));
+      if (tops.size > 1) out.push(sel + ': ' + m[0]);
+    }
+  }
+  return out;
+}))`
+
+// checkLayout checks what screenshots of the playground showed wrong once:
+// hints broken mid-word, the Run button jumping to another row while a run
+// is under way, and the no-key message out of sight.
+func checkLayout(t *testing.T, b *browser, url, size string) {
+	t.Helper()
+	b.open(url + "/")
+	if broken := eval[[]string](b, brokenWordsJS+`(["#attached", "#editor-hint", ".pg-title"])`); len(broken) > 0 {
+		t.Errorf("%s: words broken across lines: %q", size, broken)
+	}
+	// The run button's box, idle and busy (as setRunning leaves it).
+	box := `(() => { const r = document.getElementById('run').getBoundingClientRect();
+	  return [Math.round(r.top), Math.round(r.left), Math.round(r.width), Math.round(document.querySelector('.toolbar').getBoundingClientRect().height)]; })()`
+	idle := eval[[]int](b, box)
+	busy := eval[[]int](b, `(() => { const run = document.getElementById('run'); run.setAttribute('aria-busy', 'true'); run.disabled = true;
+	  const r = `+box+`; run.setAttribute('aria-busy', 'false'); run.disabled = false; return r; })()`)
+	if fmt.Sprint(idle) != fmt.Sprint(busy) {
+		t.Errorf("%s: the Run button moves when a run starts: [top left width toolbar-height] %v idle, %v busy", size, idle, busy)
+	}
+	// Run with no key: the message is where the focus goes, in sight.
+	_ = eval[bool](b, `(() => { localStorage.clear(); sessionStorage.clear(); return true; })()`)
+	b.open(url + "/")
+	b.do(chromedp.Click(chromedp.ID("run")))
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.getElementById('error').hidden === false`, chromedp.WithPollingTimeout(5*time.Second))); err != nil {
+		t.Fatalf("%s: no error after Run without a key: %v", size, err)
+	}
+	inView := `(() => { for (const el of document.querySelectorAll('#key-status, #error')) {
+	  const r = el.getBoundingClientRect();
+	  if (el.textContent.includes('Paste an API key') && r.height > 0 && r.top >= 0 && r.bottom <= innerHeight) return true; }
+	  return false; })()`
+	if !eval[bool](b, inView) {
+		t.Errorf("%s: after Run without a key, the message is not in the window", size)
 	}
 }
 

@@ -67,6 +67,11 @@ type Options struct {
 	// Logger receives rendering problems (e.g. an OpenAPI document that does
 	// not parse). Nil discards them.
 	Logger *slog.Logger
+	// Accounts says the server has accounts (sign-up, sign-in, dashboard):
+	// the header of the playground and the docs then links to them. The
+	// pages are rendered once, so the link cannot know who is signed in; it
+	// goes to /login, which sends a signed-in browser on to /dashboard.
+	Accounts bool
 }
 
 // DefaultRepoURL is the project's public repository.
@@ -334,6 +339,7 @@ type pageData struct {
 	Nav      []*page
 	Page     *page
 	HasDocs  bool
+	Accounts bool
 	Starters []starter
 }
 
@@ -355,7 +361,7 @@ func (s *site) data(section, title string) pageData {
 	return pageData{
 		Title: title, Section: section, Version: s.opts.Version, APIBase: s.opts.APIBase,
 		RepoURL: s.opts.RepoURL, Nav: s.nav, HasDocs: len(s.nav) > 0,
-		Starters: starters,
+		Accounts: s.opts.Accounts, Starters: starters,
 	}
 }
 

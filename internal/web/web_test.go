@@ -242,6 +242,21 @@ func TestAPIBase(t *testing.T) {
 	}
 }
 
+// TestAccountLink: with accounts, the playground and every docs page link
+// to the account pages; without, none does.
+func TestAccountLink(t *testing.T) {
+	const link = `<a href="/login">Account</a>`
+	for _, accounts := range []bool{true, false} {
+		h := Handler(Options{Docs: testDocs(), Accounts: accounts})
+		for _, path := range []string{"/", "/docs/"} {
+			_, body := get(t, h, "GET", path)
+			if got := strings.Contains(body, link); got != accounts {
+				t.Errorf("accounts %v: %s has the account link: %v", accounts, path, got)
+			}
+		}
+	}
+}
+
 // TestEmbeddedDocsLinks renders the repository's docs and follows every
 // link between pages: the page must exist and so must the anchor. The
 // reference page is the API's own document, as the server serves it, so

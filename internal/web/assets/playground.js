@@ -432,11 +432,15 @@
     if (!key && !session) {
       showError({ status: 0, code: 'missing_key', message: 'Paste an API key first. It starts with kubo_sk_.' },
         'vertal serve --dev prints one on first start; operators create keys with vertal create-key.');
+      // The focus goes to the key field, so say it there too: on a phone
+      // the result card is a screen further down.
+      setKeyStatus('Paste an API key first. It starts with kubo_sk_.', 'bad');
       els.key.focus();
       return;
     }
     if (key && !validKeyChars(key)) {
       showError({ status: 0, code: 'invalid_key', message: 'The key contains spaces or characters a key never has.' });
+      setKeyStatus('The key contains spaces or characters a key never has.', 'bad');
       els.key.focus();
       return;
     }
