@@ -117,6 +117,11 @@ func decodeRequest(body []byte, v any, tooLarge *Error) error {
 	case err != nil:
 		return errorf(KindInvalidJSON, "request body is not valid JSON")
 	}
+	// null unmarshals into a struct as nothing at all; a request is an
+	// object (the fuzz target FuzzDecodeExecutionBody found it).
+	if val.Kind() != '{' {
+		return errorf(KindInvalidRequest, "request body must be a JSON object")
+	}
 	// Then in two passes, so that the problem named is the one it always
 	// was: first the values' types and the unknown fields, with names
 	// matched in any case and repeats let through; then the names exactly
