@@ -97,9 +97,15 @@ func listenOperatorSocket(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	// Nobody answers on it (checked above): a crashed server's file.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	// Nobody answers on it (checked above): a crashed server's socket.
+	// Anything else at that path is not ours to remove.
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket; not replacing it", path)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {

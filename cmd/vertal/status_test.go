@@ -227,3 +227,18 @@ func TestDescribeStoreHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorSocketLeavesForeignFiles: a file at the socket's path that is
+// not a socket stays as it was; the server only goes without the socket.
+func TestOperatorSocketLeavesForeignFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "vertal.sock")
+	if err := os.WriteFile(path, []byte("the operator's file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := serveOperatorSocket(dir, serverSettings{}, slog.New(slog.DiscardHandler))
+	stop()
+	if b, err := os.ReadFile(path); err != nil || string(b) != "the operator's file" {
+		t.Errorf("the file at the socket's path after serve: %q, %v", b, err)
+	}
+}

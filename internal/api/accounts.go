@@ -243,7 +243,14 @@ func (s *Server) signedIn(h pageHandler) handlerFunc {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
 			return nil
 		}
-		authenticatedConn(r.Context())
+		// Only an account that could run code leaves the unauthenticated
+		// connection caps: a sign-up whose email was never verified, or a
+		// disabled tenant, holds its connection as anyone without a key.
+		if !se.account.VerifiedAt.IsZero() {
+			if t, err := s.store.Tenant(r.Context(), se.account.Tenant); err == nil && !t.Disabled {
+				authenticatedConn(r.Context())
+			}
+		}
 		return h(w, r, se)
 	})
 }

@@ -73,14 +73,23 @@ type ConnLimiter struct {
 	refused    int                             // since the last log line
 	evicted    int                             // since the last log line
 	lastLogged time.Time                       // of a refusal or eviction
+	// stall is how long an unauthenticated connection's request may run
+	// before the connection may be taken for a newcomer anyway: a form
+	// whose body never comes (POST /login with a Content-Length it never
+	// sends) must not hold its place until the read timeout.
+	stall time.Duration
 }
+
+// unauthStall is ConnLimiter.stall: unauthenticated requests (pages,
+// sign-in forms, /health) answer in well under it.
+const unauthStall = 5 * time.Second
 
 // NewConnLimiter returns a limiter for o.
 func NewConnLimiter(o ConnLimits) *ConnLimiter {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &ConnLimiter{o: o, byAddr: map[netip.Addr]int{}, byPrefix: map[netip.Prefix][]*limitedConn{}, refusing: make(chan struct{}, maxRefusing)}
+	return &ConnLimiter{o: o, byAddr: map[netip.Addr]int{}, byPrefix: map[netip.Prefix][]*limitedConn{}, refusing: make(chan struct{}, maxRefusing), stall: unauthStall}
 }
 
 // LimitListener wraps ln so that a connection over the limits is answered
@@ -113,6 +122,9 @@ func (l *ConnLimiter) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(connKey{}).(*limitedConn); ok {
 			l.mu.Lock()
+			if c.busy == 0 {
+				c.busySince = time.Now()
+			}
 			c.busy++
 			l.mu.Unlock()
 			defer func() {
@@ -247,7 +259,8 @@ func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn)
 // idle is the unauthenticated connection of p to close for a newcomer,
 // or nil: one not running a request, from the address of p holding the
 // most, the oldest of those. So the neighbours of a flood in its prefix
-// keep their few connections while the flood's addresses hold more.
+// keep their few connections while the flood's addresses hold more. With
+// none idle, the one whose request has run longest past stall.
 func (l *ConnLimiter) idle(p netip.Prefix) *limitedConn {
 	cs := l.byPrefix[p]
 	held := make(map[netip.Addr]int, len(cs))
@@ -257,6 +270,17 @@ func (l *ConnLimiter) idle(p netip.Prefix) *limitedConn {
 	var v *limitedConn
 	for _, c := range cs { // oldest first
 		if c.busy == 0 && (v == nil || held[c.addr] > held[v.addr]) {
+			v = c
+		}
+	}
+	if v != nil {
+		return v
+	}
+	// None idle: a request that has run past stall without passing a
+	// check is a stalled form or page, not an answer under way.
+	now := time.Now()
+	for _, c := range cs {
+		if now.Sub(c.busySince) >= l.stall && (v == nil || c.busySince.Before(v.busySince)) {
 			v = c
 		}
 	}
@@ -373,7 +397,9 @@ type limitedConn struct {
 	counted bool   // holds its places
 	authed  bool   // out of the unauthenticated caps
 	busy    int    // requests running on it
-	once    sync.Once
+	// busySince is when its running requests began (busy went from 0).
+	busySince time.Time
+	once      sync.Once
 }
 
 func (c *limitedConn) Close() error {

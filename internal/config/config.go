@@ -245,7 +245,8 @@ func (c Config) WebhookAllow() ([]netip.Prefix, error) { return parseCIDRs(c.Web
 // Proxies parses ProxyCIDRs.
 func (c Config) Proxies() ([]netip.Prefix, error) { return parseCIDRs(c.ProxyCIDRs) }
 
-// parseCIDRs reads ranges, a bare address being its own range.
+// parseCIDRs reads ranges, a bare address being its own range and an
+// IPv4-mapped IPv6 range the IPv4 range it maps.
 func parseCIDRs(list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range list {
@@ -256,6 +257,10 @@ func parseCIDRs(list []string) ([]netip.Prefix, error) {
 			} else {
 				return nil, fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8 or an address", s)
 			}
+		}
+		// ::ffff:10.0.0.1 is the IPv4 address that peers are matched as.
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 		}
 		out = append(out, p.Masked())
 	}

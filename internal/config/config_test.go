@@ -318,3 +318,22 @@ func TestUnauthConnLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestProxiesUnmapped: a proxy given as an IPv4-mapped IPv6 address is the
+// IPv4 address that its connections are matched as.
+func TestProxiesUnmapped(t *testing.T) {
+	c := Default()
+	c.ProxyCIDRs = []string{"::ffff:10.0.0.1", "::ffff:192.168.0.0/112", "2001:db8::/32"}
+	got, err := c.Proxies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.1/32", "192.168.0.0/16", "2001:db8::/32"}
+	var s []string
+	for _, p := range got {
+		s = append(s, p.String())
+	}
+	if strings.Join(s, " ") != strings.Join(want, " ") {
+		t.Errorf("Proxies() = %v, want %v", got, want)
+	}
+}
