@@ -112,12 +112,19 @@ func TestWarmPoolAfterImageSwitchE2E(t *testing.T) {
 	needE2E(t)
 	imagesDir, dir := newLiveImage(t)
 	p := startServer(t, t.TempDir(), nil, "--dev", "--image", "live="+dir, "--metrics-addr", "127.0.0.1:0", "--pool-min", "1", "--pool-max", "2")
+	// The server logs the metrics address before it says it listens, but
+	// its stderr is copied here on its own: wait for the line.
 	var addr string
-	for _, l := range strings.Split(p.stderr.String(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics listening" {
-			addr, _ = m["addr"].(string)
+	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, l := range strings.Split(p.stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics listening" {
+				addr, _ = m["addr"].(string)
+			}
 		}
+	}
+	if addr == "" {
+		t.Fatal("the server never logged its metrics address")
 	}
 	metric := func(name string) float64 {
 		t.Helper()

@@ -669,11 +669,11 @@ func TestEngineAppliesPolicy(t *testing.T) {
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			d := newTestDriver(t, rt)
-			spec := engine.Spec{ID: newID(t), Language: languages["bash"], Code: "sleep 600", Timeout: time.Minute}
+			spec := enginetest.Complete(engine.Spec{ID: newID(t), Language: languages["bash"], Code: "sleep 600", Timeout: time.Minute})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				_, err := d.Run(ctx, enginetest.Complete(spec))
+				_, err := d.Run(ctx, spec)
 				done <- err
 			}()
 			defer func() {

@@ -170,7 +170,7 @@ func TestWarmUnsupportedLanguage(t *testing.T) {
 	_, p := warmDriver(t)
 	lang := warmLang("bash")
 	lang.Command = []string{"perl"}
-	_, err := p.Prestart(context.Background(), lang, engine.Limits{})
+	_, err := p.Prestart(context.Background(), lang, engine.DefaultLimits(engine.DefaultTimeout))
 	if !errors.Is(err, pool.ErrUnsupported) {
 		t.Errorf("Prestart(perl) = %v; want ErrUnsupported", err)
 	}
