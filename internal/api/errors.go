@@ -35,6 +35,9 @@ const (
 	KindOverloaded            = execution.KindOverloaded
 	KindUnavailable           = execution.KindUnavailable
 	KindTooManyKeys           = execution.KindTooManyKeys
+	KindSandboxNotRunning     = execution.KindSandboxNotRunning
+	KindProcessFinished       = execution.KindProcessFinished
+	KindSandboxLimit          = execution.KindSandboxLimit
 )
 
 type kindInfo struct {
@@ -65,10 +68,13 @@ var kinds = map[Kind]kindInfo{
 	KindOverloaded:            {http.StatusServiceUnavailable, "overloaded"},
 	KindUnavailable:           {http.StatusServiceUnavailable, "unavailable"},
 	KindTooManyKeys:           {http.StatusConflict, "too_many_keys"},
+	KindSandboxNotRunning:     {http.StatusConflict, "sandbox_not_running"},
+	KindProcessFinished:       {http.StatusConflict, "process_finished"},
+	KindSandboxLimit:          {http.StatusTooManyRequests, "sandbox_limit"},
 }
 
 // lastKind is the highest kind, for the test that keeps kinds complete.
-const lastKind = KindTooManyKeys
+const lastKind = KindSandboxLimit
 
 // kindStatus is the HTTP status of k.
 func kindStatus(k Kind) int { return kinds[k].status }

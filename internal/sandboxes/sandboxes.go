@@ -1,0 +1,256 @@
+// Package sandboxes serves sandboxes that stay: one sandbox (sbx_…)
+// across many calls, with commands, files, pause and resume. It keeps the
+// record in the store, holds the node's live sandboxes (engine.Live, with
+// an agent.Client each), ends them at their expiry, saves a paused one's
+// home under the data dir, and meters their time.
+//
+// THIS FILE IS THE CONTRACT the API is written against; the
+// implementation replaces the bodies. Every method reports failures as
+// *execution.Error (kinds from execution/errors.go): KindNotFound for a
+// sandbox, process or path the caller cannot see (another tenant's
+// sandbox is not found, never forbidden), KindSandboxNotRunning for a
+// call that needs a running sandbox on an ended one (a paused one is
+// resumed first, transparently), KindProcessFinished, KindSandboxLimit,
+// KindPayloadTooLarge, KindInvalidRequest.
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+)
+
+// Status of a sandbox.
+type Status string
+
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusEnded   Status = "ended"
+)
+
+// Reasons an ended sandbox keeps.
+const (
+	ReasonKilled   = "killed"    // DELETE, or the tenant's key revoked
+	ReasonExpired  = "expired"   // expires_at passed with on_timeout kill
+	ReasonError    = "error"     // the platform failed; Message says how
+	ReasonNodeLost = "node_lost" // its node died or restarted without pausing it
+)
+
+// Limits are a sandbox's resources as the client sees them.
+type Limits struct {
+	MemoryMB      int64   `json:"memory_mb"`
+	CPUs          float64 `json:"cpus"`
+	Pids          int64   `json:"pids"`
+	HomeMB        int64   `json:"home_mb"`
+	TmpMB         int64   `json:"tmp_mb"`
+	OutputBytes   int     `json:"output_bytes"` // per stream, per foreground command
+	MaxLifetimeS  int     `json:"max_lifetime_s"`
+	MaxFileMB     int64   `json:"max_file_mb"` // one upload or download
+	FileSizeBytes int64   `json:"file_size_bytes"`
+}
+
+// Sandbox is the record of one sandbox.
+type Sandbox struct {
+	ID           string            `json:"id"`
+	Status       Status            `json:"status"`
+	Reason       string            `json:"reason,omitempty"`  // when ended
+	Message      string            `json:"message,omitempty"` // for ReasonError
+	Image        string            `json:"image"`
+	ImageVersion string            `json:"image_version"`
+	CreatedAt    time.Time         `json:"created_at"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	EndedAt      *time.Time        `json:"ended_at,omitempty"`
+	OnTimeout    string            `json:"on_timeout"` // "kill" or "pause"
+	Limits       Limits            `json:"limits"`
+	Metadata     map[string]string `json:"metadata"`
+	// Usage so far: wall time alive (running, not paused) and CPU.
+	AliveSeconds float64 `json:"alive_seconds"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+}
+
+// File is one file of CreateRequest, placed under the home directory.
+type File struct {
+	Path    string // relative to engine.HomeDir
+	Content []byte
+	Mode    fs.FileMode // 0 means 0644
+}
+
+// CreateRequest is POST /v1/sandboxes.
+type CreateRequest struct {
+	Image     string // "" is the default image
+	TimeoutS  int    // 0 is the default (5 min, capped by the plan's lifetime)
+	Env       map[string]string
+	Metadata  map[string]string
+	Files     []File
+	OnTimeout string // "" is "kill"
+}
+
+// ListRequest is GET /v1/sandboxes.
+type ListRequest struct {
+	Status   Status            // "" is any
+	Metadata map[string]string // every pair must match
+	Limit    int               // 0 is 50; at most 100
+	Cursor   string            // from the previous page's Next
+}
+
+// Page is one page of sandboxes, newest first.
+type Page struct {
+	Sandboxes []Sandbox
+	Next      string // "" on the last page
+}
+
+// CommandRequest is POST /v1/sandboxes/{id}/commands.
+type CommandRequest struct {
+	Cmd        string   // a shell line (run by /bin/sh -c), or
+	Argv       []string // an argv; exactly one of them
+	Cwd        string   // default engine.HomeDir
+	Env        map[string]string
+	Stdin      string // written, then stdin closed (foreground); kept open if Background and empty
+	TimeoutS   int    // foreground: 0 is the plan's default timeout; background: 0 is until the sandbox ends
+	Background bool
+}
+
+// CommandResult is a foreground command's outcome, shaped as an
+// execution's.
+type CommandResult struct {
+	PID        int     `json:"pid"`
+	Status     string  `json:"status"` // succeeded, failed, timed_out, memory_exceeded
+	Stdout     string  `json:"stdout"`
+	Stderr     string  `json:"stderr"`
+	ExitCode   int     `json:"exit_code"`
+	DurationMS int64   `json:"duration_ms"`
+	Truncated  bool    `json:"truncated"`
+	CPUSeconds float64 `json:"cpu_seconds"` // the sandbox's CPU during the command
+}
+
+// Command is one command of a sandbox, running or finished.
+type Command struct {
+	PID       int        `json:"pid"`
+	Cmd       string     `json:"cmd,omitempty"`
+	Argv      []string   `json:"argv,omitempty"`
+	Running   bool       `json:"running"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+}
+
+// Event is one event of a command, for SSE: "stdout", "stderr" (Data),
+// then "exit" (ExitCode). Seq numbers a command's events from 1, for
+// Last-Event-ID.
+type Event struct {
+	Seq      int64  `json:"-"`
+	Type     string `json:"-"`
+	Data     string `json:"data,omitempty"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// FileInfo is one entry of a listing or the answer to an upload.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"` // file, dir, symlink, other
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"` // octal permission bits, e.g. "0644"
+	ModTime time.Time `json:"mtime"`
+}
+
+// Usage is a tenant's sandbox time for GET /v1/usage, today (UTC).
+type Usage struct {
+	SandboxSeconds    float64 `json:"sandbox_seconds"`
+	SandboxCPUSeconds float64 `json:"sandbox_cpu_seconds"`
+	Running           int     `json:"running"`
+	Paused            int     `json:"paused"`
+}
+
+var errContract = errors.New("sandboxes: not implemented")
+
+// Service serves sandboxes. It is safe for concurrent use.
+type Service struct{}
+
+func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string, r CreateRequest) (Sandbox, error) {
+	return Sandbox{}, errContract
+}
+func (s *Service) Get(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
+	return Sandbox{}, errContract
+}
+func (s *Service) List(ctx context.Context, c execution.Caller, r ListRequest) (Page, error) {
+	return Page{}, errContract
+}
+
+// Kill ends a sandbox (reason killed) and deletes its saved files; the
+// record stays readable for the retention period.
+func (s *Service) Kill(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
+	return Sandbox{}, errContract
+}
+
+// SetTimeout sets expires_at to now+timeout, refused beyond the plan's
+// maximum lifetime (counted from created_at).
+func (s *Service) SetTimeout(ctx context.Context, c execution.Caller, id string, timeout time.Duration) (Sandbox, error) {
+	return Sandbox{}, errContract
+}
+func (s *Service) Pause(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
+	return Sandbox{}, errContract
+}
+func (s *Service) Resume(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
+	return Sandbox{}, errContract
+}
+
+// Run runs a foreground command; onEvent, if set, gets its events as they
+// come (for SSE) before Run returns the result.
+func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r CommandRequest, onEvent func(Event)) (CommandResult, error) {
+	return CommandResult{}, errContract
+}
+
+// StartCommand starts a background command and answers at once.
+func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id string, r CommandRequest) (Command, error) {
+	return Command{}, errContract
+}
+func (s *Service) Commands(ctx context.Context, c execution.Caller, id string) ([]Command, error) {
+	return nil, errContract
+}
+func (s *Service) SendStdin(ctx context.Context, c execution.Caller, id string, pid int, data []byte, eof bool) error {
+	return errContract
+}
+
+// Signal sends a signal by name: TERM, KILL, INT, HUP, QUIT, USR1, USR2,
+// STOP, CONT.
+func (s *Service) Signal(ctx context.Context, c execution.Caller, id string, pid int, signal string) error {
+	return errContract
+}
+
+// Events replays a command's events after seq, then follows them until
+// its exit event or ctx ends; fn's error stops it.
+func (s *Service) Events(ctx context.Context, c execution.Caller, id string, pid int, after int64, fn func(Event) error) error {
+	return errContract
+}
+
+// Stat describes a path inside the sandbox.
+func (s *Service) Stat(ctx context.Context, c execution.Caller, id, path string) (FileInfo, error) {
+	return FileInfo{}, errContract
+}
+func (s *Service) ListDir(ctx context.Context, c execution.Caller, id, path string) ([]FileInfo, error) {
+	return nil, errContract
+}
+func (s *Service) ReadFile(ctx context.Context, c execution.Caller, id, path string, w io.Writer) (int64, error) {
+	return 0, errContract
+}
+func (s *Service) WriteFile(ctx context.Context, c execution.Caller, id, path string, r io.Reader) (FileInfo, error) {
+	return FileInfo{}, errContract
+}
+func (s *Service) Remove(ctx context.Context, c execution.Caller, id, path string) error {
+	return errContract
+}
+func (s *Service) Mkdir(ctx context.Context, c execution.Caller, id, path string) (FileInfo, error) {
+	return FileInfo{}, errContract
+}
+func (s *Service) Move(ctx context.Context, c execution.Caller, id, from, to string) (FileInfo, error) {
+	return FileInfo{}, errContract
+}
+func (s *Service) Usage(ctx context.Context, c execution.Caller) (Usage, error) {
+	return Usage{}, errContract
+}
