@@ -163,6 +163,8 @@ log "using $(go version) from $go_bin"
 log "building vertal"
 mkdir -p bin
 go build -o bin/vertal ./cmd/vertal
+# The agent that sandboxes that stay run: static, so it runs on any image.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/vertal-agent ./cmd/vertal-agent
 
 
 image_dir=${VERTAL_IMAGE_DIR:-/var/lib/vertal/images/default}

@@ -60,6 +60,14 @@ func vertalBinary(t *testing.T) string {
 		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		// The agent of sandboxes that stay, next to vertal, where serve
+		// looks for it.
+		agent := exec.Command("go", "build", "-o", filepath.Join(dir, agentBinary), "../vertal-agent")
+		agent.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := agent.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build vertal-agent: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -159,6 +159,10 @@ type Config struct {
 	// per server under StateDir/<driver>, so servers may share it. It
 	// should be a tmpfs (/run): nothing in it outlives a reboot.
 	StateDir string `json:"state_dir"`
+	// SandboxAgent is the agent binary that sandboxes that stay run
+	// (cmd/vertal-agent, static); empty: vertal-agent next to the vertal
+	// executable, then on PATH.
+	SandboxAgent string `json:"sandbox_agent"`
 	// DatabaseURL, when it is a postgres:// URL, selects PostgreSQL instead
 	// of SQLite at DataDir/vertal.db.
 	DatabaseURL string `json:"database_url"`

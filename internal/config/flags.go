@@ -134,6 +134,8 @@ var settings = []setting{
 		set: str(func(c *Config) *string { return &c.DataDir })},
 	{name: "state-dir", env: "VERTAL_STATE_DIR", usage: "directory for sandbox runtime state, best on a tmpfs; each server locks its own instance directory in it", def: func(c Config) string { return c.StateDir },
 		set: str(func(c *Config) *string { return &c.StateDir })},
+	{name: "sandbox-agent", env: "VERTAL_SANDBOX_AGENT", usage: "the agent binary that sandboxes that stay run (built from cmd/vertal-agent)", derived: "vertal-agent next to this executable, else on PATH",
+		set: str(func(c *Config) *string { return &c.SandboxAgent })},
 	{name: "database-url", env: "VERTAL_DATABASE_URL", usage: "postgres://... to share one PostgreSQL database between nodes", derived: "SQLite in data-dir",
 		set: str(func(c *Config) *string { return &c.DatabaseURL })},
 	{name: "metrics-addr", env: "VERTAL_METRICS_ADDR", usage: "host:port for Prometheus /metrics", derived: "off",

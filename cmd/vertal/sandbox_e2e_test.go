@@ -1,0 +1,288 @@
+package main
+
+// End-to-end tests of sandboxes that stay, through a real `vertal serve`
+// with its default driver: state across commands, files, the attacks on
+// the files API, another tenant, pause and resume, expiry with the server
+// SIGKILLed, and what a restart leaves.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// sbxCall is call against /v1/sandboxes/{id}/rest.
+func sbxCall(t *testing.T, p *serverProc, key, method, id, rest string, body any) httpResult {
+	t.Helper()
+	u := p.url + "/v1/sandboxes"
+	if id != "" {
+		u += "/" + id
+	}
+	return call(t, method, u+rest, key, body, nil)
+}
+
+// sbxRaw sends a raw body (or none) and returns status and raw answer.
+func sbxRaw(t *testing.T, p *serverProc, key, method, id, path string, body []byte) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, p.url+"/v1/sandboxes/"+id+"/files?path="+url.QueryEscape(path), rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return res.StatusCode, raw
+}
+
+// sbxRun runs a foreground shell line and fails the test unless it
+// answered 200.
+func sbxRun(t *testing.T, p *serverProc, key, id, cmd string) map[string]any {
+	t.Helper()
+	r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": cmd})
+	if r.status != 200 {
+		t.Fatalf("command %q: %d %s", cmd, r.status, r.raw)
+	}
+	return r.body
+}
+
+func createSandbox(t *testing.T, p *serverProc, key string, body map[string]any) string {
+	t.Helper()
+	r := sbxCall(t, p, key, "POST", "", "", body)
+	if r.status != 201 || r.body["status"] != "running" || !strings.HasPrefix(r.body["id"].(string), "sbx_") {
+		t.Fatalf("create: %d %s", r.status, r.raw)
+	}
+	return r.body["id"].(string)
+}
+
+func TestSandboxE2E(t *testing.T) {
+	needE2E(t)
+	dataDir := t.TempDir()
+	p := startServer(t, dataDir, nil)
+	key, other := tenantKey(t, p, "agent-author", "pro"), tenantKey(t, p, "someone-else", "pro")
+	id := createSandbox(t, p, key, map[string]any{"timeout_s": 300, "metadata": map[string]string{"step": "one"}})
+
+	t.Run("StateAcrossCommands", func(t *testing.T) {
+		sbxRun(t, p, key, id, "echo remembered > note.txt; pwd > where.txt")
+		out := sbxRun(t, p, key, id, "cat note.txt where.txt; id -u")
+		lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n")
+		if len(lines) != 3 || lines[0] != "remembered" || lines[1] != "/home/user" || lines[2] == "0" {
+			t.Fatalf("stdout %q", out["stdout"])
+		}
+		if out["exit_code"] != 0.0 {
+			t.Fatalf("exit %v", out)
+		}
+		fail := sbxRun(t, p, key, id, "echo oops >&2; exit 3")
+		if fail["exit_code"] != 3.0 || fail["stderr"] != "oops\n" {
+			t.Fatalf("failing command %v", fail)
+		}
+	})
+
+	t.Run("Stdin", func(t *testing.T) {
+		r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": "tr a-z A-Z", "stdin": "judge input\n"})
+		if r.status != 200 || r.body["stdout"] != "JUDGE INPUT\n" {
+			t.Fatalf("%d %s", r.status, r.raw)
+		}
+	})
+
+	t.Run("BackgroundProcessStays", func(t *testing.T) {
+		r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": "sleep 120", "background": true})
+		if r.status/100 != 2 {
+			t.Fatalf("background: %d %s", r.status, r.raw)
+		}
+		pid := int(r.body["pid"].(float64))
+		l := sbxCall(t, p, key, "GET", id, "/commands", nil)
+		if l.status != 200 || !strings.Contains(l.raw, `"running":true`) {
+			t.Fatalf("list: %d %s", l.status, l.raw)
+		}
+		s := sbxCall(t, p, key, "POST", id, "/commands/"+strconv.Itoa(pid)+"/signal", map[string]any{"signal": "KILL"})
+		if s.status/100 != 2 {
+			t.Fatalf("signal: %d %s", s.status, s.raw)
+		}
+		waitFor(t, func() bool {
+			l := sbxCall(t, p, key, "GET", id, "/commands", nil)
+			return !strings.Contains(l.raw, `"running":true`)
+		})
+		again := sbxCall(t, p, key, "POST", id, "/commands/"+strconv.Itoa(pid)+"/signal", map[string]any{"signal": "KILL"})
+		if again.status != 409 || again.code() != "process_finished" {
+			t.Fatalf("signal to a finished pid: %d %s", again.status, again.raw)
+		}
+	})
+
+	data := make([]byte, 200<<10)
+	_, _ = rand.Read(data)
+	t.Run("Files", func(t *testing.T) {
+		if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/deep/dir/data.bin", data); st/100 != 2 {
+			t.Fatalf("upload: %d %s", st, raw)
+		}
+		st, got := sbxRaw(t, p, key, "GET", id, "/home/user/deep/dir/data.bin", nil)
+		if st != 200 || !bytes.Equal(got, data) {
+			t.Fatalf("download: %d, %d bytes, equal %v", st, len(got), bytes.Equal(got, data))
+		}
+		st, listing := sbxRaw(t, p, key, "GET", id, "/home/user/deep/dir", nil)
+		if st != 200 || !strings.Contains(string(listing), `"data.bin"`) {
+			t.Fatalf("listing: %d %s", st, listing)
+		}
+		// The code sees what the API wrote, as the sandbox's user.
+		out := sbxRun(t, p, key, id, "stat -c '%s %U' deep/dir/data.bin")
+		if !strings.HasPrefix(out["stdout"].(string), "204800 ") || strings.Contains(out["stdout"].(string), "root") {
+			t.Fatalf("stat: %q", out["stdout"])
+		}
+		if st, raw := sbxRaw(t, p, key, "DELETE", id, "/home/user/deep", nil); st/100 != 2 {
+			t.Fatalf("delete: %d %s", st, raw)
+		}
+		if st, _ := sbxRaw(t, p, key, "GET", id, "/home/user/deep/dir/data.bin", nil); st != 404 {
+			t.Fatalf("after delete: %d", st)
+		}
+	})
+
+	t.Run("FilesNeverReachTheHost", func(t *testing.T) {
+		secret := []byte("host secret " + id)
+		hostFile := filepath.Join(dataDir, "host-secret.txt")
+		if err := os.WriteFile(hostFile, secret, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sbxRun(t, p, key, id, "ln -sf "+hostFile+" planted; ln -sf /etc/shadow shadow; ln -sf / root; mkfifo fifo")
+		for _, path := range []string{"/home/user/planted", hostFile, "/home/user/root" + hostFile, "/home/user/../../.." + hostFile} {
+			st, got := sbxRaw(t, p, key, "GET", id, path, nil)
+			if bytes.Contains(got, secret) || st == 200 {
+				t.Errorf("GET %s: %d %q", path, st, got)
+			}
+		}
+		for _, path := range []string{"/home/user/shadow", "/etc/shadow"} {
+			st, got := sbxRaw(t, p, key, "GET", id, path, nil)
+			if st == 200 || bytes.Contains(got, []byte("root:")) {
+				t.Errorf("GET %s: %d %q", path, st, got)
+			}
+		}
+		if st, _ := sbxRaw(t, p, key, "GET", id, "/home/user/fifo", nil); st/100 != 4 {
+			t.Errorf("GET a FIFO: %d", st)
+		}
+		// The root filesystem stays read-only through the API too, and a
+		// write through a planted link lands nowhere on the host.
+		if st, _ := sbxRaw(t, p, key, "PUT", id, "/etc/passwd", []byte("x")); st/100 != 4 {
+			t.Errorf("PUT /etc/passwd: %d", st)
+		}
+		if st, _ := sbxRaw(t, p, key, "PUT", id, "/home/user/planted", []byte("overwritten")); st == 200 || st == 201 {
+			if b, _ := os.ReadFile(hostFile); !bytes.Equal(b, secret) {
+				t.Errorf("a write through a planted link changed the host file: %q", b)
+			}
+		}
+	})
+
+	t.Run("AnotherTenantSeesNothing", func(t *testing.T) {
+		for _, c := range []struct{ method, rest string }{
+			{"GET", ""}, {"DELETE", ""}, {"POST", "/pause"}, {"POST", "/resume"}, {"POST", "/timeout"},
+			{"POST", "/commands"}, {"GET", "/commands"},
+		} {
+			var body any
+			if c.method == "POST" {
+				body = map[string]any{"cmd": "id", "timeout_s": 60}
+			}
+			if r := sbxCall(t, p, other, c.method, id, c.rest, body); r.status != 404 || r.code() != "not_found" {
+				t.Errorf("%s %s as another tenant: %d %s", c.method, c.rest, r.status, r.raw)
+			}
+		}
+		if st, _ := sbxRaw(t, p, other, "GET", id, "/home/user/note.txt", nil); st != 404 {
+			t.Errorf("files as another tenant: %d", st)
+		}
+		if l := sbxCall(t, p, other, "GET", "", "", nil); l.status != 200 || strings.Contains(l.raw, id) {
+			t.Errorf("list as another tenant: %d %s", l.status, l.raw)
+		}
+	})
+
+	t.Run("PauseResumeKeepsFiles", func(t *testing.T) {
+		if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/keep.bin", data); st/100 != 2 {
+			t.Fatalf("upload: %d %s", st, raw)
+		}
+		if r := sbxCall(t, p, key, "POST", id, "/pause", nil); r.status != 200 || r.body["status"] != "paused" {
+			t.Fatalf("pause: %d %s", r.status, r.raw)
+		}
+		if r := sbxCall(t, p, key, "GET", id, "", nil); r.body["status"] != "paused" {
+			t.Fatalf("get after pause: %s", r.raw)
+		}
+		if r := sbxCall(t, p, key, "POST", id, "/resume", nil); r.status != 200 || r.body["status"] != "running" {
+			t.Fatalf("resume: %d %s", r.status, r.raw)
+		}
+		st, got := sbxRaw(t, p, key, "GET", id, "/home/user/keep.bin", nil)
+		if st != 200 || !bytes.Equal(got, data) {
+			t.Fatalf("after resume: %d, equal %v", st, bytes.Equal(got, data))
+		}
+		// A command to a paused sandbox resumes it.
+		sbxCall(t, p, key, "POST", id, "/pause", nil)
+		if out := sbxRun(t, p, key, id, "cat note.txt"); out["stdout"] != "remembered\n" {
+			t.Fatalf("command on a paused sandbox: %v", out)
+		}
+	})
+
+	t.Run("Kill", func(t *testing.T) {
+		if r := sbxCall(t, p, key, "DELETE", id, "", nil); r.status != 200 || r.body["status"] != "ended" || r.body["reason"] != "killed" {
+			t.Fatalf("delete: %d %s", r.status, r.raw)
+		}
+		if r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": "true"}); r.status != 409 || r.code() != "sandbox_not_running" {
+			t.Fatalf("command on an ended sandbox: %d %s", r.status, r.raw)
+		}
+		if r := sbxCall(t, p, key, "GET", id, "", nil); r.status != 200 || r.body["status"] != "ended" {
+			t.Fatalf("an ended sandbox stays readable: %d %s", r.status, r.raw)
+		}
+	})
+}
+
+// TestSandboxServerKilledE2E: a sandbox's own deadline ends it when the
+// server that started it was SIGKILLed, and the restarted server reports
+// it ended and leaves nothing behind.
+func TestSandboxServerKilledE2E(t *testing.T) {
+	needE2E(t)
+	dataDir := t.TempDir()
+	p := startServer(t, dataDir, nil)
+	key := tenantKey(t, p, "agent-author", "pro")
+	id := createSandbox(t, p, key, map[string]any{"timeout_s": 300})
+	marker := "sleep 4242"
+	if r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": marker, "background": true}); r.status/100 != 2 {
+		t.Fatalf("background: %d %s", r.status, r.raw)
+	}
+	if !processRunning(marker) {
+		t.Fatal("the background command is not running on the host")
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	p.exited <- nil
+	waitFor(t, func() bool { return !processRunning(marker) })
+
+	q := startServer(t, dataDir, nil)
+	r := sbxCall(t, q, key, "GET", id, "", nil)
+	if r.status != 200 || r.body["status"] != "ended" || r.body["reason"] != "node_lost" {
+		t.Fatalf("after a crash: %d %s", r.status, r.raw)
+	}
+}
+
+// processRunning reports whether some process on the host has cmdline
+// containing s (NUL bytes read as spaces).
+func processRunning(s string) bool {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			return true
+		}
+	}
+	return false
+}
