@@ -166,7 +166,7 @@ func (p *fakeProc) run(word, arg string) {
 	}
 }
 
-func (p *fakeProc) PID() int                    { return p.pid }
+func (p *fakeProc) PID() int                   { return p.pid }
 func (p *fakeProc) Events() <-chan agent.Event { return p.events }
 func (p *fakeProc) Write(ctx context.Context, b []byte) error {
 	if p.exited.Load() {
