@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -519,6 +520,13 @@ func (s *Service) finishLocked(ctx context.Context, e *entry, rec store.Sandbox,
 	if err := os.RemoveAll(s.sandboxDir(rec.ID)); err != nil {
 		s.log.Error("removing a sandbox's saved home", "sandbox_id", rec.ID, "error", err)
 	}
+	// An ended sandbox needs no entry: whoever still waits on this one
+	// reads it ended, as a newcomer with a fresh entry does.
+	s.mu.Lock()
+	if s.entries[rec.ID] == e {
+		delete(s.entries, rec.ID)
+	}
+	s.mu.Unlock()
 	return rec, nil
 }
 
@@ -648,13 +656,11 @@ func (s *Service) record(ctx context.Context, c execution.Caller, id string) (st
 
 // running returns c's sandbox id live, resuming it if it is paused.
 func (s *Service) running(ctx context.Context, c execution.Caller, id string) (*box, store.Sandbox, error) {
-	e := s.entry(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec, err := s.record(ctx, c, id)
+	e, rec, err := s.lockFor(ctx, c, id)
 	if err != nil {
 		return nil, rec, err
 	}
+	defer e.mu.Unlock()
 	switch Status(rec.Status) {
 	case StatusPaused:
 		if rec, err = s.resumeLocked(ctx, e, rec); err != nil {
@@ -672,13 +678,11 @@ func (s *Service) running(ctx context.Context, c execution.Caller, id string) (*
 // liveOnly returns c's running sandbox id without resuming a paused one
 // (its processes did not survive the pause).
 func (s *Service) liveOnly(ctx context.Context, c execution.Caller, id string) (*box, error) {
-	e := s.entry(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec, err := s.record(ctx, c, id)
+	e, rec, err := s.lockFor(ctx, c, id)
 	if err != nil {
 		return nil, err
 	}
+	defer e.mu.Unlock()
 	if rec.Status != string(StatusRunning) {
 		return nil, notRunning(rec)
 	}
@@ -717,7 +721,12 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 }
 
 func (s *Service) liveBox(id string) *box {
-	e := s.entry(id)
+	s.mu.Lock()
+	e := s.entries[id]
+	s.mu.Unlock()
+	if e == nil {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.b
@@ -725,6 +734,9 @@ func (s *Service) liveBox(id string) *box {
 
 // Get returns c's sandbox.
 func (s *Service) Get(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
+	if !ValidID(id) {
+		return Sandbox{}, execution.Errorf(execution.KindNotFound, "no sandbox %q", id)
+	}
 	rec, err := s.record(ctx, c, id)
 	if err != nil {
 		return Sandbox{}, err
@@ -807,25 +819,54 @@ func matches(have, want map[string]string) bool {
 	return true
 }
 
+// locked runs fn with c's sandbox id read under its entry's lock.
+func (s *Service) locked(ctx context.Context, c execution.Caller, id string, fn func(e *entry, rec store.Sandbox) (Sandbox, error)) (Sandbox, error) {
+	e, rec, err := s.lockFor(ctx, c, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer e.mu.Unlock()
+	return fn(e, rec)
+}
+
+// lockFor reads c's sandbox id and returns it with its entry locked
+// (the caller unlocks). An id c cannot see gets no entry.
+func (s *Service) lockFor(ctx context.Context, c execution.Caller, id string) (*entry, store.Sandbox, error) {
+	if !ValidID(id) {
+		return nil, store.Sandbox{}, execution.Errorf(execution.KindNotFound, "no sandbox %q", id)
+	}
+	if _, err := s.record(ctx, c, id); err != nil {
+		return nil, store.Sandbox{}, err
+	}
+	e := s.entry(id)
+	e.mu.Lock()
+	rec, err := s.record(ctx, c, id) // again, now that nothing else moves it
+	if err != nil {
+		e.mu.Unlock()
+		return nil, rec, err
+	}
+	return e, rec, nil
+}
+
+var idPattern = regexp.MustCompile(`^sbx_[0-9a-f]{32}$`)
+
+// ValidID reports whether id looks like a sandbox id.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
 // Kill ends a sandbox (reason killed) and deletes its saved files; the
 // record stays readable for the retention period. Killing an ended one
 // returns it as it is.
 func (s *Service) Kill(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
-	e := s.entry(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec, err := s.record(ctx, c, id)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	if rec.Status == string(StatusEnded) {
+	return s.locked(ctx, c, id, func(e *entry, rec store.Sandbox) (Sandbox, error) {
+		if rec.Status == string(StatusEnded) {
+			return s.view(rec, nil), nil
+		}
+		rec, err := s.finishLocked(context.WithoutCancel(ctx), e, rec, ReasonKilled, "")
+		if err != nil {
+			return Sandbox{}, execution.Internal(err)
+		}
 		return s.view(rec, nil), nil
-	}
-	rec, err = s.finishLocked(context.WithoutCancel(ctx), e, rec, ReasonKilled, "")
-	if err != nil {
-		return Sandbox{}, execution.Internal(err)
-	}
-	return s.view(rec, nil), nil
+	})
 }
 
 // SetTimeout sets expires_at to now+timeout, refused beyond the plan's
@@ -835,13 +876,12 @@ func (s *Service) SetTimeout(ctx context.Context, c execution.Caller, id string,
 	if timeout <= 0 {
 		return Sandbox{}, execution.Errorf(execution.KindInvalidTimeout, "timeout must be positive")
 	}
-	e := s.entry(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec, err := s.record(ctx, c, id)
-	if err != nil {
-		return Sandbox{}, err
-	}
+	return s.locked(ctx, c, id, func(e *entry, rec store.Sandbox) (Sandbox, error) {
+		return s.setTimeoutLocked(ctx, e, rec, timeout)
+	})
+}
+
+func (s *Service) setTimeoutLocked(ctx context.Context, e *entry, rec store.Sandbox, timeout time.Duration) (Sandbox, error) {
 	if rec.Status == string(StatusEnded) {
 		return Sandbox{}, notRunning(rec)
 	}
@@ -870,24 +910,19 @@ func (s *Service) SetTimeout(ctx context.Context, c execution.Caller, id string,
 // Pause saves the home and ends the processes; pausing a paused sandbox
 // returns it as it is.
 func (s *Service) Pause(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
-	e := s.entry(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec, err := s.record(ctx, c, id)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	switch Status(rec.Status) {
-	case StatusPaused:
+	return s.locked(ctx, c, id, func(e *entry, rec store.Sandbox) (Sandbox, error) {
+		switch Status(rec.Status) {
+		case StatusPaused:
+			return s.view(rec, nil), nil
+		case StatusEnded:
+			return Sandbox{}, notRunning(rec)
+		}
+		rec, err := s.pauseLocked(ctx, e, rec)
+		if err != nil {
+			return Sandbox{}, err
+		}
 		return s.view(rec, nil), nil
-	case StatusEnded:
-		return Sandbox{}, notRunning(rec)
-	}
-	rec, err = s.pauseLocked(ctx, e, rec)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	return s.view(rec, nil), nil
+	})
 }
 
 // Resume restores a paused sandbox's home into a fresh one; resuming a
