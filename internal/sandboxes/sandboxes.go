@@ -4,7 +4,7 @@
 // an agent.Client each), ends them at their expiry, saves a paused one's
 // home under the data dir, and meters their time.
 //
-// This file holds the types the API is written against; service.go,
+// sandboxes.go holds the types the API is written against; service.go,
 // commands.go and files.go the Service. Every method reports failures as
 // *execution.Error (kinds from execution/errors.go): KindNotFound for a
 // sandbox, process or path the caller cannot see (another tenant's
@@ -12,6 +12,36 @@
 // call that needs a running sandbox on an ended one (a paused one is
 // resumed first, transparently), KindProcessFinished, KindSandboxLimit,
 // KindPayloadTooLarge, KindInvalidRequest.
+//
+// What counts and what is metered:
+//   - Quota: creating a sandbox and each command (foreground or
+//     background) counts one execution toward the tenant's daily quota,
+//     through the same atomic reservation executions use; it is given back
+//     when the platform fails (the sandbox does not start, the sandbox or
+//     its agent goes away during a command), never for the program's own
+//     failure. Pause, resume, file calls and reads count nothing.
+//   - Concurrency: a plan's max_sandboxes bounds the sandboxes a tenant
+//     holds that have not ended, running or paused alike (a paused one
+//     keeps its place and its saved home); the count and the insert are
+//     one transaction in the store.
+//   - Metering: each live period (create or resume, to pause or end) adds
+//     its wall time and its cgroup's CPU seconds to the sandbox and to the
+//     tenant's sandbox metering of the UTC day the period closes; Usage
+//     adds the open periods of this node. A paused sandbox is not metered.
+//
+// Lifetime: expires_at is absolute; SetTimeout moves it up to the plan's
+// maximum lifetime counted from the start of the current live period
+// (created_at, then each resume). The agent's own deadline is expires_at
+// plus 15 s, so the service's expiry (kill or pause) comes first and the
+// agent's holds when the server is gone.
+//
+// Survives a pause: the files of the home (/home/user), as the agent
+// archives them. Not processes, /tmp, or anything outside the home. A
+// server stop (Shutdown) pauses every running sandbox; one recorded
+// running on this node that is not live when the server starts (it was
+// SIGKILLed or crashed) ends with reason node_lost. Calls about processes
+// (stdin, signals, events, the command list) on a paused sandbox answer
+// sandbox_not_running; commands and file calls resume it first.
 package sandboxes
 
 import (

@@ -77,6 +77,9 @@ type Sandboxes interface {
 	// AddSandboxUsage adds alive and CPU seconds to tenant's sandbox
 	// metering of day.
 	AddSandboxUsage(ctx context.Context, tenant, day string, aliveS, cpuS float64) error
+	// PurgeSandboxes deletes the records of sandboxes that ended before
+	// before (the retention period), of every tenant, and returns how many.
+	PurgeSandboxes(ctx context.Context, before time.Time) (int64, error)
 	// SandboxUsage is tenant's sandbox metering of day (zero if none).
 	SandboxUsage(ctx context.Context, tenant, day string) (aliveS, cpuS float64, err error)
 }

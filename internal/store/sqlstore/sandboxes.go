@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -196,4 +197,13 @@ func (s *Store) SandboxUsage(ctx context.Context, tenant, day string) (float64, 
 		return 0, 0, s.errf("sandbox usage", err)
 	}
 	return alive, cpu, nil
+}
+
+// PurgeSandboxes implements store.Sandboxes.
+func (s *Store) PurgeSandboxes(ctx context.Context, before time.Time) (int64, error) {
+	n, err := s.writer().affected(ctx, `DELETE FROM sandboxes WHERE status = 'ended' AND ended_at < $1`, s.at(before))
+	if err != nil {
+		return 0, s.errf("purge sandboxes", err)
+	}
+	return n, nil
 }

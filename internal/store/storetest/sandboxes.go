@@ -28,6 +28,7 @@ func RunSandboxes(t *testing.T, newStore NewSandboxes) {
 		{"List", testSandboxList},
 		{"NodeAndCount", testSandboxNodeAndCount},
 		{"Usage", testSandboxUsage},
+		{"Purge", testSandboxPurge},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore(t)) })
 	}
@@ -255,5 +256,33 @@ func testSandboxUsage(t *testing.T, s store.Sandboxes) {
 	}
 	if err := s.AddSandboxUsage(ctx, "acme", "14/03/2025", 1, 1); err == nil {
 		t.Error("AddSandboxUsage of an invalid day succeeded")
+	}
+}
+
+func testSandboxPurge(t *testing.T, s store.Sandboxes) {
+	ctx := t.Context()
+	for i, ended := range []time.Duration{time.Minute, 3 * time.Minute, 0} {
+		sb := newSandbox("acme", fmt.Sprintf("sbx_%d", i), sbxT0)
+		if err := s.CreateSandbox(ctx, sb, 10); err != nil {
+			t.Fatal(err)
+		}
+		if ended > 0 {
+			sb.Status, sb.Reason, sb.EndedAt = "ended", "killed", sbxT0.Add(ended)
+			if err := s.UpdateSandbox(ctx, sb, "running"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n, err := s.PurgeSandboxes(ctx, sbxT0.Add(2*time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("PurgeSandboxes = %d, %v; want 1", n, err)
+	}
+	if _, err := s.Sandbox(ctx, "acme", "sbx_0"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("purged sandbox: %v, want ErrNotFound", err)
+	}
+	for _, id := range []string{"sbx_1", "sbx_2"} {
+		if _, err := s.Sandbox(ctx, "acme", id); err != nil {
+			t.Errorf("%s after purge: %v", id, err)
+		}
 	}
 }
