@@ -795,3 +795,48 @@ func TestPauseOverStorage(t *testing.T) {
 		t.Errorf("a refused pause left %d files", len(entries))
 	}
 }
+
+func TestExpiryPauseOverStorageEnds(t *testing.T) {
+	f := newFixture(t)
+	p := freePlan()
+	p.PausedStorageMB = 1
+	c := caller("acme", p)
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{TimeoutS: 60, OnTimeout: "pause"})
+	for i := range 2 {
+		if _, err := f.s.WriteFile(ctx, c, sb.ID, fmt.Sprint(i), bytes.NewReader(make([]byte, 900<<10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Add(time.Minute)
+	f.s.expireDue(ctx)
+	got, err := f.s.Get(ctx, c, sb.ID)
+	if err != nil || got.Status != StatusEnded || got.Reason != ReasonError || got.Message == "" {
+		t.Errorf("a sandbox too large to pause at expiry: %+v, %v; want ended error with a message", got, err)
+	}
+	if !f.starter.last().discarded.Load() {
+		t.Error("its live sandbox was left")
+	}
+}
+
+func TestLiveDiesAtItsDeadline(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{TimeoutS: 60})
+	f.clock.Add(time.Minute + deadlineGrace) // the agent's deadline, before the service looked
+	f.starter.last().die()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := f.s.Get(t.Context(), c, sb.ID)
+		if got.Status == StatusEnded {
+			if got.Reason != ReasonExpired {
+				t.Errorf("ended as %q, want expired", got.Reason)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a sandbox past its deadline is still recorded running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
