@@ -43,9 +43,12 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Errorf("defaults %+v", c)
 	}
 	want := map[string]Plan{
-		"free":       {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1, MaxFiles: 10, MaxFilesMB: 1},
-		"pro":        {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4, MaxFiles: 50, MaxFilesMB: 10},
-		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16, MaxFiles: 200, MaxFilesMB: 50},
+		"free": {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1, MaxFiles: 10, MaxFilesMB: 1,
+			MaxSandboxes: 1, MaxSandboxLifetimeS: 600, SandboxHomeMB: 64, PausedStorageMB: 64},
+		"pro": {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4, MaxFiles: 50, MaxFilesMB: 10,
+			MaxSandboxes: 4, MaxSandboxLifetimeS: 3600, SandboxHomeMB: 256, PausedStorageMB: 1024},
+		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16, MaxFiles: 200, MaxFilesMB: 50,
+			MaxSandboxes: 16, MaxSandboxLifetimeS: 86400, SandboxHomeMB: 1024, PausedStorageMB: 10240},
 	}
 	if diff := cmp.Diff(want, c.Plans); diff != "" {
 		t.Errorf("plans (-want +got):\n%s", diff)
@@ -70,7 +73,8 @@ func TestPrecedence(t *testing.T) {
 	want := map[string]any{
 		"host": "10.0.0.1", "port": 9100, "max": 6, "queue": 7 * time.Second, "runtime": "runc",
 		"dev": true, "edge": "0123456789abcdef", "pg": true,
-		"pro":  Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4, MaxFiles: 50, MaxFilesMB: 10},
+		"pro": Plan{ExecutionsPerDay: 20000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4, MaxFiles: 50, MaxFilesMB: 10,
+			MaxSandboxes: 4, MaxSandboxLifetimeS: 3600, SandboxHomeMB: 256, PausedStorageMB: 1024},
 		"team": Plan{ExecutionsPerDay: 500, RequestsPerMinute: 60, MaxTimeoutS: 30, MemoryMB: 256, MaxConcurrent: 2},
 		"free": DefaultPlans()["free"],
 	}
@@ -136,6 +140,8 @@ func TestInvalid(t *testing.T) {
 		{"new plan missing fields", nil, nil, `{"plans": {"team": {"executions_per_day": 5}}}`, "plan team"},
 		{"plan name", nil, nil, `{"plans": {"Team X": {"executions_per_day": 5, "requests_per_minute": 1, "max_timeout_s": 1, "memory_mb": 64, "max_concurrent": 1}}}`, "plan name"},
 		{"plan max_concurrent", nil, nil, `{"plans": {"pro": {"max_concurrent": 0}}}`, "plan pro: max_concurrent must be in 1..1024"},
+		{"plan max_sandboxes", nil, nil, `{"plans": {"pro": {"max_sandboxes": -1}}}`, "plan pro: max_sandboxes must be in 0..1024"},
+		{"plan sandbox lifetime", nil, nil, `{"plans": {"pro": {"max_sandbox_lifetime_s": 604801}}}`, "plan pro: max_sandbox_lifetime_s"},
 		{"unknown language", nil, nil, `{"languages": {"ruby": {"image": "ruby:3"}}}`, `language "ruby"`},
 		{"file with path", nil, nil, `{"languages": {"python": {"file": "../main.py"}}}`, "plain file name"},
 		{"bad duration in file", nil, nil, `{"queue_timeout": true}`, "duration"},

@@ -28,6 +28,15 @@ type Plan struct {
 	// Images are the images a tenant on this plan may name besides the
 	// default one; empty: every configured image (see AllowsImage).
 	Images []string `json:"images,omitempty"`
+	// Sandboxes that stay (package sandboxes): how many one tenant may
+	// hold at once (running or paused), the longest a live one may run
+	// (from its start or resume; no extension passes it), the size of its
+	// home, and the largest saved home of a paused one. Zero (a custom
+	// plan that names none) means the free plan's.
+	MaxSandboxes        int   `json:"max_sandboxes"`
+	MaxSandboxLifetimeS int   `json:"max_sandbox_lifetime_s"`
+	SandboxHomeMB       int64 `json:"sandbox_home_mb"`
+	PausedStorageMB     int64 `json:"paused_storage_mb"`
 }
 
 // The free plan's file caps, which a plan without its own gets.
@@ -36,17 +45,29 @@ const (
 	DefaultMaxFilesMB = 1
 )
 
+// The free plan's sandbox limits, which a plan without its own gets.
+const (
+	DefaultMaxSandboxes        = 1
+	DefaultMaxSandboxLifetimeS = 600
+	DefaultSandboxHomeMB       = 64
+	DefaultPausedStorageMB     = 64
+)
+
 // The built-in plans. pro is the documented one; free keeps the documented
 // daily quota of 100 and a low rate so a leaked free key costs little;
 // enterprise is ten times pro in volume and allows longer jobs.
 func DefaultPlans() map[string]Plan {
 	return map[string]Plan{
 		"free": {ExecutionsPerDay: 100, RequestsPerMinute: 20, MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1,
-			MaxFiles: DefaultMaxFiles, MaxFilesMB: DefaultMaxFilesMB},
+			MaxFiles: DefaultMaxFiles, MaxFilesMB: DefaultMaxFilesMB,
+			MaxSandboxes: DefaultMaxSandboxes, MaxSandboxLifetimeS: DefaultMaxSandboxLifetimeS,
+			SandboxHomeMB: DefaultSandboxHomeMB, PausedStorageMB: DefaultPausedStorageMB},
 		"pro": {ExecutionsPerDay: 10000, RequestsPerMinute: 120, MaxTimeoutS: 60, MemoryMB: 512, MaxConcurrent: 4,
-			MaxFiles: 50, MaxFilesMB: 10},
+			MaxFiles: 50, MaxFilesMB: 10,
+			MaxSandboxes: 4, MaxSandboxLifetimeS: 3600, SandboxHomeMB: 256, PausedStorageMB: 1024},
 		"enterprise": {ExecutionsPerDay: 100000, RequestsPerMinute: 1200, MaxTimeoutS: 300, MemoryMB: 1024, MaxConcurrent: 16,
-			MaxFiles: 200, MaxFilesMB: 50},
+			MaxFiles: 200, MaxFilesMB: 50,
+			MaxSandboxes: 16, MaxSandboxLifetimeS: 86400, SandboxHomeMB: 1024, PausedStorageMB: 10240},
 	}
 }
 
@@ -75,6 +96,29 @@ func (p Plan) FilesBytes() int64 {
 		return DefaultMaxFilesMB << 20
 	}
 	return p.MaxFilesMB << 20
+}
+
+// SandboxLimit is how many sandboxes a tenant may hold at once.
+func (p Plan) SandboxLimit() int { return orDefault(p.MaxSandboxes, DefaultMaxSandboxes) }
+
+// SandboxLifetime is the longest a live sandbox may run.
+func (p Plan) SandboxLifetime() time.Duration {
+	return time.Duration(orDefault(p.MaxSandboxLifetimeS, DefaultMaxSandboxLifetimeS)) * time.Second
+}
+
+// SandboxHomeBytes is the size of a sandbox's home.
+func (p Plan) SandboxHomeBytes() int64 { return orDefault(p.SandboxHomeMB, DefaultSandboxHomeMB) << 20 }
+
+// PausedStorageBytes caps the saved home of a paused sandbox.
+func (p Plan) PausedStorageBytes() int64 {
+	return orDefault(p.PausedStorageMB, DefaultPausedStorageMB) << 20
+}
+
+func orDefault[T int | int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Limits are the sandbox limits of an execution of timeout on p: the
@@ -114,6 +158,18 @@ func (p Plan) validate() error {
 	}
 	if p.MaxFilesMB < 0 || p.MaxFilesMB > 1024 {
 		errs = append(errs, errors.New("max_files_mb must be in 0..1024 (0: the free plan's)"))
+	}
+	if p.MaxSandboxes < 0 || p.MaxSandboxes > 1024 {
+		errs = append(errs, errors.New("max_sandboxes must be in 0..1024 (0: the free plan's)"))
+	}
+	if p.MaxSandboxLifetimeS < 0 || p.MaxSandboxLifetimeS > 7*86400 {
+		errs = append(errs, errors.New("max_sandbox_lifetime_s must be in 0..604800 (0: the free plan's)"))
+	}
+	if p.SandboxHomeMB < 0 || p.SandboxHomeMB > 64<<10 {
+		errs = append(errs, errors.New("sandbox_home_mb must be in 0..65536 (0: the free plan's)"))
+	}
+	if p.PausedStorageMB < 0 || p.PausedStorageMB > 1<<20 {
+		errs = append(errs, errors.New("paused_storage_mb must be in 0..1048576 (0: the free plan's)"))
 	}
 	return errors.Join(errs...)
 }

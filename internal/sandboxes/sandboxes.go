@@ -4,24 +4,49 @@
 // an agent.Client each), ends them at their expiry, saves a paused one's
 // home under the data dir, and meters their time.
 //
-// THIS FILE IS THE CONTRACT the API is written against; the
-// implementation replaces the bodies. Every method reports failures as
+// sandboxes.go holds the types the API is written against; service.go,
+// commands.go and files.go the Service. Every method reports failures as
 // *execution.Error (kinds from execution/errors.go): KindNotFound for a
 // sandbox, process or path the caller cannot see (another tenant's
 // sandbox is not found, never forbidden), KindSandboxNotRunning for a
 // call that needs a running sandbox on an ended one (a paused one is
 // resumed first, transparently), KindProcessFinished, KindSandboxLimit,
 // KindPayloadTooLarge, KindInvalidRequest.
+//
+// What counts and what is metered:
+//   - Quota: creating a sandbox and each command (foreground or
+//     background) counts one execution toward the tenant's daily quota,
+//     through the same atomic reservation executions use; it is given back
+//     when the platform fails (the sandbox does not start, the sandbox or
+//     its agent goes away during a command), never for the program's own
+//     failure. Pause, resume, file calls and reads count nothing.
+//   - Concurrency: a plan's max_sandboxes bounds the sandboxes a tenant
+//     holds that have not ended, running or paused alike (a paused one
+//     keeps its place and its saved home); the count and the insert are
+//     one transaction in the store.
+//   - Metering: each live period (create or resume, to pause or end) adds
+//     its wall time and its cgroup's CPU seconds to the sandbox and to the
+//     tenant's sandbox metering of the UTC day the period closes; Usage
+//     adds the open periods of this node. A paused sandbox is not metered.
+//
+// Lifetime: expires_at is absolute; SetTimeout moves it up to the plan's
+// maximum lifetime counted from the start of the current live period
+// (created_at, then each resume). The agent's own deadline is expires_at
+// plus 15 s, so the service's expiry (kill or pause) comes first and the
+// agent's holds when the server is gone.
+//
+// Survives a pause: the files of the home (/home/user), as the agent
+// archives them. Not processes, /tmp, or anything outside the home. A
+// server stop (Shutdown) pauses every running sandbox; one recorded
+// running on this node that is not live when the server starts (it was
+// SIGKILLed or crashed) ends with reason node_lost. Calls about processes
+// (stdin, signals, events, the command list) on a paused sandbox answer
+// sandbox_not_running; commands and file calls resume it first.
 package sandboxes
 
 import (
-	"context"
-	"errors"
-	"io"
 	"io/fs"
 	"time"
-
-	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
 // Status of a sandbox.
@@ -52,6 +77,7 @@ type Limits struct {
 	MaxLifetimeS  int     `json:"max_lifetime_s"`
 	MaxFileMB     int64   `json:"max_file_mb"` // one upload or download
 	FileSizeBytes int64   `json:"file_size_bytes"`
+	PausedMB      int64   `json:"paused_storage_mb"` // the largest saved home of a pause
 }
 
 // Sandbox is the record of one sandbox.
@@ -165,92 +191,4 @@ type Usage struct {
 	SandboxCPUSeconds float64 `json:"sandbox_cpu_seconds"`
 	Running           int     `json:"running"`
 	Paused            int     `json:"paused"`
-}
-
-var errContract = errors.New("sandboxes: not implemented")
-
-// Service serves sandboxes. It is safe for concurrent use.
-type Service struct{}
-
-func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string, r CreateRequest) (Sandbox, error) {
-	return Sandbox{}, errContract
-}
-func (s *Service) Get(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
-	return Sandbox{}, errContract
-}
-func (s *Service) List(ctx context.Context, c execution.Caller, r ListRequest) (Page, error) {
-	return Page{}, errContract
-}
-
-// Kill ends a sandbox (reason killed) and deletes its saved files; the
-// record stays readable for the retention period.
-func (s *Service) Kill(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
-	return Sandbox{}, errContract
-}
-
-// SetTimeout sets expires_at to now+timeout, refused beyond the plan's
-// maximum lifetime (counted from created_at).
-func (s *Service) SetTimeout(ctx context.Context, c execution.Caller, id string, timeout time.Duration) (Sandbox, error) {
-	return Sandbox{}, errContract
-}
-func (s *Service) Pause(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
-	return Sandbox{}, errContract
-}
-func (s *Service) Resume(ctx context.Context, c execution.Caller, id string) (Sandbox, error) {
-	return Sandbox{}, errContract
-}
-
-// Run runs a foreground command; onEvent, if set, gets its events as they
-// come (for SSE) before Run returns the result.
-func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r CommandRequest, onEvent func(Event)) (CommandResult, error) {
-	return CommandResult{}, errContract
-}
-
-// StartCommand starts a background command and answers at once.
-func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id string, r CommandRequest) (Command, error) {
-	return Command{}, errContract
-}
-func (s *Service) Commands(ctx context.Context, c execution.Caller, id string) ([]Command, error) {
-	return nil, errContract
-}
-func (s *Service) SendStdin(ctx context.Context, c execution.Caller, id string, pid int, data []byte, eof bool) error {
-	return errContract
-}
-
-// Signal sends a signal by name: TERM, KILL, INT, HUP, QUIT, USR1, USR2,
-// STOP, CONT.
-func (s *Service) Signal(ctx context.Context, c execution.Caller, id string, pid int, signal string) error {
-	return errContract
-}
-
-// Events replays a command's events after seq, then follows them until
-// its exit event or ctx ends; fn's error stops it.
-func (s *Service) Events(ctx context.Context, c execution.Caller, id string, pid int, after int64, fn func(Event) error) error {
-	return errContract
-}
-
-// Stat describes a path inside the sandbox.
-func (s *Service) Stat(ctx context.Context, c execution.Caller, id, path string) (FileInfo, error) {
-	return FileInfo{}, errContract
-}
-func (s *Service) ListDir(ctx context.Context, c execution.Caller, id, path string) ([]FileInfo, error) {
-	return nil, errContract
-}
-func (s *Service) ReadFile(ctx context.Context, c execution.Caller, id, path string, w io.Writer) (int64, error) {
-	return 0, errContract
-}
-func (s *Service) WriteFile(ctx context.Context, c execution.Caller, id, path string, r io.Reader) (FileInfo, error) {
-	return FileInfo{}, errContract
-}
-func (s *Service) Remove(ctx context.Context, c execution.Caller, id, path string) error {
-	return errContract
-}
-func (s *Service) Mkdir(ctx context.Context, c execution.Caller, id, path string) (FileInfo, error) {
-	return FileInfo{}, errContract
-}
-func (s *Service) Move(ctx context.Context, c execution.Caller, id, from, to string) (FileInfo, error) {
-	return FileInfo{}, errContract
-}
-func (s *Service) Usage(ctx context.Context, c execution.Caller) (Usage, error) {
-	return Usage{}, errContract
 }

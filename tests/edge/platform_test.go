@@ -37,6 +37,10 @@ var planFields = []planField{
 	{"max_concurrent", "Sandboxes at once", ""},
 	{"max_files", "Files per request", ""},
 	{"max_files_mb", "File bytes per request", "MiB"},
+	{"max_sandboxes", "Sandboxes that stay, at once", ""},
+	{"max_sandbox_lifetime_s", "Longest sandbox lifetime", "s"},
+	{"sandbox_home_mb", "Sandbox home", "MiB"},
+	{"paused_storage_mb", "Saved home of a paused sandbox", "MiB"},
 }
 
 // notLimits are config.Plan fields that are not a number of the pricing

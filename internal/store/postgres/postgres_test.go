@@ -66,8 +66,8 @@ func TestNodes(t *testing.T) {
 	if err := nodes[0].(*Store).pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
-	if versions != 7 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending
-		t.Errorf("schema_migrations has %d rows, want 7", versions)
+	if versions != 8 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending, 0008_sandboxes
+		t.Errorf("schema_migrations has %d rows, want 8", versions)
 	}
 	node := func(i int) store.Store { return nodes[i%len(nodes)] }
 
@@ -313,4 +313,10 @@ func TestOpenOldDatabase(t *testing.T) {
 	if n != int64(migrated) || !last.Equal(applied) {
 		t.Errorf("schema_migrations: %d rows, last applied at %v; want %d, all at %v", n, last, migrated, applied)
 	}
+}
+
+func TestSandboxes(t *testing.T) {
+	storetest.RunSandboxes(t, func(t *testing.T) store.Sandboxes {
+		return openStore(t, newDatabase(t)).(store.Sandboxes)
+	})
 }

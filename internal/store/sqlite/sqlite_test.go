@@ -55,8 +55,8 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).w.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 7 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending
-		t.Errorf("schema_migrations has %d rows, want 7", n)
+	if n != 8 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending, 0008_sandboxes
+		t.Errorf("schema_migrations has %d rows, want 8", n)
 	}
 }
 
@@ -183,4 +183,10 @@ func TestOpenOldDatabase(t *testing.T) {
 	if n != int64(migrated) || applied != 1000 {
 		t.Errorf("schema_migrations: %d rows, last applied at %d; want %d, all at 1000", n, applied, migrated)
 	}
+}
+
+func TestSandboxes(t *testing.T) {
+	storetest.RunSandboxes(t, func(t *testing.T) store.Sandboxes {
+		return openTemp(t, filepath.Join(t.TempDir(), "vertal.db")).(store.Sandboxes)
+	})
 }

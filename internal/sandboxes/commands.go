@@ -1,0 +1,414 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/agent"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+)
+
+// The bounds of a command's event log (for Events' replay) and of the
+// finished commands a sandbox remembers.
+const (
+	maxLogEvents   = 1024
+	maxLogBytes    = 1 << 20
+	keepFinished   = 64
+	defaultCommand = 60 * time.Second // a foreground command's timeout when it names none
+)
+
+// proc is one command of a live sandbox.
+type proc struct {
+	p agent.Process
+
+	mu      sync.Mutex
+	cmd     Command
+	events  []Event // the newest, bounded by maxLogEvents and maxLogBytes
+	bytes   int
+	seq     int64
+	done    bool
+	changed chan struct{} // closed and replaced on every append
+}
+
+func (pr *proc) append(e Event, at time.Time) Event {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.seq++
+	e.Seq = pr.seq
+	pr.events = append(pr.events, e)
+	pr.bytes += len(e.Data)
+	for len(pr.events) > maxLogEvents || (pr.bytes > maxLogBytes && len(pr.events) > 1) {
+		pr.bytes -= len(pr.events[0].Data)
+		pr.events = pr.events[1:]
+	}
+	if e.Type == "exit" {
+		code := e.ExitCode
+		pr.cmd.Running, pr.cmd.ExitCode, pr.done = false, &code, true
+		pr.cmd.EndedAt = &at
+	}
+	close(pr.changed)
+	pr.changed = make(chan struct{})
+	return e
+}
+
+func (pr *proc) snapshot() Command {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.cmd
+}
+
+// spawn starts r in b and registers it.
+func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin bool) (*proc, error) {
+	argv := r.Argv
+	switch {
+	case r.Cmd != "" && len(r.Argv) > 0, r.Cmd == "" && len(r.Argv) == 0:
+		return nil, execution.Errorf(execution.KindInvalidRequest, "give exactly one of cmd and argv")
+	case r.Cmd != "":
+		argv = []string{"/bin/sh", "-c", r.Cmd}
+	}
+	cwd := r.Cwd
+	if cwd == "" {
+		cwd = engine.HomeDir
+	}
+	cwd, err := homePath(cwd)
+	if err != nil {
+		return nil, err
+	}
+	p, err := b.ag.Spawn(ctx, agent.SpawnRequest{Argv: argv, Cwd: cwd, Env: r.Env, Stdin: keepStdin || r.Stdin != ""})
+	if err != nil {
+		return nil, fileErr(err, cwd)
+	}
+	pr := &proc{p: p, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
+	b.mu.Lock()
+	b.procs[pr.cmd.PID] = pr
+	b.forgetFinishedLocked()
+	b.mu.Unlock()
+	if r.Stdin != "" {
+		if err := p.Write(ctx, []byte(r.Stdin)); err == nil {
+			_ = p.CloseStdin(ctx)
+		}
+	}
+	return pr, nil
+}
+
+// forgetFinishedLocked keeps the keepFinished newest finished commands.
+func (b *box) forgetFinishedLocked() {
+	var done []*proc
+	for _, pr := range b.procs {
+		if c := pr.snapshot(); !c.Running {
+			done = append(done, pr)
+		}
+	}
+	if len(done) <= keepFinished {
+		return
+	}
+	sort.Slice(done, func(i, j int) bool { return done[i].snapshot().EndedAt.Before(*done[j].snapshot().EndedAt) })
+	for _, pr := range done[:len(done)-keepFinished] {
+		delete(b.procs, pr.cmd.PID)
+	}
+}
+
+// follow reads pr's events into its log until the exit, calling fn with
+// each. It kills the command's process group after timeout (if > 0) or
+// when ctx ends. exited is false when the events ended without an exit:
+// the connection to the agent, or the sandbox, went away.
+func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, fn func(Event)) (exit agent.Event, timedOut, exited bool) {
+	var killed sync.Once
+	kill := func() {
+		killed.Do(func() {
+			kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = pr.p.Signal(kctx, syscall.SIGKILL)
+		})
+	}
+	var tc <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		tc = t.C
+	}
+	done := ctx.Done()
+	events := pr.p.Events()
+	for {
+		select {
+		case <-tc:
+			timedOut, tc = true, nil
+			go kill()
+		case <-done:
+			done = nil
+			go kill()
+		case ev, ok := <-events:
+			if !ok {
+				if !exited {
+					pr.append(Event{Type: "exit", ExitCode: -1}, s.now().UTC())
+				}
+				return exit, timedOut, exited
+			}
+			var e Event
+			switch ev.Stream {
+			case 0:
+				e = Event{Type: "exit", ExitCode: ev.ExitCode}
+				exit, exited = ev, true
+			case 1:
+				e = Event{Type: "stdout", Data: string(ev.Data)}
+			default:
+				e = Event{Type: "stderr", Data: string(ev.Data)}
+			}
+			e = pr.append(e, s.now().UTC())
+			if fn != nil {
+				fn(e)
+			}
+		}
+	}
+}
+
+// Run runs a foreground command; onEvent, if set, gets its events as they
+// come (for SSE) before Run returns the result. It counts one execution
+// toward the daily quota, given back when the platform fails.
+func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r CommandRequest, onEvent func(Event)) (CommandResult, error) {
+	if r.TimeoutS < 0 {
+		return CommandResult{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
+	}
+	b, rec, err := s.running(ctx, c, id)
+	if err != nil {
+		return CommandResult{}, err
+	}
+	timeout := time.Duration(r.TimeoutS) * time.Second
+	if timeout == 0 {
+		timeout = defaultCommand
+	}
+	timeout = min(timeout, max(time.Second, rec.ExpiresAt.Sub(s.now())))
+	refund, err := s.reserve(ctx, c)
+	if err != nil {
+		return CommandResult{}, err
+	}
+	lim := parseLimits(rec)
+	cpu0 := b.live.Usage().CPUSeconds
+	start := s.now()
+	pr, err := s.spawn(ctx, b, r, false)
+	if err != nil {
+		if platformErr(err) {
+			refund()
+		}
+		return CommandResult{}, err
+	}
+	var out [2]strings.Builder
+	truncated := false
+	exit, timedOut, exited := s.follow(ctx, pr, timeout, func(e Event) {
+		i := 0
+		switch e.Type {
+		case "stderr":
+			i = 1
+		case "exit":
+			if onEvent != nil {
+				onEvent(e)
+			}
+			return
+		}
+		data := e.Data
+		if room := lim.OutputBytes - out[i].Len(); len(data) > room {
+			data, truncated = data[:max(0, room)], true
+		}
+		out[i].WriteString(data)
+		if onEvent != nil && data != "" {
+			e.Data = data
+			onEvent(e)
+		}
+	})
+	if !exited {
+		refund()
+		return CommandResult{}, &execution.Error{Kind: execution.KindSandboxError,
+			Msg: "the sandbox stopped during the command; it was not counted against your quota", Err: errors.New("no exit event")}
+	}
+	res := CommandResult{
+		PID: pr.cmd.PID, Stdout: out[0].String(), Stderr: out[1].String(), ExitCode: exit.ExitCode,
+		DurationMS: s.now().Sub(start).Milliseconds(), Truncated: truncated,
+		CPUSeconds: max(0, b.live.Usage().CPUSeconds-cpu0),
+	}
+	switch {
+	case timedOut:
+		res.Status = "timed_out"
+	case exit.ExitCode == 0:
+		res.Status = "succeeded"
+	default:
+		res.Status = "failed"
+	}
+	return res, nil
+}
+
+// StartCommand starts a background command and answers at once. It counts
+// one execution toward the daily quota.
+func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id string, r CommandRequest) (Command, error) {
+	if r.TimeoutS < 0 {
+		return Command{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
+	}
+	b, _, err := s.running(ctx, c, id)
+	if err != nil {
+		return Command{}, err
+	}
+	refund, err := s.reserve(ctx, c)
+	if err != nil {
+		return Command{}, err
+	}
+	pr, err := s.spawn(ctx, b, r, r.Stdin == "")
+	if err != nil {
+		if platformErr(err) {
+			refund()
+		}
+		return Command{}, err
+	}
+	go s.follow(context.Background(), pr, time.Duration(r.TimeoutS)*time.Second, nil)
+	return pr.snapshot(), nil
+}
+
+// Commands lists the sandbox's commands, running and recently finished,
+// by pid.
+func (s *Service) Commands(ctx context.Context, c execution.Caller, id string) ([]Command, error) {
+	b, err := s.liveOnly(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	out := make([]Command, 0, len(b.procs))
+	for _, pr := range b.procs {
+		out = append(out, pr.snapshot())
+	}
+	b.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out, nil
+}
+
+func (s *Service) proc(ctx context.Context, c execution.Caller, id string, pid int) (*proc, error) {
+	b, err := s.liveOnly(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	pr := b.procs[pid]
+	b.mu.Unlock()
+	if pr == nil {
+		return nil, execution.Errorf(execution.KindNotFound, "no command with pid %d", pid)
+	}
+	return pr, nil
+}
+
+func finished(pid int) *execution.Error {
+	return execution.Errorf(execution.KindProcessFinished, "the command with pid %d has exited", pid)
+}
+
+// SendStdin writes data to a command's stdin, then closes it if eof.
+func (s *Service) SendStdin(ctx context.Context, c execution.Caller, id string, pid int, data []byte, eof bool) error {
+	pr, err := s.proc(ctx, c, id, pid)
+	if err != nil {
+		return err
+	}
+	if pr.snapshot().ExitCode != nil {
+		return finished(pid)
+	}
+	if len(data) > 0 {
+		if err := pr.p.Write(ctx, data); err != nil {
+			return procErr(err, pid)
+		}
+	}
+	if eof {
+		if err := pr.p.CloseStdin(ctx); err != nil {
+			return procErr(err, pid)
+		}
+	}
+	return nil
+}
+
+var signals = map[string]syscall.Signal{
+	"TERM": syscall.SIGTERM, "KILL": syscall.SIGKILL, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP,
+	"QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
+}
+
+// Signal sends a signal by name (with or without SIG): TERM, KILL, INT,
+// HUP, QUIT, USR1, USR2, STOP, CONT, to the command's process group.
+func (s *Service) Signal(ctx context.Context, c execution.Caller, id string, pid int, signal string) error {
+	sig, ok := signals[strings.TrimPrefix(strings.ToUpper(signal), "SIG")]
+	if !ok {
+		return execution.Errorf(execution.KindInvalidRequest, "unknown signal %q; use TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT", signal)
+	}
+	pr, err := s.proc(ctx, c, id, pid)
+	if err != nil {
+		return err
+	}
+	if pr.snapshot().ExitCode != nil {
+		return finished(pid)
+	}
+	if err := pr.p.Signal(ctx, sig); err != nil {
+		return procErr(err, pid)
+	}
+	return nil
+}
+
+// Events replays a command's events after seq (those the bounded log
+// still holds), then follows them until its exit event or ctx ends; fn's
+// error stops it.
+func (s *Service) Events(ctx context.Context, c execution.Caller, id string, pid int, after int64, fn func(Event) error) error {
+	pr, err := s.proc(ctx, c, id, pid)
+	if err != nil {
+		return err
+	}
+	for {
+		pr.mu.Lock()
+		var next []Event
+		for _, e := range pr.events {
+			if e.Seq > after {
+				next = append(next, e)
+			}
+		}
+		done, changed := pr.done, pr.changed
+		pr.mu.Unlock()
+		for _, e := range next {
+			if err := fn(e); err != nil {
+				return err
+			}
+			after = e.Seq
+			if e.Type == "exit" {
+				return nil
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+func procErr(err error, pid int) error {
+	switch {
+	case errors.Is(err, agent.ErrExited):
+		return finished(pid)
+	case errors.Is(err, agent.ErrNoProcess):
+		return execution.Errorf(execution.KindNotFound, "no command with pid %d", pid)
+	case errors.Is(err, agent.ErrClosed):
+		return execution.Errorf(execution.KindSandboxNotRunning, "the sandbox stopped")
+	}
+	return &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox failed to deliver it", Err: err}
+}
+
+// platformErr reports whether err is the platform's failure (not the
+// request's), which gives the quota back.
+func platformErr(err error) bool {
+	var xe *execution.Error
+	if !errors.As(err, &xe) {
+		return true
+	}
+	switch xe.Kind {
+	case execution.KindSandboxError, execution.KindSandboxNotRunning, execution.KindInternal, execution.KindUnavailable:
+		return true
+	}
+	return false
+}

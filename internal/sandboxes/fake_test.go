@@ -1,0 +1,332 @@
+package sandboxes
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/agent"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+)
+
+// fakeStarter starts fakeLives, each with a fakeAgent.
+type fakeStarter struct {
+	mu    sync.Mutex
+	specs []engine.LiveSpec
+	lives []*fakeLive
+	fail  atomic.Bool
+}
+
+func (f *fakeStarter) Start(ctx context.Context, spec engine.LiveSpec) (engine.Live, error) {
+	if f.fail.Load() {
+		return nil, errors.New("fake: the runtime failed")
+	}
+	l := &fakeLive{done: make(chan struct{}), ag: newFakeAgent(spec.Deadline)}
+	f.mu.Lock()
+	f.specs = append(f.specs, spec)
+	f.lives = append(f.lives, l)
+	f.mu.Unlock()
+	return l, nil
+}
+
+func (f *fakeStarter) last() *fakeLive {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lives[len(f.lives)-1]
+}
+
+func (f *fakeStarter) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.lives)
+}
+
+type fakeLive struct {
+	done      chan struct{}
+	once      sync.Once
+	discarded atomic.Bool
+	ag        *fakeAgent
+}
+
+func (l *fakeLive) Conn() io.ReadWriteCloser { return nil }
+func (l *fakeLive) Done() <-chan struct{}    { return l.done }
+func (l *fakeLive) Usage() engine.Usage      { return engine.Usage{CPUSeconds: 0.5} }
+func (l *fakeLive) MemoryBytes() int64       { return 1 << 20 }
+func (l *fakeLive) Discard(context.Context) error {
+	l.discarded.Store(true)
+	l.die()
+	return nil
+}
+func (l *fakeLive) die() { l.once.Do(func() { close(l.done) }) }
+
+// fakeAgent keeps the home in memory and runs a few scripted commands:
+// "echo X" (X on stdout), "exit N", "big N" (N bytes on stdout and
+// stderr), "cat" (stdin to stdout at EOF), "sleep" (until a signal),
+// "die" (its events end without an exit, as when the agent is gone).
+type fakeAgent struct {
+	mu       sync.Mutex
+	files    map[string][]byte
+	deadline time.Time
+	pid      int
+	closed   bool
+	saved    []byte // the last SaveHome archive
+	restored []byte // the last RestoreHome archive
+}
+
+func newFakeAgent(deadline time.Time) *fakeAgent {
+	return &fakeAgent{files: map[string][]byte{}, deadline: deadline, pid: 100}
+}
+
+func (a *fakeAgent) Ping(context.Context) error { return nil }
+func (a *fakeAgent) Close() error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *fakeAgent) Spawn(ctx context.Context, r agent.SpawnRequest) (agent.Process, error) {
+	a.mu.Lock()
+	a.pid++
+	p := &fakeProc{pid: a.pid, events: make(chan agent.Event, 16), signal: make(chan syscall.Signal, 4), stdinEOF: make(chan struct{})}
+	a.mu.Unlock()
+	line := strings.Join(r.Argv, " ")
+	if len(r.Argv) == 3 && r.Argv[0] == "/bin/sh" && r.Argv[1] == "-c" {
+		line = r.Argv[2]
+	}
+	word, arg, _ := strings.Cut(line, " ")
+	if word == "nope" {
+		return nil, agent.ErrNotExist
+	}
+	go p.run(word, arg)
+	return p, nil
+}
+
+type fakeProc struct {
+	pid      int
+	events   chan agent.Event
+	signal   chan syscall.Signal
+	mu       sync.Mutex
+	stdin    bytes.Buffer
+	stdinEOF chan struct{}
+	eofOnce  sync.Once
+	exited   atomic.Bool
+	signals  []syscall.Signal
+}
+
+func (p *fakeProc) run(word, arg string) {
+	exit := func(code, sig int) {
+		p.exited.Store(true)
+		p.events <- agent.Event{ExitCode: code, Signal: sig}
+		close(p.events)
+	}
+	switch word {
+	case "echo":
+		p.events <- agent.Event{Stream: 1, Data: []byte(arg + "\n")}
+		exit(0, 0)
+	case "exit":
+		n, _ := strconv.Atoi(arg)
+		exit(n, 0)
+	case "big":
+		n, _ := strconv.Atoi(arg)
+		for sent := 0; sent < n; sent += 1000 {
+			p.events <- agent.Event{Stream: 1, Data: bytes.Repeat([]byte("o"), min(1000, n-sent))}
+			p.events <- agent.Event{Stream: 2, Data: bytes.Repeat([]byte("e"), min(1000, n-sent))}
+		}
+		exit(0, 0)
+	case "cat":
+		select {
+		case <-p.stdinEOF:
+			p.mu.Lock()
+			data := append([]byte(nil), p.stdin.Bytes()...)
+			p.mu.Unlock()
+			p.events <- agent.Event{Stream: 1, Data: data}
+			exit(0, 0)
+		case sig := <-p.signal:
+			exit(128+int(sig), int(sig))
+		}
+	case "sleep":
+		sig := <-p.signal
+		exit(128+int(sig), int(sig))
+	case "die":
+		close(p.events)
+	default:
+		p.events <- agent.Event{Stream: 2, Data: []byte(word + ": not found\n")}
+		exit(127, 0)
+	}
+}
+
+func (p *fakeProc) PID() int                   { return p.pid }
+func (p *fakeProc) Events() <-chan agent.Event { return p.events }
+func (p *fakeProc) Write(ctx context.Context, b []byte) error {
+	if p.exited.Load() {
+		return agent.ErrExited
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stdin.Write(b)
+	return nil
+}
+func (p *fakeProc) CloseStdin(ctx context.Context) error {
+	p.eofOnce.Do(func() { close(p.stdinEOF) })
+	return nil
+}
+func (p *fakeProc) Signal(ctx context.Context, sig syscall.Signal) error {
+	if p.exited.Load() {
+		return agent.ErrExited
+	}
+	p.mu.Lock()
+	p.signals = append(p.signals, sig)
+	p.mu.Unlock()
+	select {
+	case p.signal <- sig:
+	default:
+	}
+	return nil
+}
+
+func (a *fakeAgent) Stat(ctx context.Context, path string) (agent.FileInfo, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.files[path]
+	if !ok {
+		return agent.FileInfo{}, agent.ErrNotExist
+	}
+	return agent.FileInfo{Name: path[strings.LastIndexByte(path, '/')+1:], Type: "file", Size: int64(len(b)), Mode: 0o644}, nil
+}
+
+func (a *fakeAgent) List(ctx context.Context, dir string) ([]agent.FileInfo, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []agent.FileInfo
+	for p, b := range a.files {
+		if strings.HasPrefix(p, dir+"/") && !strings.Contains(p[len(dir)+1:], "/") {
+			out = append(out, agent.FileInfo{Name: p[len(dir)+1:], Type: "file", Size: int64(len(b)), Mode: 0o644})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (a *fakeAgent) ReadFile(ctx context.Context, path string, max int64, w io.Writer) (int64, error) {
+	a.mu.Lock()
+	b, ok := a.files[path]
+	a.mu.Unlock()
+	if !ok {
+		return 0, agent.ErrNotExist
+	}
+	if int64(len(b)) > max {
+		return 0, agent.ErrTooLarge
+	}
+	n, err := w.Write(b)
+	return int64(n), err
+}
+
+func (a *fakeAgent) WriteFile(ctx context.Context, path string, r io.Reader, max int64, mode os.FileMode) (int64, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return 0, err
+	}
+	if int64(len(b)) > max {
+		return 0, agent.ErrTooLarge
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.files[path] = b
+	return int64(len(b)), nil
+}
+
+func (a *fakeAgent) Remove(ctx context.Context, path string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.files[path]; !ok {
+		return agent.ErrNotExist
+	}
+	delete(a.files, path)
+	return nil
+}
+
+func (a *fakeAgent) Mkdir(ctx context.Context, path string) error { return agent.ErrPermission }
+
+func (a *fakeAgent) Move(ctx context.Context, from, to string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.files[from]
+	if !ok {
+		return agent.ErrNotExist
+	}
+	delete(a.files, from)
+	a.files[to] = b
+	return nil
+}
+
+func (a *fakeAgent) SaveHome(ctx context.Context, max int64, w io.Writer) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	names := make([]string, 0, len(a.files))
+	for p := range a.files {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		b := a.files[p]
+		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(p, engine.HomeDir+"/"), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			return 0, err
+		}
+		tw.Write(b)
+	}
+	tw.Close()
+	if int64(buf.Len()) > max {
+		return 0, agent.ErrTooLarge
+	}
+	a.saved = buf.Bytes()
+	n, err := w.Write(buf.Bytes())
+	return int64(n), err
+}
+
+func (a *fakeAgent) RestoreHome(ctx context.Context, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(bytes.NewReader(data))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.restored = data
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(tr)
+		a.files[engine.HomeDir+"/"+h.Name] = b
+	}
+}
+
+func (a *fakeAgent) SetDeadline(ctx context.Context, t time.Time) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.deadline = t
+	return nil
+}
+
+func (a *fakeAgent) getDeadline() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.deadline
+}

@@ -1,0 +1,842 @@
+package sandboxes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
+)
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type fixture struct {
+	s       *Service
+	st      Store
+	raw     store.Store
+	starter *fakeStarter
+	clock   *clock
+	dir     string
+}
+
+func openStore(t *testing.T, path string) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	raw := openStore(t, filepath.Join(dir, "vertal.db"))
+	return newFixtureOn(t, raw, dir, "node-a")
+}
+
+func newFixtureOn(t *testing.T, raw store.Store, dir, node string) *fixture {
+	t.Helper()
+	f := &fixture{raw: raw, st: raw.(Store), starter: &fakeStarter{}, clock: &clock{t: time.Date(2025, 3, 14, 12, 0, 0, 0, time.UTC)}, dir: dir}
+	s, err := New(Options{
+		Store: f.st, Starter: f.starter, Agent: "/usr/libexec/vertal-agent", DataDir: dir, NodeID: node, Now: f.clock.Now,
+		Image: func(name string) (string, string, string, error) {
+			switch name {
+			case "":
+				return "/images/default/rootfs", config.DefaultImage, "v7", nil
+			case "data":
+				return "/images/data/rootfs", "data", "v2", nil
+			}
+			return "", "", "", errors.New("no such image")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.connect = func(l engine.Live) agentClient { return l.(*fakeLive).ag }
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.s = s
+	return f
+}
+
+func caller(tenant string, p config.Plan) execution.Caller {
+	return execution.Caller{Key: store.Key{ID: "key_" + tenant, Tenant: tenant, Plan: "custom"}, Plan: p}
+}
+
+func freePlan() config.Plan { return config.DefaultPlans()["free"] }
+
+func kindOf(err error) (execution.Kind, bool) {
+	var xe *execution.Error
+	if !errors.As(err, &xe) {
+		return 0, false
+	}
+	return xe.Kind, true
+}
+
+func wantKind(t *testing.T, what string, err error, k execution.Kind) {
+	t.Helper()
+	if got, ok := kindOf(err); !ok || got != k {
+		t.Errorf("%s: error %v (kind %v), want kind %v", what, err, got, k)
+	}
+}
+
+func (f *fixture) create(t *testing.T, c execution.Caller, r CreateRequest) Sandbox {
+	t.Helper()
+	sb, err := f.s.Create(t.Context(), c, "", r)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return sb
+}
+
+func (f *fixture) used(t *testing.T, tenant string) int64 {
+	t.Helper()
+	u, err := f.raw.Usage(t.Context(), tenant, "2025-03-14")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Executions
+}
+
+func TestCreate(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	sb := f.create(t, c, CreateRequest{TimeoutS: 120, Env: map[string]string{"B": "2", "A": "1"}, Metadata: map[string]string{"job": "x"},
+		Files: []File{{Path: "data/in.csv", Content: []byte("a,b\n")}}})
+	if sb.Status != StatusRunning || sb.Image != "default" || sb.ImageVersion != "v7" || !sb.ExpiresAt.Equal(f.clock.Now().Add(2*time.Minute)) {
+		t.Errorf("Create = %+v", sb)
+	}
+	if sb.Limits.HomeMB != 256 || sb.Limits.MaxLifetimeS != 3600 || sb.Limits.PausedMB != 1024 || sb.Limits.MemoryMB != 512 {
+		t.Errorf("limits %+v, want the pro plan's", sb.Limits)
+	}
+	spec := f.starter.specs[0]
+	if spec.ID != sb.ID || spec.Image != "/images/default/rootfs" || spec.HomeBytes != 256<<20 || spec.Agent != "/usr/libexec/vertal-agent" ||
+		fmt.Sprint(spec.Env) != "[A=1 B=2]" || !spec.Deadline.Equal(sb.ExpiresAt.Add(deadlineGrace)) || spec.Limits.Lifetime != time.Hour+deadlineGrace {
+		t.Errorf("LiveSpec %+v", spec)
+	}
+	if got := f.starter.last().ag.files[engine.HomeDir+"/data/in.csv"]; string(got) != "a,b\n" {
+		t.Errorf("file in the home = %q", got)
+	}
+	if n := f.used(t, "acme"); n != 1 {
+		t.Errorf("quota used = %d, want 1", n)
+	}
+
+	for _, tc := range []struct {
+		name string
+		r    CreateRequest
+		kind execution.Kind
+	}{
+		{"beyond lifetime", CreateRequest{TimeoutS: 3601}, execution.KindSandboxLimit},
+		{"negative timeout", CreateRequest{TimeoutS: -1}, execution.KindInvalidTimeout},
+		{"bad on_timeout", CreateRequest{OnTimeout: "sleep"}, execution.KindInvalidRequest},
+		{"unknown image", CreateRequest{Image: "nope"}, execution.KindInvalidRequest},
+		{"file outside home", CreateRequest{Files: []File{{Path: "../etc/passwd"}}}, execution.KindInvalidRequest},
+		{"absolute file", CreateRequest{Files: []File{{Path: "/etc/passwd"}}}, execution.KindInvalidRequest},
+		{"file too large", CreateRequest{Files: []File{{Path: "a", Content: make([]byte, 11<<20)}}}, execution.KindPayloadTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := f.s.Create(t.Context(), c, "", tc.r)
+			wantKind(t, tc.name, err, tc.kind)
+		})
+	}
+	if n := f.used(t, "acme"); n != 1 {
+		t.Errorf("quota used after refusals = %d, want 1", n)
+	}
+}
+
+func TestTenantIsolation(t *testing.T) {
+	f := newFixture(t)
+	p := config.DefaultPlans()["pro"]
+	owner, other := caller("acme", p), caller("mallory", p)
+	sb := f.create(t, owner, CreateRequest{Files: []File{{Path: "secret", Content: []byte("s3cret")}}})
+	ctx := t.Context()
+	var buf bytes.Buffer
+	calls := map[string]func() error{
+		"Get":          func() error { _, err := f.s.Get(ctx, other, sb.ID); return err },
+		"Kill":         func() error { _, err := f.s.Kill(ctx, other, sb.ID); return err },
+		"SetTimeout":   func() error { _, err := f.s.SetTimeout(ctx, other, sb.ID, time.Minute); return err },
+		"Pause":        func() error { _, err := f.s.Pause(ctx, other, sb.ID); return err },
+		"Resume":       func() error { _, err := f.s.Resume(ctx, other, sb.ID); return err },
+		"Run":          func() error { _, err := f.s.Run(ctx, other, sb.ID, CommandRequest{Cmd: "echo hi"}, nil); return err },
+		"StartCommand": func() error { _, err := f.s.StartCommand(ctx, other, sb.ID, CommandRequest{Cmd: "sleep"}); return err },
+		"Commands":     func() error { _, err := f.s.Commands(ctx, other, sb.ID); return err },
+		"SendStdin":    func() error { return f.s.SendStdin(ctx, other, sb.ID, 101, []byte("x"), true) },
+		"Signal":       func() error { return f.s.Signal(ctx, other, sb.ID, 101, "KILL") },
+		"Events":       func() error { return f.s.Events(ctx, other, sb.ID, 101, 0, func(Event) error { return nil }) },
+		"Stat":         func() error { _, err := f.s.Stat(ctx, other, sb.ID, "secret"); return err },
+		"ListDir":      func() error { _, err := f.s.ListDir(ctx, other, sb.ID, "."); return err },
+		"ReadFile":     func() error { _, err := f.s.ReadFile(ctx, other, sb.ID, "secret", &buf); return err },
+		"WriteFile":    func() error { _, err := f.s.WriteFile(ctx, other, sb.ID, "x", bytes.NewReader(nil)); return err },
+		"Remove":       func() error { return f.s.Remove(ctx, other, sb.ID, "secret") },
+		"Mkdir":        func() error { _, err := f.s.Mkdir(ctx, other, sb.ID, "d"); return err },
+		"Move":         func() error { _, err := f.s.Move(ctx, other, sb.ID, "secret", "mine"); return err },
+	}
+	for name, call := range calls {
+		wantKind(t, name+" by another tenant", call(), execution.KindNotFound)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("another tenant read %q", buf.String())
+	}
+	page, err := f.s.List(ctx, other, ListRequest{})
+	if err != nil || len(page.Sandboxes) != 0 {
+		t.Errorf("List by another tenant = %+v, %v", page, err)
+	}
+	got, err := f.s.Get(ctx, owner, sb.ID)
+	if err != nil || got.Status != StatusRunning {
+		t.Errorf("owner's Get after the other tenant's calls = %+v, %v", got, err)
+	}
+	if n := f.used(t, "mallory"); n != 0 {
+		t.Errorf("another tenant's refused calls counted %d executions", n)
+	}
+}
+
+func TestCapRace(t *testing.T) {
+	f := newFixture(t)
+	p := freePlan()
+	p.MaxSandboxes = 3
+	c := caller("acme", p)
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.s.Create(context.Background(), c, "", CreateRequest{})
+		}()
+	}
+	wg.Wait()
+	created, limited := 0, 0
+	for _, err := range errs {
+		switch k, _ := kindOf(err); {
+		case err == nil:
+			created++
+		case k == execution.KindSandboxLimit:
+			limited++
+		default:
+			t.Errorf("Create: %v", err)
+		}
+	}
+	if created != 3 || limited != n-3 {
+		t.Errorf("%d parallel creates under a cap of 3: %d created, %d refused", n, created, limited)
+	}
+	if got := f.starter.count(); got != 3 {
+		t.Errorf("%d live sandboxes started, want 3", got)
+	}
+	if u := f.used(t, "acme"); u != 3 {
+		t.Errorf("quota used = %d, want 3 (the refused ones given back)", u)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		onTimeout  string
+		wantStatus Status
+		wantReason string
+	}{
+		{"kill", StatusEnded, ReasonExpired},
+		{"pause", StatusPaused, ""},
+	} {
+		t.Run(tc.onTimeout, func(t *testing.T) {
+			f := newFixture(t)
+			c := caller("acme", freePlan())
+			sb := f.create(t, c, CreateRequest{TimeoutS: 60, OnTimeout: tc.onTimeout})
+			live := f.starter.last()
+			f.clock.Add(59 * time.Second)
+			f.s.expireDue(t.Context())
+			if got, _ := f.s.Get(t.Context(), c, sb.ID); got.Status != StatusRunning {
+				t.Fatalf("before expires_at: status %s", got.Status)
+			}
+			f.clock.Add(time.Second)
+			f.s.expireDue(t.Context())
+			got, err := f.s.Get(t.Context(), c, sb.ID)
+			if err != nil || got.Status != tc.wantStatus || got.Reason != tc.wantReason {
+				t.Errorf("after expires_at: %+v, %v; want %s %q", got, err, tc.wantStatus, tc.wantReason)
+			}
+			if !live.discarded.Load() {
+				t.Error("the live sandbox was not discarded")
+			}
+			if got.AliveSeconds != 60 || got.CPUSeconds != 0.5 {
+				t.Errorf("metered %v s alive, %v s CPU; want 60, 0.5", got.AliveSeconds, got.CPUSeconds)
+			}
+			u, _ := f.s.Usage(t.Context(), c)
+			if u.SandboxSeconds != 60 || u.SandboxCPUSeconds != 0.5 {
+				t.Errorf("Usage %+v", u)
+			}
+		})
+	}
+}
+
+func TestPauseResumeRoundTrip(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	ctx := t.Context()
+	blob := make([]byte, 70000)
+	for i := range blob {
+		blob[i] = byte(i * 7)
+	}
+	sb := f.create(t, c, CreateRequest{Files: []File{{Path: "a.txt", Content: []byte("alpha")}}})
+	if _, err := f.s.WriteFile(ctx, c, sb.ID, "bin/blob", bytes.NewReader(blob)); err != nil {
+		t.Fatal(err)
+	}
+	first := f.starter.last()
+	paused, err := f.s.Pause(ctx, c, sb.ID)
+	if err != nil || paused.Status != StatusPaused {
+		t.Fatalf("Pause = %+v, %v", paused, err)
+	}
+	archive := filepath.Join(f.dir, "sandboxes", sb.ID, "home.tar")
+	onDisk, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(onDisk, first.ag.saved) || len(onDisk) == 0 {
+		t.Errorf("the archive on disk (%d bytes) is not what the agent saved (%d bytes)", len(onDisk), len(first.ag.saved))
+	}
+	if !first.discarded.Load() {
+		t.Error("pause left the live sandbox")
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(archive)); len(entries) != 1 {
+		t.Errorf("the sandbox dir holds %d entries, want just home.tar", len(entries))
+	}
+	// Pausing again is a no-op.
+	if again, err := f.s.Pause(ctx, c, sb.ID); err != nil || again.Status != StatusPaused {
+		t.Errorf("second Pause = %+v, %v", again, err)
+	}
+	resumed, err := f.s.Resume(ctx, c, sb.ID)
+	if err != nil || resumed.Status != StatusRunning {
+		t.Fatalf("Resume = %+v, %v", resumed, err)
+	}
+	second := f.starter.last()
+	if second == first {
+		t.Fatal("resume did not start a fresh sandbox")
+	}
+	if !bytes.Equal(second.ag.restored, onDisk) {
+		t.Error("RestoreHome did not get the saved archive byte for byte")
+	}
+	var got bytes.Buffer
+	if _, err := f.s.ReadFile(ctx, c, sb.ID, "bin/blob", &got); err != nil || !bytes.Equal(got.Bytes(), blob) {
+		t.Errorf("blob after resume: %d bytes, %v; want the %d written", got.Len(), err, len(blob))
+	}
+	if _, err := os.Stat(archive); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the archive stays after resume: %v", err)
+	}
+}
+
+func TestPausedCommandResumes(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{Files: []File{{Path: "keep", Content: []byte("kept")}}})
+	if _, err := f.s.Pause(ctx, c, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Calls about processes do not resume it: those ended with the pause.
+	wantKind(t, "Commands on a paused sandbox", func() error { _, err := f.s.Commands(ctx, c, sb.ID); return err }(), execution.KindSandboxNotRunning)
+	res, err := f.s.Run(ctx, c, sb.ID, CommandRequest{Cmd: "echo back"}, nil)
+	if err != nil || res.Stdout != "back\n" || res.Status != "succeeded" {
+		t.Fatalf("Run on a paused sandbox = %+v, %v", res, err)
+	}
+	if got, _ := f.s.Get(ctx, c, sb.ID); got.Status != StatusRunning {
+		t.Errorf("status after the command: %s", got.Status)
+	}
+	var buf bytes.Buffer
+	if _, err := f.s.ReadFile(ctx, c, sb.ID, "keep", &buf); err != nil || buf.String() != "kept" {
+		t.Errorf("file after the resume = %q, %v", buf.String(), err)
+	}
+	// An ended sandbox refuses.
+	if _, err := f.s.Kill(ctx, c, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.s.Run(ctx, c, sb.ID, CommandRequest{Cmd: "echo x"}, nil)
+	wantKind(t, "Run on an ended sandbox", err, execution.KindSandboxNotRunning)
+	_, err = f.s.Pause(ctx, c, sb.ID)
+	wantKind(t, "Pause on an ended sandbox", err, execution.KindSandboxNotRunning)
+	if got, _ := f.s.Get(ctx, c, sb.ID); got.Status != StatusEnded || got.Reason != ReasonKilled || got.EndedAt == nil {
+		t.Errorf("after Kill: %+v", got)
+	}
+}
+
+func TestSetTimeout(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan()) // lifetime 10 min
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{TimeoutS: 60})
+	ag := f.starter.last().ag
+	f.clock.Add(2 * time.Minute)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		kind    execution.Kind // 0: accepted
+	}{
+		{"within the lifetime", 8 * time.Minute, 0},
+		{"to the end of the lifetime", 8 * time.Minute, 0},
+		{"beyond the lifetime", 8*time.Minute + time.Second, execution.KindSandboxLimit},
+		{"zero", 0, execution.KindInvalidTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := f.s.Get(ctx, c, sb.ID)
+			got, err := f.s.SetTimeout(ctx, c, sb.ID, tc.timeout)
+			if tc.kind != 0 {
+				wantKind(t, "SetTimeout", err, tc.kind)
+				after, _ := f.s.Get(ctx, c, sb.ID)
+				if !after.ExpiresAt.Equal(before.ExpiresAt) {
+					t.Errorf("a refused extension moved expires_at to %s", after.ExpiresAt)
+				}
+				return
+			}
+			want := f.clock.Now().Add(tc.timeout)
+			if err != nil || !got.ExpiresAt.Equal(want) {
+				t.Fatalf("SetTimeout = %+v, %v; want expires_at %s", got, err, want)
+			}
+			if d := ag.getDeadline(); !d.Equal(want.Add(deadlineGrace)) {
+				t.Errorf("agent deadline %s, want %s", d, want.Add(deadlineGrace))
+			}
+		})
+	}
+}
+
+func TestQuota(t *testing.T) {
+	f := newFixture(t)
+	p := freePlan()
+	p.ExecutionsPerDay = 6
+	c := caller("acme", p)
+	sb := f.create(t, c, CreateRequest{}) // 1
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.s.Run(context.Background(), c, sb.ID, CommandRequest{Cmd: "echo hi"}, nil)
+		}()
+	}
+	wg.Wait()
+	ok, over := 0, 0
+	for _, err := range errs {
+		switch k, _ := kindOf(err); {
+		case err == nil:
+			ok++
+		case k == execution.KindQuotaExceeded:
+			over++
+		default:
+			t.Errorf("Run: %v", err)
+		}
+	}
+	if ok != 5 || over != n-5 {
+		t.Errorf("%d parallel commands with 5 left: %d ran, %d refused", n, ok, over)
+	}
+	if u := f.used(t, "acme"); u != 6 {
+		t.Errorf("quota used %d, want 6", u)
+	}
+}
+
+func TestQuotaRefundedOnPlatformFailure(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	ctx := t.Context()
+	f.starter.fail.Store(true)
+	_, err := f.s.Create(ctx, c, "", CreateRequest{})
+	wantKind(t, "Create on a failing runtime", err, execution.KindSandboxError)
+	if u := f.used(t, "acme"); u != 0 {
+		t.Errorf("quota used after a failed create = %d, want 0", u)
+	}
+	page, _ := f.s.List(ctx, c, ListRequest{})
+	if len(page.Sandboxes) != 1 || page.Sandboxes[0].Status != StatusEnded || page.Sandboxes[0].Reason != ReasonError {
+		t.Errorf("the failed sandbox's record: %+v", page.Sandboxes)
+	}
+	f.starter.fail.Store(false)
+	sb := f.create(t, c, CreateRequest{}) // the failed one does not hold the free plan's one place
+	_, err = f.s.Run(ctx, c, sb.ID, CommandRequest{Cmd: "die"}, nil)
+	wantKind(t, "Run when the agent goes away", err, execution.KindSandboxError)
+	if _, err := f.s.Run(ctx, c, sb.ID, CommandRequest{Cmd: "exit 3"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if u := f.used(t, "acme"); u != 2 {
+		t.Errorf("quota used = %d, want 2 (create and the command that ran; not the platform's failure)", u)
+	}
+}
+
+func TestIdempotentCreate(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	ctx := t.Context()
+	r := CreateRequest{Metadata: map[string]string{"a": "b"}}
+	first, err := f.s.Create(ctx, c, "k1", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.s.Create(ctx, c, "k1", r)
+	if err != nil || again.ID != first.ID {
+		t.Errorf("replay = %s, %v; want %s", again.ID, err, first.ID)
+	}
+	_, err = f.s.Create(ctx, c, "k1", CreateRequest{})
+	wantKind(t, "same key, other body", err, execution.KindIdempotencyConflict)
+	if f.starter.count() != 1 || f.used(t, "acme") != 1 {
+		t.Errorf("%d started, %d counted; want 1, 1", f.starter.count(), f.used(t, "acme"))
+	}
+}
+
+func TestNodeLostAtStartUp(t *testing.T) {
+	dir := t.TempDir()
+	raw := openStore(t, filepath.Join(dir, "vertal.db"))
+	f := newFixtureOn(t, raw, dir, "node-a")
+	c := caller("acme", config.DefaultPlans()["pro"])
+	running := f.create(t, c, CreateRequest{})
+	paused := f.create(t, c, CreateRequest{})
+	if _, err := f.s.Pause(t.Context(), c, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	other := newFixtureOn(t, raw, dir, "node-b") // another node leaves node-a's alone
+	if got, _ := other.s.Get(t.Context(), c, running.ID); got.Status != StatusRunning {
+		t.Errorf("another node's start-up ended node-a's sandbox: %+v", got)
+	}
+	// node-a restarts: a new process with none of its live sandboxes.
+	again := newFixtureOn(t, raw, dir, "node-a")
+	got, err := again.s.Get(t.Context(), c, running.ID)
+	if err != nil || got.Status != StatusEnded || got.Reason != ReasonNodeLost {
+		t.Errorf("running sandbox after a restart: %+v, %v; want ended node_lost", got, err)
+	}
+	if got, _ := again.s.Get(t.Context(), c, paused.ID); got.Status != StatusPaused {
+		t.Errorf("paused sandbox after a restart: %s, want paused", got.Status)
+	}
+	if sb, err := again.s.Resume(t.Context(), c, paused.ID); err != nil || sb.Status != StatusRunning {
+		t.Errorf("resume after a restart = %+v, %v", sb, err)
+	}
+}
+
+func TestShutdownPauses(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	a := f.create(t, c, CreateRequest{Files: []File{{Path: "f", Content: []byte("x")}}})
+	b := f.create(t, c, CreateRequest{})
+	if err := f.s.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if got, _ := f.s.Get(t.Context(), c, id); got.Status != StatusPaused {
+			t.Errorf("%s after Shutdown: %s, want paused", id, got.Status)
+		}
+		if _, err := os.Stat(filepath.Join(f.dir, "sandboxes", id, "home.tar")); err != nil {
+			t.Errorf("%s's archive: %v", id, err)
+		}
+	}
+}
+
+func TestLiveDiesOnItsOwn(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{TimeoutS: 60})
+	f.starter.last().die() // an OOM kill, a crash
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := f.s.Get(t.Context(), c, sb.ID)
+		if got.Status == StatusEnded {
+			if got.Reason != ReasonError || got.Message == "" {
+				t.Errorf("ended as %q %q, want error with a message", got.Reason, got.Message)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a dead sandbox is still recorded running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRun(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan()) // 64 KiB output per stream
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{})
+	for _, tc := range []struct {
+		name       string
+		r          CommandRequest
+		wantStatus string
+		wantCode   int
+		wantOut    int // stdout length; -1 skips
+		truncated  bool
+		kind       execution.Kind
+	}{
+		{"shell line", CommandRequest{Cmd: "echo hi"}, "succeeded", 0, 3, false, 0},
+		{"argv", CommandRequest{Argv: []string{"exit", "3"}}, "failed", 3, 0, false, 0},
+		{"stdin", CommandRequest{Argv: []string{"cat"}, Stdin: "in put"}, "succeeded", 0, 6, false, 0},
+		{"truncated", CommandRequest{Cmd: "big 100000"}, "succeeded", 0, 64 << 10, true, 0},
+		{"timeout", CommandRequest{Cmd: "sleep", TimeoutS: 1}, "timed_out", 128 + 9, 0, false, 0},
+		{"both cmd and argv", CommandRequest{Cmd: "echo", Argv: []string{"echo"}}, "", 0, 0, false, execution.KindInvalidRequest},
+		{"neither", CommandRequest{}, "", 0, 0, false, execution.KindInvalidRequest},
+		{"cwd outside home", CommandRequest{Cmd: "echo", Cwd: "../.."}, "", 0, 0, false, execution.KindInvalidRequest},
+		{"not found", CommandRequest{Argv: []string{"nope"}}, "", 0, 0, false, execution.KindNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var events []Event
+			res, err := f.s.Run(ctx, c, sb.ID, tc.r, func(e Event) { events = append(events, e) })
+			if tc.kind != 0 {
+				wantKind(t, "Run", err, tc.kind)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.wantStatus || res.ExitCode != tc.wantCode || len(res.Stdout) != tc.wantOut || res.Truncated != tc.truncated {
+				t.Errorf("Run = status %s, exit %d, %d bytes out, truncated %v", res.Status, res.ExitCode, len(res.Stdout), res.Truncated)
+			}
+			if len(events) == 0 || events[len(events)-1].Type != "exit" {
+				t.Errorf("events end with %+v, want exit", events)
+			}
+			var streamed int
+			var last int64
+			for i, e := range events {
+				// Output past the cap is not streamed, so seqs may skip.
+				if e.Seq <= last {
+					t.Errorf("event %d has seq %d after %d", i, e.Seq, last)
+				}
+				last = e.Seq
+				if e.Type == "stdout" {
+					streamed += len(e.Data)
+				}
+			}
+			if streamed != len(res.Stdout) {
+				t.Errorf("streamed %d bytes of stdout, the result has %d", streamed, len(res.Stdout))
+			}
+		})
+	}
+}
+
+func TestBackground(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{})
+	cat, err := f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Argv: []string{"cat"}, Background: true})
+	if err != nil || cat.PID == 0 || !cat.Running {
+		t.Fatalf("StartCommand = %+v, %v", cat, err)
+	}
+	sleep, err := f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "sleep", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := f.s.Commands(ctx, c, sb.ID)
+	if err != nil || len(cmds) != 2 || !cmds[0].Running || !cmds[1].Running {
+		t.Fatalf("Commands = %+v, %v", cmds, err)
+	}
+	if err := f.s.SendStdin(ctx, c, sb.ID, cat.PID, []byte("hello "), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.SendStdin(ctx, c, sb.ID, cat.PID, []byte("world"), true); err != nil {
+		t.Fatal(err)
+	}
+	var got []Event
+	if err := f.s.Events(ctx, c, sb.ID, cat.PID, 0, func(e Event) error { got = append(got, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Data != "hello world" || got[1].Type != "exit" || got[1].ExitCode != 0 {
+		t.Errorf("Events = %+v", got)
+	}
+	// Replay after the first event: only the exit.
+	got = nil
+	if err := f.s.Events(ctx, c, sb.ID, cat.PID, 1, func(e Event) error { got = append(got, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Seq != 2 || got[0].Type != "exit" {
+		t.Errorf("Events after 1 = %+v", got)
+	}
+	wantKind(t, "stdin to a finished command", f.s.SendStdin(ctx, c, sb.ID, cat.PID, []byte("x"), false), execution.KindProcessFinished)
+	wantKind(t, "signal to a finished command", f.s.Signal(ctx, c, sb.ID, cat.PID, "TERM"), execution.KindProcessFinished)
+	wantKind(t, "unknown pid", f.s.Signal(ctx, c, sb.ID, 9999, "TERM"), execution.KindNotFound)
+	wantKind(t, "unknown signal", f.s.Signal(ctx, c, sb.ID, sleep.PID, "BOOM"), execution.KindInvalidRequest)
+
+	// Follow a running one, then signal it.
+	done := make(chan []Event)
+	go func() {
+		var evs []Event
+		_ = f.s.Events(context.Background(), c, sb.ID, sleep.PID, 0, func(e Event) error { evs = append(evs, e); return nil })
+		done <- evs
+	}()
+	if err := f.s.Signal(ctx, c, sb.ID, sleep.PID, "sigterm"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case evs := <-done:
+		if len(evs) != 1 || evs[0].Type != "exit" || evs[0].ExitCode != 128+int(syscall.SIGTERM) {
+			t.Errorf("followed events = %+v", evs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Events did not return at the exit")
+	}
+	cmds, _ = f.s.Commands(ctx, c, sb.ID)
+	for _, cmd := range cmds {
+		if cmd.Running || cmd.ExitCode == nil || cmd.EndedAt == nil {
+			t.Errorf("finished command listed as %+v", cmd)
+		}
+	}
+}
+
+func TestFiles(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan()) // 1 MB per file
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{})
+	fi, err := f.s.WriteFile(ctx, c, sb.ID, "dir/a.txt", bytes.NewReader([]byte("abc")))
+	if err != nil || fi.Path != engine.HomeDir+"/dir/a.txt" || fi.Size != 3 || fi.Mode != "0644" || fi.Name != "a.txt" {
+		t.Fatalf("WriteFile = %+v, %v", fi, err)
+	}
+	_, err = f.s.WriteFile(ctx, c, sb.ID, "big", bytes.NewReader(make([]byte, 1<<20+1)))
+	wantKind(t, "upload over the plan's file size", err, execution.KindPayloadTooLarge)
+	list, err := f.s.ListDir(ctx, c, sb.ID, "dir")
+	if err != nil || len(list) != 1 || list[0].Path != engine.HomeDir+"/dir/a.txt" {
+		t.Errorf("ListDir = %+v, %v", list, err)
+	}
+	if fi, err := f.s.Move(ctx, c, sb.ID, "dir/a.txt", "/home/user/b.txt"); err != nil || fi.Name != "b.txt" {
+		t.Errorf("Move = %+v, %v", fi, err)
+	}
+	_, err = f.s.Stat(ctx, c, sb.ID, "dir/a.txt")
+	wantKind(t, "Stat of a moved file", err, execution.KindNotFound)
+	_, err = f.s.Mkdir(ctx, c, sb.ID, "/etc/x")
+	wantKind(t, "Mkdir the agent refuses", err, execution.KindForbidden)
+	_, err = f.s.Stat(ctx, c, sb.ID, "../../etc/shadow")
+	wantKind(t, "a relative path out of the home", err, execution.KindInvalidRequest)
+	if err := f.s.Remove(ctx, c, sb.ID, "b.txt"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestList(t *testing.T) {
+	f := newFixture(t)
+	p := config.DefaultPlans()["enterprise"]
+	c := caller("acme", p)
+	ctx := t.Context()
+	var ids []string
+	for i := range 7 {
+		f.clock.Add(time.Second)
+		sb := f.create(t, c, CreateRequest{Metadata: map[string]string{"parity": fmt.Sprint(i % 2)}})
+		ids = append([]string{sb.ID}, ids...)
+	}
+	if _, err := f.s.Pause(ctx, c, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	r := ListRequest{Limit: 3}
+	for {
+		page, err := f.s.List(ctx, c, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range page.Sandboxes {
+			got = append(got, sb.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		r.Cursor = page.Next
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Errorf("pages = %v, want %v", got, ids)
+	}
+	page, err := f.s.List(ctx, c, ListRequest{Metadata: map[string]string{"parity": "0"}, Limit: 2})
+	if err != nil || len(page.Sandboxes) != 2 || page.Next == "" {
+		t.Fatalf("metadata page = %+v, %v", page, err)
+	}
+	page2, err := f.s.List(ctx, c, ListRequest{Metadata: map[string]string{"parity": "0"}, Limit: 2, Cursor: page.Next})
+	if err != nil || len(page2.Sandboxes) != 2 || page2.Next != "" {
+		t.Errorf("second metadata page = %+v, %v", page2, err)
+	}
+	paused, err := f.s.List(ctx, c, ListRequest{Status: StatusPaused})
+	if err != nil || len(paused.Sandboxes) != 1 || paused.Sandboxes[0].ID != ids[0] {
+		t.Errorf("paused = %+v, %v", paused, err)
+	}
+	_, err = f.s.List(ctx, c, ListRequest{Cursor: "!!"})
+	wantKind(t, "bad cursor", err, execution.KindInvalidRequest)
+}
+
+func TestPauseOverStorage(t *testing.T) {
+	f := newFixture(t)
+	p := freePlan()
+	p.PausedStorageMB = 1
+	c := caller("acme", p)
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{})
+	for i := range 2 {
+		if _, err := f.s.WriteFile(ctx, c, sb.ID, fmt.Sprint(i), bytes.NewReader(make([]byte, 900<<10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := f.s.Pause(ctx, c, sb.ID)
+	wantKind(t, "Pause over the paused storage", err, execution.KindPayloadTooLarge)
+	if got, _ := f.s.Get(ctx, c, sb.ID); got.Status != StatusRunning {
+		t.Errorf("after a refused pause: %s, want running", got.Status)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(f.dir, "sandboxes", sb.ID)); len(entries) != 0 {
+		t.Errorf("a refused pause left %d files", len(entries))
+	}
+}
+
+func TestExpiryPauseOverStorageEnds(t *testing.T) {
+	f := newFixture(t)
+	p := freePlan()
+	p.PausedStorageMB = 1
+	c := caller("acme", p)
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{TimeoutS: 60, OnTimeout: "pause"})
+	for i := range 2 {
+		if _, err := f.s.WriteFile(ctx, c, sb.ID, fmt.Sprint(i), bytes.NewReader(make([]byte, 900<<10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Add(time.Minute)
+	f.s.expireDue(ctx)
+	got, err := f.s.Get(ctx, c, sb.ID)
+	if err != nil || got.Status != StatusEnded || got.Reason != ReasonError || got.Message == "" {
+		t.Errorf("a sandbox too large to pause at expiry: %+v, %v; want ended error with a message", got, err)
+	}
+	if !f.starter.last().discarded.Load() {
+		t.Error("its live sandbox was left")
+	}
+}
+
+func TestLiveDiesAtItsDeadline(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{TimeoutS: 60})
+	f.clock.Add(time.Minute + deadlineGrace) // the agent's deadline, before the service looked
+	f.starter.last().die()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := f.s.Get(t.Context(), c, sb.ID)
+		if got.Status == StatusEnded {
+			if got.Reason != ReasonExpired {
+				t.Errorf("ended as %q, want expired", got.Reason)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a sandbox past its deadline is still recorded running")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
