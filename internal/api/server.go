@@ -79,6 +79,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Sandboxes serves sandboxes that stay (/v1/sandboxes/...) and the
+	// sandboxes part of GET /v1/usage; give it the *sandboxes.Service.
+	// Nil: every sandbox route answers 404 not_found ("sandboxes are not
+	// enabled on this server") to an authenticated caller.
+	Sandboxes Sandboxes
 	// BodyBudget bounds the memory that request bodies being read and
 	// decoded hold at once, over all requests (each counts a few times its
 	// size); a request past it is refused at once with 503 overloaded.
@@ -102,6 +107,7 @@ type Server struct {
 	opts       Options
 	store      apiStore
 	exec       *execution.Service
+	sbx        Sandboxes
 	log        *slog.Logger
 	now        func() time.Time
 	plans      map[string]config.Plan
@@ -122,6 +128,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		store:   opts.Store,
 		exec:    opts.Service,
+		sbx:     opts.Sandboxes,
 		log:     opts.Logger,
 		now:     opts.Now,
 		plans:   opts.Service.Plans(),
@@ -174,6 +181,7 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/v1/keys/rotate", s.authed(s.rotateKey))
 		s.handle("GET "+p+"/v1/languages", s.authed(s.listLanguages))
 		s.handle("GET "+p+"/v1/images", s.authed(s.listImages))
+		s.sandboxRoutes(p)
 		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {
