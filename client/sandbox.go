@@ -61,28 +61,39 @@ type FileEntry = wire.FileEntry
 // fields. Use one Sandbox from one goroutine at a time, or take copies of
 // its fields; its Commands and Files are safe for concurrent use.
 type Sandbox struct {
-	ID     string
-	Status SandboxStatus
+	ID     string        `json:"id"`
+	Status SandboxStatus `json:"status"`
 	// Reason says why it ended (killed, expired, error, node_lost);
 	// Message what went wrong for error.
-	Reason, Message     string
-	Image, ImageVersion string
-	CreatedAt           time.Time
-	ExpiresAt           time.Time
-	EndedAt             time.Time // zero until it ends
-	OnTimeout           string    // kill or pause
-	Limits              SandboxLimits
-	Metadata            map[string]string
+	Reason       string            `json:"reason,omitempty"`
+	Message      string            `json:"message,omitempty"`
+	Image        string            `json:"image"`
+	ImageVersion string            `json:"image_version"`
+	CreatedAt    time.Time         `json:"created_at"`
+	ExpiresAt    time.Time         `json:"expires_at"`
+	EndedAt      time.Time         `json:"ended_at,omitzero"` // zero until it ends
+	OnTimeout    string            `json:"on_timeout"`        // kill or pause
+	Limits       SandboxLimits     `json:"limits"`
+	Metadata     map[string]string `json:"metadata"`
 	// AliveSeconds is its wall time running (not paused), CPUSeconds its
 	// CPU time.
-	AliveSeconds, CPUSeconds float64
+	AliveSeconds float64 `json:"alive_seconds"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
 
 	// Commands runs commands in the sandbox; Files reads and writes its
 	// files.
-	Commands *Commands
-	Files    *Files
+	Commands *Commands `json:"-"`
+	Files    *Files    `json:"-"`
 
 	c *Client
+}
+
+// Sandbox is a handle for the sandbox id without asking the server: its
+// fields other than ID are zero until Refresh or a call that answers the
+// sandbox (Pause, Resume, Kill, SetTimeout). Use it to act on a sandbox
+// whose id you kept.
+func (c *Client) Sandbox(id string) *Sandbox {
+	return c.newSandbox(wire.Sandbox{ID: id})
 }
 
 func (c *Client) newSandbox(w wire.Sandbox) *Sandbox {
