@@ -1,12 +1,15 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -313,6 +316,40 @@ func TestSandboxCommands(t *testing.T) {
 	list := decode(t, env.do(request{path: b + "/commands"}))["commands"].([]any)
 	if len(list) != 2 || list[1].(map[string]any)["exit_code"].(float64) != 137 || list[1].(map[string]any)["argv"].([]any)[0] != "sleep" {
 		t.Errorf("commands %v", list)
+	}
+}
+
+// TestSandboxStreamFailures: a failure after the first output is an
+// error event that ends the stream; a quiet command's stream starts with
+// the heartbeat, and then a failure is an error event too.
+func TestSandboxStreamFailures(t *testing.T) {
+	env, _ := newSandboxEnv(t, withOptions(func(o *Options) { o.Heartbeat = 20 * time.Millisecond }))
+	id := env.createSandbox(t, `{}`)
+	b := "/v1/sandboxes/" + id
+	st := events(t, env.do(request{method: "POST", path: b + "/commands", body: `{"cmd":"partial"}`, header: map[string]string{"Accept": "text/event-stream"}}))
+	if len(st) != 2 || st[0] != [3]string{"1", "stdout", `{"text":"half\n"}`} || st[1][0] != "end" || st[1][1] != "error" ||
+		!strings.Contains(st[1][2], `"code":"internal_error"`) || strings.Contains(st[1][2], "agent") {
+		t.Errorf("stream of a failure after output: %q", st)
+	}
+	// Attached to a command that says nothing: heartbeats, then its exit.
+	pid := int(decode(t, env.do(request{method: "POST", path: b + "/commands", body: `{"cmd":"cat","background":true}`}))["pid"].(float64))
+	p := fmt.Sprintf("%s/commands/%d", b, pid)
+	req, _ := http.NewRequest("GET", env.http.URL+p+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+env.key)
+	res, err := env.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	br := bufio.NewReader(res.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || first != ": heartbeat\n" || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("quiet stream starts %q %v", first, err)
+	}
+	env.do(request{method: "POST", path: p + "/stdin", body: `{"eof":true}`})
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.HasSuffix(string(rest), "id: 1\nevent: exit\ndata: {\"exit_code\":0}\n\n") {
+		t.Errorf("quiet stream goes on %q %v", rest, err)
 	}
 }
 

@@ -6,6 +6,7 @@
 //	"echo WORDS"  succeeds, stdout "WORDS\n" (as two events: "WORDS", "\n")
 //	"exit N"      fails with exit code N, stderr "boom\n"
 //	"crash"       the platform fails (an internal error)
+//	"partial"     writes "half\n" to stdout, then the platform fails
 //	"cat"         (background) echoes its stdin as stdout until EOF, then exits 0
 //	anything else succeeds with stdout "ran: " + the command + "\n"
 //
@@ -299,6 +300,11 @@ func (f *Fake) Run(ctx context.Context, c execution.Caller, id string, r sandbox
 	var events []sandboxes.Event
 	switch l := line(r); {
 	case l == "crash":
+		return sandboxes.CommandResult{}, execution.Internal(fmt.Errorf("agent of %s lost", id))
+	case l == "partial":
+		if onEvent != nil {
+			onEvent(sandboxes.Event{Seq: 1, Type: "stdout", Data: "half\n"})
+		}
 		return sandboxes.CommandResult{}, execution.Internal(fmt.Errorf("agent of %s lost", id))
 	case strings.HasPrefix(l, "echo "):
 		words := strings.TrimPrefix(l, "echo ")
