@@ -5,11 +5,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -213,10 +216,30 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *Caller
 
 // listSandboxes is GET /v1/sandboxes?status=&metadata.KEY=VALUE&limit=&cursor=.
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	req, err := listQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	page, err := s.sbx.List(r.Context(), *c, req)
+	if err != nil {
+		return err
+	}
+	id := infoFrom(r.Context()).id
+	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(page.Sandboxes)), NextCursor: nilIfEmpty(page.Next)}
+	for _, sb := range page.Sandboxes {
+		out.Sandboxes = append(out.Sandboxes, toWireSandbox(sb, id))
+	}
+	return s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// listQuery reads the query of GET /v1/sandboxes; every parameter once,
+// none unknown.
+func listQuery(q url.Values) (sandboxes.ListRequest, error) {
 	var req sandboxes.ListRequest
-	for name, vs := range r.URL.Query() {
+	for _, name := range slices.Sorted(maps.Keys(q)) { // the first problem by name, every time
+		vs := q[name]
 		if len(vs) != 1 {
-			return errorf(KindInvalidRequest, "query parameter %s is given more than once", clip(name, 40))
+			return req, errorf(KindInvalidRequest, "query parameter %s is given more than once", clip(name, 40))
 		}
 		v := vs[0]
 		switch key, isMeta := strings.CutPrefix(name, "metadata."); {
@@ -230,30 +253,21 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *Caller
 			case sandboxes.StatusRunning, sandboxes.StatusPaused, sandboxes.StatusEnded:
 				req.Status = st
 			default:
-				return errorf(KindInvalidRequest, "status must be running, paused or ended, not %q", clip(v, 40))
+				return req, errorf(KindInvalidRequest, "status must be running, paused or ended, not %q", clip(v, 40))
 			}
 		case name == "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 100 {
-				return errorf(KindInvalidRequest, "limit must be a whole number from 1 to 100")
+				return req, errorf(KindInvalidRequest, "limit must be a whole number from 1 to 100")
 			}
 			req.Limit = n
 		case name == "cursor":
 			req.Cursor = v
 		default:
-			return errorf(KindInvalidRequest, "unknown query parameter %q; allowed: status, limit, cursor, metadata.KEY", clip(name, 40))
+			return req, errorf(KindInvalidRequest, "unknown query parameter %q; allowed: status, limit, cursor, metadata.KEY", clip(name, 40))
 		}
 	}
-	page, err := s.sbx.List(r.Context(), *c, req)
-	if err != nil {
-		return err
-	}
-	id := infoFrom(r.Context()).id
-	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(page.Sandboxes)), NextCursor: nilIfEmpty(page.Next)}
-	for _, sb := range page.Sandboxes {
-		out.Sandboxes = append(out.Sandboxes, toWireSandbox(sb, id))
-	}
-	return s.writeJSON(w, r, http.StatusOK, out)
+	return req, nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *Caller, id string) error {
