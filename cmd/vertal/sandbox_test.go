@@ -67,6 +67,9 @@ func TestSandboxCLI(t *testing.T) {
 		t.Errorf("cp between local files: %+v", got)
 	}
 
+	if got := runCLI(t, cmdUsage, environ, ""); !strings.Contains(got.Stdout, "\nsandboxes  1 running, 0 paused; today 0.000 seconds alive") {
+		t.Errorf("usage: %+v", got)
+	}
 	if got := run("", "pause", id); got.Stdout != id+"\tpaused\n" {
 		t.Errorf("pause: %+v", got)
 	}
