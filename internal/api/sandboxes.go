@@ -242,7 +242,11 @@ func listQuery(q url.Values) (sandboxes.ListRequest, error) {
 			return req, errorf(KindInvalidRequest, "query parameter %s is given more than once", clip(name, 40))
 		}
 		v := vs[0]
-		switch key, isMeta := strings.CutPrefix(name, "metadata."); {
+		key, isMeta := strings.CutPrefix(name, "metadata.")
+		if k, ok := strings.CutPrefix(name, "metadata["); ok && strings.HasSuffix(k, "]") {
+			key, isMeta = strings.TrimSuffix(k, "]"), true // deepObject, as OpenAPI generators send it
+		}
+		switch {
 		case isMeta && key != "":
 			if req.Metadata == nil {
 				req.Metadata = map[string]string{}

@@ -74,12 +74,15 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("get %v", got)
 	}
 	// Lists: filters reach the service; pages follow the cursor.
-	list := decode(t, env.do(request{path: "/v1/sandboxes?status=running&metadata.team=ml"}))
+	list := decode(t, env.do(request{path: "/v1/sandboxes?status=running&metadata%5Bteam%5D=ml"}))
 	if n := len(list["sandboxes"].([]any)); n != 1 || list["next_cursor"] != nil {
 		t.Errorf("filtered list %v", list)
 	}
 	if diff := cmp.Diff(sandboxes.ListRequest{Status: "running", Metadata: map[string]string{"team": "ml"}}, fake.LastList); diff != "" {
 		t.Errorf("list request (-want +got):\n%s", diff)
+	}
+	if got := decode(t, env.do(request{path: "/v1/sandboxes?metadata.team=web"})); len(got["sandboxes"].([]any)) != 1 {
+		t.Errorf("list by metadata.team %v", got)
 	}
 	page := decode(t, env.do(request{path: "/v1/sandboxes?limit=1"}))
 	if page["sandboxes"].([]any)[0].(map[string]any)["id"] != other || page["next_cursor"] != "1" {
