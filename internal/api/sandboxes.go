@@ -107,6 +107,7 @@ func (s *Server) sandbox(h sandboxFunc) handlerFunc {
 		if !sandboxIDPattern.MatchString(id) {
 			return errorf(KindNotFound, "no sandbox %q", clip(id, 80))
 		}
+		infoFrom(r.Context()).sandboxID = id
 		return h(w, r, c, id)
 	})
 }
@@ -209,6 +210,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *Caller
 	}
 	sb, err := s.sbx.Create(r.Context(), *c, idemKey, req)
 	if err == nil {
+		infoFrom(r.Context()).sandboxID = sb.ID
 		w.Header().Set("Location", apiPrefix(r)+"/v1/sandboxes/"+sb.ID)
 	}
 	return s.writeSandbox(w, r, http.StatusCreated, sb, err)

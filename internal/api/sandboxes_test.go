@@ -68,6 +68,9 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("replay made another sandbox: %s", again.body)
 	}
 	other := env.createSandbox(t, `{"metadata":{"team":"web"}}`)
+	if !strings.Contains(env.logs.String(), `"route":"/v1/sandboxes","status":201`) || !strings.Contains(env.logs.String(), `"sandbox_id":"`+other+`"`) {
+		t.Errorf("the access log does not name the sandbox created:\n%s", env.logs.String())
+	}
 
 	got := decode(t, env.do(request{path: "/v1/sandboxes/" + id}))
 	if got["id"] != id || got["metadata"].(map[string]any)["team"] != "ml" {

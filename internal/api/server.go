@@ -307,6 +307,9 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 	if info.executionID != "" {
 		attrs = append(attrs, slog.String("execution_id", info.executionID))
 	}
+	if info.sandboxID != "" {
+		attrs = append(attrs, slog.String("sandbox_id", info.sandboxID))
+	}
 	if info.errCode != "" {
 		attrs = append(attrs, slog.String("error_code", info.errCode))
 	}
