@@ -145,13 +145,25 @@ func wholeSeconds(d time.Duration) *float64 {
 	return &s
 }
 
-// CreateSandbox starts a sandbox that stays until Kill or its expiry.
-func (c *Client) CreateSandbox(ctx context.Context, p SandboxParams) (*Sandbox, error) {
-	req := wire.SandboxRequest{Image: nonEmpty(p.Image), TimeoutS: wholeSeconds(p.Timeout), Env: p.Env, Metadata: p.Metadata, OnTimeout: nonEmpty(p.OnTimeout)}
+// request is the body of POST /v1/sandboxes; fields left zero are left
+// out.
+func (p SandboxParams) request() wire.SandboxRequest {
+	req := wire.SandboxRequest{Image: nonEmpty(p.Image), TimeoutS: wholeSeconds(p.Timeout), OnTimeout: nonEmpty(p.OnTimeout)}
+	if len(p.Env) > 0 {
+		req.Env = p.Env
+	}
+	if len(p.Metadata) > 0 {
+		req.Metadata = p.Metadata
+	}
 	for _, f := range p.Files {
 		req.Files = append(req.Files, encodeFile(f))
 	}
-	cl, err := c.postCall("/v1/sandboxes", req, p.IdempotencyKey)
+	return req
+}
+
+// CreateSandbox starts a sandbox that stays until Kill or its expiry.
+func (c *Client) CreateSandbox(ctx context.Context, p SandboxParams) (*Sandbox, error) {
+	cl, err := c.postCall("/v1/sandboxes", p.request(), p.IdempotencyKey)
 	if err != nil {
 		return nil, err
 	}
