@@ -161,6 +161,11 @@ func TestSandboxTenants(t *testing.T) {
 			t.Errorf("%s %s without sandboxes: %d %s", r.method, r.path, got.status, got.body)
 		}
 	}
+	var none *sandboxes.Service
+	typedNil := newEnv(t, withOptions(func(o *Options) { o.Sandboxes = none }))
+	if got := typedNil.do(request{path: "/v1/sandboxes"}); got.status != http.StatusNotFound || !strings.Contains(string(got.body), "not enabled") {
+		t.Errorf("a nil *sandboxes.Service: %d %s", got.status, got.body)
+	}
 	if got := off.do(request{path: "/v1/sandboxes", key: "-"}); got.status != http.StatusUnauthorized {
 		t.Errorf("no key: %d", got.status)
 	}

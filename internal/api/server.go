@@ -30,6 +30,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -143,6 +144,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
+	}
+	if p, ok := s.sbx.(*sandboxes.Service); ok && p == nil {
+		s.sbx = nil // a typed nil, as a disabled service is easily passed: off
 	}
 	s.bodies = &bodyBudget{limit: cmp.Or(opts.BodyBudget, DefaultBodyBudget)}
 	s.heartbeat = opts.Heartbeat
