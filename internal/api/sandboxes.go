@@ -65,28 +65,6 @@ var sandboxIDPattern = regexp.MustCompile(`^sbx_[0-9a-f]{8,64}$`)
 // signal, mkdir, move).
 const smallBodyBytes = 64 << 10
 
-// sandboxRoutes registers the sandbox routes under prefix p ("" or "/api").
-func (s *Server) sandboxRoutes(p string) {
-	b := p + "/v1/sandboxes"
-	s.handle("POST "+b, s.sandboxesOn(s.createSandbox))
-	s.handle("GET "+b, s.sandboxesOn(s.listSandboxes))
-	s.handle("GET "+b+"/{id}", s.sandbox(s.getSandbox))
-	s.handle("DELETE "+b+"/{id}", s.sandbox(s.killSandbox))
-	s.handle("POST "+b+"/{id}/timeout", s.sandbox(s.setSandboxTimeout))
-	s.handle("POST "+b+"/{id}/pause", s.sandbox(s.pauseSandbox))
-	s.handle("POST "+b+"/{id}/resume", s.sandbox(s.resumeSandbox))
-	s.handle("POST "+b+"/{id}/commands", s.sandbox(s.runCommand))
-	s.handle("GET "+b+"/{id}/commands", s.sandbox(s.listCommands))
-	s.handle("POST "+b+"/{id}/commands/{pid}/stdin", s.sandbox(s.commandStdin))
-	s.handle("POST "+b+"/{id}/commands/{pid}/signal", s.sandbox(s.signalCommand))
-	s.handle("GET "+b+"/{id}/commands/{pid}/events", s.sandbox(s.commandEvents))
-	s.handle("GET "+b+"/{id}/files", s.sandbox(s.readFile))
-	s.handle("PUT "+b+"/{id}/files", s.sandbox(s.writeFile))
-	s.handle("DELETE "+b+"/{id}/files", s.sandbox(s.removeFile))
-	s.handle("POST "+b+"/{id}/files/mkdir", s.sandbox(s.mkdir))
-	s.handle("POST "+b+"/{id}/files/move", s.sandbox(s.moveFile))
-}
-
 // sandboxesOn authenticates, then refuses when sandboxes are off.
 func (s *Server) sandboxesOn(h authedFunc) handlerFunc {
 	return s.authed(func(w http.ResponseWriter, r *http.Request, c *Caller) error {

@@ -277,7 +277,7 @@ func TestSandboxCommands(t *testing.T) {
 	if got := env.do(request{method: "POST", path: "/v1/sandboxes/sbx_00000000000000000000000000000999/commands", body: `{"cmd":"ls"}`, header: map[string]string{"Accept": "text/event-stream"}}); got.status != 404 || errCode(t, got) != "not_found" {
 		t.Errorf("stream of an unknown sandbox: %d %s", got.status, got.body)
 	}
-	// A failure after... before the first output is still an error answer.
+	// A failure before the first output is still an error answer.
 	if got := env.do(request{method: "POST", path: b + "/commands", body: `{"cmd":"crash"}`, header: map[string]string{"Accept": "text/event-stream"}}); got.status != 500 {
 		t.Errorf("stream of a crash: %d %s", got.status, got.body)
 	}
