@@ -464,6 +464,7 @@ type call struct {
 	header  http.Header
 	retry   retryPolicy
 	accept  string // default application/json
+	ctype   string // of the body; default application/json
 	decodes any
 	// gotHeader, when set, receives the headers of the 2xx answer.
 	gotHeader *http.Header
@@ -539,7 +540,7 @@ func (c *Client) roundTrip(ctx context.Context, cl call, n int) (*http.Response,
 	req.Header.Set("Accept", cmp.Or(cl.accept, "application/json"))
 	req.Header.Set("User-Agent", c.userAgent)
 	if cl.body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", cmp.Or(cl.ctype, "application/json"))
 	}
 
 	resp, err := c.httpClient.Do(req)

@@ -106,7 +106,38 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 	case "GET /v1/languages":
 		write(200, map[string]any{"languages": []map[string]string{{"name": "python", "version": "3.11.2"}, {"name": "javascript", "version": "22.23.5"}, {"name": "bash", "version": "5.2.15"}}})
 	default:
+		if strings.HasPrefix(strings.TrimPrefix(r.URL.Path, "/api"), "/v1/sandboxes") {
+			exampleSandboxes(w, r, write)
+			return
+		}
 		write(404, map[string]any{"error": map[string]string{"code": "not_found", "message": "not found"}, "request_id": "req_2"})
+	}
+}
+
+// exampleSandboxes answers the sandbox calls of the examples: one
+// sandbox, whose files are kept and whose commands print a line count.
+func exampleSandboxes(w http.ResponseWriter, r *http.Request, write func(int, any)) {
+	const id = "sbx_0123456789abcdef0123456789abcdef"
+	sandbox := func(status string) map[string]any {
+		return map[string]any{"id": id, "status": status, "reason": nil, "message": nil, "image": "default", "image_version": "",
+			"created_at": "2026-03-14T15:09:26Z", "expires_at": "2026-03-14T15:19:26Z", "ended_at": nil, "on_timeout": "kill",
+			"limits": map[string]any{"memory_mb": 512, "max_file_mb": 10}, "metadata": map[string]string{}, "alive_seconds": 0, "cpu_seconds": 0, "request_id": "req_x"}
+	}
+	switch r.Method + " " + strings.TrimPrefix(r.URL.Path, "/api") {
+	case "POST /v1/sandboxes":
+		write(201, sandbox("running"))
+	case "PUT /v1/sandboxes/" + id + "/files":
+		b, _ := io.ReadAll(r.Body)
+		write(200, map[string]any{"name": "data.csv", "path": "/home/user/" + r.URL.Query().Get("path"), "type": "file", "size": len(b), "mode": "0644", "mtime": "2026-03-14T15:09:27Z"})
+	case "POST /v1/sandboxes/" + id + "/commands":
+		write(200, map[string]any{"pid": 7, "status": "succeeded", "stdout": "3\n", "stderr": "", "exit_code": 0, "duration_ms": 4, "truncated": false,
+			"usage": map[string]any{"cpu_seconds": 0.001}, "request_id": "req_x"})
+	case "DELETE /v1/sandboxes/" + id:
+		ended := sandbox("ended")
+		ended["reason"], ended["ended_at"] = "killed", "2026-03-14T15:10:00Z"
+		write(200, ended)
+	default:
+		write(404, map[string]any{"error": map[string]string{"code": "not_found", "message": "no such sandbox"}, "request_id": "req_2"})
 	}
 }
 
@@ -135,6 +166,30 @@ func exampleStream(w http.ResponseWriter) {
 		io.WriteString(w, ev)
 		w.(http.Flusher).Flush()
 	}
+}
+
+// A sandbox that stays: load a file once, then run commands on it; files
+// and background processes persist between commands until Kill.
+func ExampleClient_CreateSandbox() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, client.SandboxParams{Timeout: 10 * time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Kill(ctx)
+	if _, err := sb.Files.Write(ctx, "data.csv", []byte("a\n1\n2\n")); err != nil {
+		log.Fatal(err)
+	}
+	res, err := sb.Commands.Run(ctx, "wc -l < data.csv")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+	// Output: 3
 }
 
 // Run code with the URL and key from KUBO_API_URL and KUBO_API_KEY.

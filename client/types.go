@@ -231,6 +231,9 @@ type Usage struct {
 	Plan   string
 	Today  UsageToday
 	Limits Limits
+	// Sandboxes is today's use of sandboxes that stay; nil when the
+	// server does not serve them.
+	Sandboxes *SandboxUsage
 
 	// Raw is the response body exactly as received.
 	Raw json.RawMessage
@@ -242,7 +245,7 @@ func (u *Usage) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*u = Usage{Tenant: w.Tenant, Plan: w.Plan, Today: w.Today, Limits: w.Limits, Raw: append(json.RawMessage(nil), b...)}
+	*u = Usage{Tenant: w.Tenant, Plan: w.Plan, Today: w.Today, Limits: w.Limits, Sandboxes: w.Sandboxes, Raw: append(json.RawMessage(nil), b...)}
 	return nil
 }
 
@@ -251,7 +254,7 @@ func (u Usage) MarshalJSON() ([]byte, error) {
 	if len(u.Raw) > 0 {
 		return u.Raw, nil
 	}
-	return json.Marshal(wire.Usage{Tenant: u.Tenant, Plan: u.Plan, Today: u.Today, Limits: u.Limits})
+	return json.Marshal(wire.Usage{Tenant: u.Tenant, Plan: u.Plan, Today: u.Today, Limits: u.Limits, Sandboxes: u.Sandboxes})
 }
 
 // UsageToday counts the current UTC day: Date is YYYY-MM-DD.

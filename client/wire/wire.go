@@ -125,6 +125,8 @@ type Usage struct {
 	Plan   string     `json:"plan"`
 	Today  UsageToday `json:"today"`
 	Limits Limits     `json:"limits"`
+	// Sandboxes is there when the server serves sandboxes that stay.
+	Sandboxes *SandboxUsage `json:"sandboxes,omitempty"`
 }
 
 // UsageToday counts the current UTC day.

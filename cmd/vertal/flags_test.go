@@ -16,8 +16,11 @@ func TestCommandFlags(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			environ := map[string]string{"VERTAL_DATA_DIR": t.TempDir()}
 			var sub []string // image dispatches; its build subcommand owns the flags
-			if c.name == "image" {
+			switch c.name {
+			case "image":
 				sub = []string{"build"}
+			case "sandbox":
+				sub = []string{"create"}
 			}
 			synopsis := strings.Join(append([]string{"usage: vertal", c.name}, sub...), " ")
 

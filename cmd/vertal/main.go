@@ -42,6 +42,7 @@ func commands() []command {
 		{"serve", "start the API server", cmdServe},
 		{"run", "run code on a Vertal Run server (client)", cmdRun},
 		{"wait", "wait for an execution (e.g. run --async) and print its result (client)", cmdWait},
+		{"sandbox", "sandboxes that stay: create, ls, exec, cp, pause, resume, rm (client)", cmdSandbox},
 		{"usage", "show today's usage and plan limits (client)", cmdUsage},
 		{"mcp", "MCP server on stdio giving agents a run_code tool", cmdMCP},
 		{"status", "health, version, sandboxes, pool, today's totals and store of a server (operator)", cmdStatus},

@@ -355,6 +355,10 @@ func cmdUsage(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.Stdout, "tenant  %s\nplan    %s\ntoday   %d executions, %.3f sandbox seconds (UTC day)\n",
 		u.Tenant, u.Plan, u.Today.Executions, u.Today.SandboxSeconds)
+	if sb := u.Sandboxes; sb != nil {
+		fmt.Fprintf(e.Stdout, "sandboxes  %d running, %d paused; today %.3f seconds alive, %.3f CPU seconds\n",
+			sb.Running, sb.Paused, sb.SandboxSeconds, sb.CPUSeconds)
+	}
 	// Print every limit the server reports, not only the ones this
 	// version knows, so a newer server's limits show up too.
 	var raw struct {

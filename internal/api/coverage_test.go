@@ -121,7 +121,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	}
 
 	got := map[string]bool{}
-	for _, e := range []*testEnv{env, cenv, nenv, benv, eenv} {
+	for _, e := range append([]*testEnv{env, cenv, nenv, benv, eenv}, coverSandboxes(t)...) {
 		e.covered.Range(func(k, _ any) bool { got[k.(string)] = true; return true })
 	}
 	var gotList []string

@@ -155,7 +155,8 @@ func decodeError(root reflect.Type, err error, tooLarge *Error) error {
 		name := sem.JSONPointer.LastToken()
 		at := walkPointer(root, sem.JSONPointer.Parent())
 		allowed := jsonNames(at.typ)
-		if at.typ != reflect.TypeFor[wire.BatchRequest]() && !containsFold(allowed, name) {
+		execRoot := root == reflect.TypeFor[wire.ExecutionRequest]() || root == reflect.TypeFor[wire.BatchRequest]()
+		if execRoot && at.typ != reflect.TypeFor[wire.BatchRequest]() && !containsFold(allowed, name) {
 			// Not a known field in another case: the fields of a request.
 			return errorf(KindInvalidRequest, "%sunknown field %q; allowed: %s (and path, content, encoding in a file)",
 				at.item, name, strings.Join(executionFields, ", "))

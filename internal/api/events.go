@@ -158,7 +158,7 @@ func (st *eventStream) follow(ctx context.Context, events <-chan execution.Event
 	}
 }
 
-// event writes one event: its id, its kind and one line of JSON.
+// event writes one event of an execution.
 func (st *eventStream) event(ev execution.Event) error {
 	info := infoFrom(st.r.Context())
 	var data any
@@ -176,13 +176,24 @@ func (st *eventStream) event(ev execution.Event) error {
 		if e == nil {
 			e = internal(nil)
 		}
-		// For the access log and metrics, as an error answer would be.
-		info.errCode, info.err = kindCode(e.Kind), e
-		st.s.metrics.observeError(kindCode(e.Kind))
-		data = wire.Error{Error: wire.ErrorDetail{Code: kindCode(e.Kind), Message: e.Msg}, RequestID: info.id}
+		data = st.errorData(e)
 	}
+	return st.send(ev.ID, ev.Kind, data)
+}
+
+// errorData is the data of an error event, noted for the access log and
+// metrics as an error answer would be.
+func (st *eventStream) errorData(e *Error) wire.Error {
+	info := infoFrom(st.r.Context())
+	info.errCode, info.err = kindCode(e.Kind), e
+	st.s.metrics.observeError(kindCode(e.Kind))
+	return wire.Error{Error: wire.ErrorDetail{Code: kindCode(e.Kind), Message: e.Msg}, RequestID: info.id}
+}
+
+// send writes one event: its id, its kind and one line of JSON.
+func (st *eventStream) send(id, kind string, data any) error {
 	var buf bytes.Buffer
-	buf.WriteString("id: " + ev.ID + "\nevent: " + ev.Kind + "\ndata: ")
+	buf.WriteString("id: " + id + "\nevent: " + kind + "\ndata: ")
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(data); err != nil { // one line: JSON has no raw newline

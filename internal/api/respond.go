@@ -24,6 +24,7 @@ type requestInfo struct {
 	tenant      string
 	keyID       string
 	executionID string
+	sandboxID   string
 	errCode     string
 	err         error
 	clientGone  bool

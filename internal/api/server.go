@@ -30,6 +30,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
@@ -79,6 +80,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Sandboxes serves sandboxes that stay (/v1/sandboxes/...) and the
+	// sandboxes part of GET /v1/usage; give it the *sandboxes.Service.
+	// Nil: every sandbox route answers 404 not_found ("sandboxes are not
+	// enabled on this server") to an authenticated caller.
+	Sandboxes Sandboxes
 	// BodyBudget bounds the memory that request bodies being read and
 	// decoded hold at once, over all requests (each counts a few times its
 	// size); a request past it is refused at once with 503 overloaded.
@@ -102,6 +108,7 @@ type Server struct {
 	opts       Options
 	store      apiStore
 	exec       *execution.Service
+	sbx        Sandboxes
 	log        *slog.Logger
 	now        func() time.Time
 	plans      map[string]config.Plan
@@ -122,6 +129,7 @@ func New(opts Options) (*Server, error) {
 		opts:    opts,
 		store:   opts.Store,
 		exec:    opts.Service,
+		sbx:     opts.Sandboxes,
 		log:     opts.Logger,
 		now:     opts.Now,
 		plans:   opts.Service.Plans(),
@@ -136,6 +144,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
+	}
+	if p, ok := s.sbx.(*sandboxes.Service); ok && p == nil {
+		s.sbx = nil // a typed nil, as a disabled service is easily passed: off
 	}
 	s.bodies = &bodyBudget{limit: cmp.Or(opts.BodyBudget, DefaultBodyBudget)}
 	s.heartbeat = opts.Heartbeat
@@ -174,6 +185,24 @@ func (s *Server) routes() {
 		s.handle("POST "+p+"/v1/keys/rotate", s.authed(s.rotateKey))
 		s.handle("GET "+p+"/v1/languages", s.authed(s.listLanguages))
 		s.handle("GET "+p+"/v1/images", s.authed(s.listImages))
+		// Sandboxes that stay (sandboxes.go).
+		s.handle("POST "+p+"/v1/sandboxes", s.sandboxesOn(s.createSandbox))
+		s.handle("GET "+p+"/v1/sandboxes", s.sandboxesOn(s.listSandboxes))
+		s.handle("GET "+p+"/v1/sandboxes/{id}", s.sandbox(s.getSandbox))
+		s.handle("DELETE "+p+"/v1/sandboxes/{id}", s.sandbox(s.killSandbox))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/timeout", s.sandbox(s.setSandboxTimeout))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/pause", s.sandbox(s.pauseSandbox))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/resume", s.sandbox(s.resumeSandbox))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/commands", s.sandbox(s.runCommand))
+		s.handle("GET "+p+"/v1/sandboxes/{id}/commands", s.sandbox(s.listCommands))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/commands/{pid}/stdin", s.sandbox(s.commandStdin))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/commands/{pid}/signal", s.sandbox(s.signalCommand))
+		s.handle("GET "+p+"/v1/sandboxes/{id}/commands/{pid}/events", s.sandbox(s.commandEvents))
+		s.handle("GET "+p+"/v1/sandboxes/{id}/files", s.sandbox(s.readFile))
+		s.handle("PUT "+p+"/v1/sandboxes/{id}/files", s.sandbox(s.writeFile))
+		s.handle("DELETE "+p+"/v1/sandboxes/{id}/files", s.sandbox(s.removeFile))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/files/mkdir", s.sandbox(s.mkdir))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/files/move", s.sandbox(s.moveFile))
 		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {
@@ -298,6 +327,9 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 	}
 	if info.executionID != "" {
 		attrs = append(attrs, slog.String("execution_id", info.executionID))
+	}
+	if info.sandboxID != "" {
+		attrs = append(attrs, slog.String("sandbox_id", info.sandboxID))
 	}
 	if info.errCode != "" {
 		attrs = append(attrs, slog.String("error_code", info.errCode))

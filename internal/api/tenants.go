@@ -15,6 +15,9 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request, c *Caller) err
 	if err != nil {
 		return err
 	}
+	if body.Sandboxes, err = s.sandboxUsage(r.Context(), c); err != nil {
+		return err
+	}
 	return s.writeJSON(w, r, http.StatusOK, body)
 }
 

@@ -33,6 +33,11 @@ func TestWireMatchesOpenAPI(t *testing.T) {
 		"ExecutionRequest": wire.ExecutionRequest{}, "InputFile": wire.File{}, "Execution": wire.Execution{},
 		"ExecutionUsage": wire.ExecutionUsage{}, "ReturnedFile": wire.ReturnedFile{}, "WebhookDelivery": wire.Webhook{},
 		"BatchRequest": wire.BatchRequest{}, "BatchResponse": wire.BatchResponse{}, "Error": wire.Error{},
+		"SandboxRequest": wire.SandboxRequest{}, "SandboxFile": wire.File{}, "Sandbox": wire.Sandbox{}, "SandboxLimits": wire.SandboxLimits{},
+		"SandboxList": wire.SandboxList{}, "SandboxTimeoutRequest": wire.SandboxTimeoutRequest{}, "CommandRequest": wire.CommandRequest{},
+		"CommandResult": wire.CommandResult{}, "Command": wire.Command{}, "CommandList": wire.CommandList{}, "StdinRequest": wire.StdinRequest{},
+		"SignalRequest": wire.SignalRequest{}, "FileEntry": wire.FileEntry{}, "FileList": wire.FileList{}, "PathRequest": wire.PathRequest{},
+		"MoveRequest": wire.MoveRequest{}, "Ack": wire.Ack{},
 		"Usage": wire.Usage{}, "RotatedKey": wire.KeyRotation{}, "WebhookSecret": wire.WebhookSecret{}, "Health": wire.Health{},
 		// Languages and images are written from the execution service's
 		// types, which are not in package wire yet.
@@ -62,6 +67,19 @@ func TestWireMatchesOpenAPI(t *testing.T) {
 			continue
 		}
 		checkShape(t, schemas, "ExecutionEvent.data", data, typ)
+	}
+	// A command's events: stdout/stderr, exit, result, error.
+	cmdEvents, ok := schemas["CommandEvent"]
+	if !ok || len(cmdEvents.OneOf) != 4 {
+		t.Fatalf("CommandEvent is not the oneOf of four events")
+	}
+	for i, typ := range []reflect.Type{reflect.TypeFor[wire.OutputEvent](), reflect.TypeFor[wire.ExitEvent](), reflect.TypeFor[wire.CommandResult](), reflect.TypeFor[wire.Error]()} {
+		data := cmdEvents.OneOf[i].Properties["data"]
+		if data == nil {
+			t.Errorf("CommandEvent.oneOf[%d] has no data", i)
+			continue
+		}
+		checkShape(t, schemas, "CommandEvent.data", data, typ)
 	}
 }
 

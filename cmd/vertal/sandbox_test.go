@@ -1,0 +1,96 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/api/apitest"
+	"github.com/kuboprotocol/vertal2kubo/internal/api/sandboxfake"
+)
+
+// TestSandboxCLI drives vertal sandbox against the real API handlers over
+// the sandboxes fake.
+func TestSandboxCLI(t *testing.T) {
+	fake := sandboxfake.New()
+	srv := apitest.New(t, fake)
+	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": srv.Key}
+	dir := t.TempDir()
+	local := filepath.Join(dir, "data.csv")
+	if err := os.WriteFile(local, []byte("a,b\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin string, args ...string) cliResult {
+		t.Helper()
+		return runCLI(t, cmdSandbox, environ, stdin, args...)
+	}
+
+	got := run("", "create", "--timeout", "10m", "--metadata", "team=ml", "--env", "A=1", "--file", local+":in/data.csv", "--on-timeout", "pause")
+	id := strings.TrimSpace(got.Stdout)
+	if got.Exit != 0 || !strings.HasPrefix(id, "sbx_") {
+		t.Fatalf("create: %+v", got)
+	}
+	if c := fake.LastCreate; c.TimeoutS != 600 || c.Metadata["team"] != "ml" || c.Env["A"] != "1" || c.OnTimeout != "pause" || c.Files[0].Path != "in/data.csv" || string(c.Files[0].Content) != "a,b\n1,2\n" {
+		t.Errorf("create request %+v", c)
+	}
+	got = run("", "ls", "--metadata", "team=ml")
+	if got.Exit != 0 || !strings.Contains(got.Stdout, id+"  running") || !strings.HasPrefix(got.Stdout, "ID ") {
+		t.Errorf("ls: %+v", got)
+	}
+
+	// exec mirrors the output and the exit code.
+	got = run("", "exec", id, "echo hello")
+	if got != (cliResult{Stdout: "hello\n"}) {
+		t.Errorf("exec: %+v", got)
+	}
+	got = run("", "exec", "--cwd", "/tmp", id, "--", "exit", "3")
+	if got.Exit != 3 || got.Stderr != "boom\n" || fake.LastCommand.Cwd != "/tmp" || strings.Join(fake.LastCommand.Argv, " ") != "exit 3" {
+		t.Errorf("exec argv: %+v %+v", got, fake.LastCommand)
+	}
+
+	// cp both ways, and through stdin and stdout.
+	if got := run("", "cp", local, id+":/home/user/copy.csv"); got.Exit != 0 {
+		t.Fatalf("cp in: %+v", got)
+	}
+	if got := run("", "cp", id+":copy.csv", dir); got.Exit != 0 {
+		t.Fatalf("cp out: %+v", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "copy.csv")); err != nil || string(b) != "a,b\n1,2\n" {
+		t.Errorf("copied back %q %v", b, err)
+	}
+	run("piped\n", "cp", "-", id+":p.txt")
+	if got := run("", "cp", id+":p.txt", "-"); got.Stdout != "piped\n" {
+		t.Errorf("cp to stdout: %+v", got)
+	}
+	if got := run("", "cp", local, dir); got.Exit != exitUsage {
+		t.Errorf("cp between local files: %+v", got)
+	}
+
+	if got := runCLI(t, cmdUsage, environ, ""); !strings.Contains(got.Stdout, "\nsandboxes  1 running, 0 paused; today 0.000 seconds alive") {
+		t.Errorf("usage: %+v", got)
+	}
+	if got := run("", "pause", id); got.Stdout != id+"\tpaused\n" {
+		t.Errorf("pause: %+v", got)
+	}
+	if got := run("", "resume", id); got.Stdout != id+"\trunning\n" {
+		t.Errorf("resume: %+v", got)
+	}
+	if got := run("", "rm", id); got.Stdout != id+"\tended\n" {
+		t.Errorf("rm: %+v", got)
+	}
+	got = run("", "exec", id, "echo late")
+	if got.Exit != exitAPIFailed || !strings.HasPrefix(got.Stderr, "vertal sandbox exec: sandbox_not_running: ") {
+		t.Errorf("exec in an ended sandbox: %+v", got)
+	}
+	got = run("", "rm", "sbx_00000000000000000000000000000999")
+	if got.Exit != exitAPIFailed || !strings.Contains(got.Stderr, "not_found") {
+		t.Errorf("rm of an unknown sandbox: %+v", got)
+	}
+	if got := run("", "exec", id); got.Exit != exitUsage {
+		t.Errorf("exec without a command: %+v", got)
+	}
+	if got := run(""); got.Exit != exitUsage || !strings.Contains(got.Stderr, "create|ls|exec|cp|pause|resume|rm") {
+		t.Errorf("no subcommand: %+v", got)
+	}
+}
