@@ -415,6 +415,26 @@ func TestLive(t *testing.T) {
 				}
 			})
 
+			t.Run("memory limit", func(t *testing.T) {
+				spec := liveSpec(agent)
+				spec.Limits.MemoryBytes = 64 << 20
+				l, c := startLive(t, d, spec)
+				r := c.try(`sh python3 -c 'b = bytearray(200 << 20); [b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; print("survived")'`)
+				// runc kills the hog (exit 137) and the agent answers;
+				// gVisor's whole sandbox goes over the cgroup limit and ends.
+				switch {
+				case r.err == nil && strings.HasPrefix(r.text, "exit 137:"):
+				case r.err != nil:
+					waitDone(t, l, "over its memory limit")
+				default:
+					t.Errorf("200 MiB touched under a 64 MiB limit: %+v", r)
+				}
+				if peak := l.Usage().PeakMemoryBytes; peak > spec.Limits.MemoryBytes+oomMargin {
+					t.Errorf("peak memory %d MiB over the 64 MiB limit", peak>>20)
+				}
+				t.Logf("%s: memory hog: answer %q, transport %v", rt, r.text, r.err)
+			})
+
 			t.Run("lifetime ends it", func(t *testing.T) {
 				spec := liveSpec(agent)
 				spec.Limits.Lifetime = 3 * time.Second
