@@ -95,6 +95,35 @@ func TestLiveEnvRefusesBadEntries(t *testing.T) {
 	}
 }
 
+// TestStartRefusesIncompleteSpecs needs no Docker engine: a spec missing
+// what the sandbox needs is refused before anything is created.
+func TestStartRefusesIncompleteSpecs(t *testing.T) {
+	good := engine.LiveSpec{ID: "sbx_1", Limits: engine.DefaultLimits(time.Minute), HomeBytes: 1 << 20,
+		Agent: "/bin/sh", Deadline: time.Now().Add(time.Hour)}
+	for name, mod := range map[string]func(*engine.LiveSpec){
+		"bad id":          func(s *engine.LiveSpec) { s.ID = "../x" },
+		"no limits":       func(s *engine.LiveSpec) { s.Limits = engine.Limits{} },
+		"no home size":    func(s *engine.LiveSpec) { s.HomeBytes = 0 },
+		"no deadline":     func(s *engine.LiveSpec) { s.Deadline = time.Time{} },
+		"relative agent":  func(s *engine.LiveSpec) { s.Agent = "agent" },
+		"missing agent":   func(s *engine.LiveSpec) { s.Agent = filepath.Join(t.TempDir(), "agent") },
+		"agent directory": func(s *engine.LiveSpec) { s.Agent = t.TempDir() },
+		"bad env":         func(s *engine.LiveSpec) { s.Env = []string{"NOEQUALS"} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec := good
+			mod(&spec)
+			d := &Driver{inFlight: map[string]bool{}}
+			if _, err := d.Start(context.Background(), spec); err == nil {
+				t.Fatal("Start succeeded")
+			}
+			if len(d.inFlight) != 0 {
+				t.Errorf("a refused spec left %v in flight", d.inFlight)
+			}
+		})
+	}
+}
+
 func TestLogWriterIsBounded(t *testing.T) {
 	var buf bytes.Buffer
 	w := &logWriter{log: slog.New(slog.NewTextHandler(&buf, nil)), id: "sbx_1", max: 100}
@@ -464,6 +493,13 @@ func TestLive(t *testing.T) {
 				c.ok("sh sleep 600 >/dev/null 2>&1 &")
 				if list := containersNamed(t, d, spec.ID); len(list) != 1 || list[0].State != "running" {
 					t.Fatalf("before Discard, containers named %s: %+v; want the 1 running", spec.ID, list)
+				}
+				// The driver's own Reap spares it while it lives.
+				if _, err := d.Reap(context.Background()); err != nil {
+					t.Errorf("Reap: %v", err)
+				}
+				if got := c.ok("read /proc/self/cmdline"); !strings.HasPrefix(got, engine.AgentPath) {
+					t.Errorf("after Reap the agent answers %q", got)
 				}
 				for i := range 2 {
 					if err := l.Discard(context.Background()); err != nil {
