@@ -220,3 +220,14 @@ func (a *accounting) oomKilledV2(inst, id string) bool {
 	n, _ := sandbox.CgroupStatField(filepath.Join(a.dir(inst, id), "memory.events"), "oom_kill")
 	return n > 0
 }
+
+// memory is the execution's current memory use, its parent cgroup's
+// (page cache and tmpfs pages included); 0 if unknown.
+func (a *accounting) memory(inst, id string) int64 {
+	f := filepath.Join(a.root, "memory", a.parent(inst, id), "memory.usage_in_bytes")
+	if a.v2 {
+		f = filepath.Join(a.dir(inst, id), "memory.current")
+	}
+	n, _ := sandbox.ReadCgroupInt(f)
+	return n
+}

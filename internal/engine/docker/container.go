@@ -20,18 +20,35 @@ import (
 // no per-user kernel limit is shared with another sandbox.
 func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid uint32) (*container.Config, *container.HostConfig) {
 	lim := spec.Limits
-	img := spec.Language.Image
+	cfg, host := d.walls(spec.ID, spec.Language.Image, lim, pid, uid)
+	cfg.Cmd = sandbox.DeadlineArgv("timeout", lim.Lifetime, append(command(spec.Language), spec.Args...))
+	cfg.Env = append(sandbox.EnvFor(lim), sandbox.UserEnv(spec.Env)...)
+	cfg.WorkingDir = d.policy.WorkDir
+	// The working directory: a host tmpfs (sandbox.MountWorkdir, whose
+	// noexec, nosuid and nodev the bind mount keeps) with the code file
+	// and the request's files.
+	host.Mounts = append([]mount.Mount{{
+		Type:   mount.TypeBind,
+		Source: codeDir,
+		Target: engine.CodeDir,
+	}}, host.Mounts...)
+	return cfg, host
+}
+
+// walls is every container's hardening, an execution's or a live
+// sandbox's (live.go): what they share apart from the command, the
+// environment, the working directory and the mounts of their own. id
+// names the container's labels and parent cgroup; an empty img is the
+// driver's image.
+func (d *Driver) walls(id, img string, lim engine.Limits, pid int, uid uint32) (*container.Config, *container.HostConfig) {
 	if img == "" {
 		img = d.opts.Image
 	}
 
 	cfg := &container.Config{
 		Image:      img,
-		Cmd:        sandbox.DeadlineArgv("timeout", lim.Lifetime, append(command(spec.Language), spec.Args...)),
 		Entrypoint: []string{}, // an image's entrypoint is not ours to run
-		Env:        append(sandbox.EnvFor(lim), sandbox.UserEnv(spec.Env)...),
 		User:       fmt.Sprintf("%d:%d", uid, uid),
-		WorkingDir: d.policy.WorkDir,
 		Hostname:   d.policy.Hostname,
 		// Stdin is always a pipe, closed after spec.Stdin is written (so a
 		// read never hangs). Without one, runsc (2022-12) hands the sandbox
@@ -45,7 +62,7 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 			labelSandbox:   "1",
 			labelInstance:  d.instance,
 			labelOwner:     d.lockPath(),
-			labelExecution: spec.ID,
+			labelExecution: id,
 			labelPID:       strconv.Itoa(pid),
 		},
 	}
@@ -65,18 +82,10 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		CgroupnsMode:   container.CgroupnsModePrivate,
 		ReadonlyRootfs: true,
 		OomScoreAdj:    oomScore,
-		// The working directory: a host tmpfs (sandbox.MountWorkdir, whose
-		// noexec, nosuid and nodev the bind mount keeps) with the code file
-		// and the request's files.
-		Mounts: []mount.Mount{{
-			Type:   mount.TypeBind,
-			Source: codeDir,
-			Target: engine.CodeDir,
-		}},
-		CapDrop:       []string{"ALL"},
-		SecurityOpt:   d.policy.securityOpt(),
-		MaskedPaths:   slices.Clone(d.policy.MaskedPaths),
-		ReadonlyPaths: slices.Clone(d.policy.ReadonlyPaths),
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    d.policy.securityOpt(),
+		MaskedPaths:    slices.Clone(d.policy.MaskedPaths),
+		ReadonlyPaths:  slices.Clone(d.policy.ReadonlyPaths),
 		// Output is read through attach; Docker's default json-file log
 		// would write every flooded byte to the host's disk a second time.
 		LogConfig: container.LogConfig{Type: "none"},
@@ -88,32 +97,10 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 			Ulimits:    append(ulimits(lim), extraUlimits...),
 		},
 	}
-	if d.gvisor {
-		// gVisor's own tmpfs (what a Docker tmpfs becomes under runsc)
-		// ignores noexec for executable mappings, so the dynamic loader
-		// can run a binary written to /tmp. A host tmpfs served through
-		// the gofer cannot be mapped executable: the host kernel refuses.
-		// An anonymous local volume of type tmpfs is exactly that, made
-		// and removed by Docker with the container.
-		// The same goes for /dev/shm.
-		for _, m := range [][2]string{{"/tmp", tmpfs(lim)}, {"/dev/shm", shm(lim)}} {
-			target, o := m[0], m[1]
-			host.Mounts = append(host.Mounts, mount.Mount{
-				Type:   mount.TypeVolume,
-				Target: target,
-				VolumeOptions: &mount.VolumeOptions{
-					Labels: cfg.Labels,
-					DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
-						"type": "tmpfs", "device": "tmpfs", "o": o,
-					}},
-				},
-			})
-		}
-	} else {
-		host.Tmpfs = map[string]string{"/tmp": tmpfs(lim), "/dev/shm": shm(lim)}
-	}
+	d.addTmpfs(cfg, host, "/tmp", tmpfs(lim))
+	d.addTmpfs(cfg, host, "/dev/shm", shm(lim))
 	if d.acct != nil {
-		host.CgroupParent = d.acct.parent(d.instance, spec.ID)
+		host.CgroupParent = d.acct.parent(d.instance, id)
 		if !d.acct.v2 {
 			// The parent holds the limit itself (accounting.limitParent).
 			host.Resources.Memory += oomMargin
@@ -121,6 +108,34 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		}
 	}
 	return cfg, host
+}
+
+// addTmpfs mounts a tmpfs with options o (Docker's "options" string) at
+// target.
+func (d *Driver) addTmpfs(cfg *container.Config, host *container.HostConfig, target, o string) {
+	if !d.gvisor {
+		if host.Tmpfs == nil {
+			host.Tmpfs = map[string]string{}
+		}
+		host.Tmpfs[target] = o
+		return
+	}
+	// gVisor's own tmpfs (what a Docker tmpfs becomes under runsc)
+	// ignores noexec for executable mappings, so the dynamic loader can
+	// run a binary written to /tmp. A host tmpfs served through the gofer
+	// cannot be mapped executable: the host kernel refuses. An anonymous
+	// local volume of type tmpfs is exactly that, made and removed by
+	// Docker with the container.
+	host.Mounts = append(host.Mounts, mount.Mount{
+		Type:   mount.TypeVolume,
+		Target: target,
+		VolumeOptions: &mount.VolumeOptions{
+			Labels: cfg.Labels,
+			DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
+				"type": "tmpfs", "device": "tmpfs", "o": o,
+			}},
+		},
+	})
 }
 
 // command is the language's command line, ending with the code file. The

@@ -268,6 +268,54 @@ func (d *Driver) create(ctx context.Context, cfg *container.Config, host *contai
 	return d.cli.ContainerCreate(cctx, cfg, host, nil, nil, name)
 }
 
+// attachedContainer is a created container whose streams are attached
+// and whose exit is awaited before it starts, so that neither output nor
+// the exit can be missed: what a warm and a live sandbox hold on to.
+type attachedContainer struct {
+	cid      string // "" until created
+	att      *types.HijackedResponse
+	stopWait context.CancelFunc
+	done     chan struct{} // closed at the exit, or once stopWait gave up the wait
+	exitedAt time.Time     // when done was closed
+	exitCode int
+	waitErr  error
+}
+
+// createAttached creates the container name, attaches to its stdin,
+// stdout and stderr, and waits for its exit (not tied to ctx: the holder
+// ends the wait with stopWait). On error, c holds what exists for the
+// caller's cleanup to remove.
+func (d *Driver) createAttached(ctx context.Context, cfg *container.Config, host *container.HostConfig, name string, c *attachedContainer) error {
+	created, err := d.create(ctx, cfg, host, name)
+	if err != nil {
+		return fmt.Errorf("docker: creating container: %w", err)
+	}
+	c.cid = created.ID
+	att, err := d.cli.ContainerAttach(ctx, c.cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fmt.Errorf("docker: attaching: %w", err)
+	}
+	c.att = &att
+	waitCtx, stopWait := context.WithCancel(context.Background())
+	c.stopWait = stopWait
+	c.done = make(chan struct{})
+	waitC, waitErrC := d.cli.ContainerWait(waitCtx, c.cid, container.WaitConditionNextExit)
+	go func() {
+		select {
+		case r := <-waitC:
+			c.exitCode = int(r.StatusCode)
+			if r.Error != nil && r.Error.Message != "" {
+				c.waitErr = errors.New(r.Error.Message)
+			}
+		case err := <-waitErrC:
+			c.waitErr = err
+		}
+		c.exitedAt = d.opts.Now()
+		close(c.done)
+	}()
+	return nil
+}
+
 func (d *Driver) forceRemove(ref string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -100,7 +99,7 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 	}
 	var tok [12]byte
 	_, _ = rand.Read(tok[:])
-	w := &warmContainer{d: d, id: "warm_" + hex.EncodeToString(tok[:]), file: lang.File, done: make(chan struct{})}
+	w := &warmContainer{d: d, id: "warm_" + hex.EncodeToString(tok[:]), file: lang.File}
 	if err := d.begin(w.id); err != nil {
 		return nil, err
 	}
@@ -144,37 +143,15 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 		}
 	}
 	w.name = containerName(d.instance, w.id)
-	created, err := d.create(ctx, cfg, host, w.name)
-	if err != nil {
-		return nil, fmt.Errorf("docker: creating container: %w", err)
+	if err := d.createAttached(ctx, cfg, host, w.name, &w.attachedContainer); err != nil {
+		return nil, err
 	}
-	w.cid = created.ID
-	att, err := d.cli.ContainerAttach(ctx, w.cid, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("docker: attaching: %w", err)
-	}
-	w.att = &att
 	w.stdout = &handoverSink{ready: make(chan struct{})}
 	w.stderr = &handoverSink{}
 	w.copied = make(chan struct{})
 	go func() {
-		_, _ = stdcopy.StdCopy(w.stdout, w.stderr, att.Reader)
+		_, _ = stdcopy.StdCopy(w.stdout, w.stderr, w.att.Reader)
 		close(w.copied)
-	}()
-	waitCtx, stopWait := context.WithCancel(context.Background())
-	w.stopWait = stopWait
-	waitC, waitErrC := d.cli.ContainerWait(waitCtx, w.cid, container.WaitConditionNextExit)
-	go func() {
-		select {
-		case r := <-waitC:
-			w.exitCode = int(r.StatusCode)
-			if r.Error != nil && r.Error.Message != "" {
-				w.waitErr = errors.New(r.Error.Message)
-			}
-		case err := <-waitErrC:
-			w.waitErr = err
-		}
-		close(w.done)
 	}()
 	if err := d.cli.ContainerStart(ctx, w.cid, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("docker: starting container: %w", err)
@@ -258,20 +235,15 @@ type warmContainer struct {
 	d    *Driver
 	id   string // execution-like id: labels, code dir, cgroup parent
 	name string
-	cid  string
 	dir  string
 	file string
 	mem  int64
 	uid  *uidpool.Lease
 	oom  *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
 
-	att            *types.HijackedResponse
+	attachedContainer
 	stdout, stderr *handoverSink
 	copied         chan struct{}
-	stopWait       context.CancelFunc
-	done           chan struct{}
-	exitCode       int
-	waitErr        error
 
 	used     atomic.Bool
 	discard  sync.Once

@@ -1,0 +1,356 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/uidpool"
+)
+
+var _ engine.Starter = (*Driver)(nil)
+
+// Start creates and starts a sandbox that stays: a container with the
+// walls of an execution's (walls), whose one process is the agent,
+// bind-mounted read-only at engine.AgentPath and run under the sandbox's
+// own deadline (sandbox.DeadlineArgv with Limits.Lifetime) as the
+// sandbox's uid, with its stdin and stdout as the connection. The home
+// (engine.HomeDir) is a tmpfs of HomeBytes owned by that uid; nothing of
+// the host's but the agent is mounted. The container carries the driver's
+// labels and is marked running until Discard, so Reap leaves it alone
+// while the driver lives and removes it after a crash.
+func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live, err error) {
+	if !validID(spec.ID) {
+		return nil, fmt.Errorf("docker: invalid sandbox id %q", spec.ID)
+	}
+	if err := spec.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("docker: sandbox %s: %w", spec.ID, err)
+	}
+	if spec.HomeBytes <= 0 {
+		return nil, fmt.Errorf("docker: sandbox %s: no home size", spec.ID)
+	}
+	if spec.Deadline.IsZero() {
+		return nil, fmt.Errorf("docker: sandbox %s: no deadline", spec.ID)
+	}
+	if !filepath.IsAbs(spec.Agent) {
+		return nil, fmt.Errorf("docker: sandbox %s: the agent needs an absolute path, not %q", spec.ID, spec.Agent)
+	}
+	if fi, err := os.Stat(spec.Agent); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("docker: sandbox %s: the agent %s is not a file (%v)", spec.ID, spec.Agent, err)
+	}
+	env, err := liveEnv(spec)
+	if err != nil {
+		return nil, fmt.Errorf("docker: sandbox %s: %w", spec.ID, err)
+	}
+	if err := d.begin(spec.ID); err != nil {
+		return nil, err
+	}
+	l := &liveContainer{d: d, id: spec.ID, name: containerName(d.instance, spec.ID)}
+	defer func() {
+		if err != nil {
+			_ = l.Discard(context.Background())
+		}
+	}()
+	// The uid is the sandbox's until Discard.
+	if l.uid, err = d.uids.Acquire(); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	if d.acct != nil {
+		if l.oom, err = d.acct.limitParent(d.instance, spec.ID, spec.Limits.MemoryBytes); err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+	}
+	cfg, host := d.liveConfig(spec, env, os.Getpid(), l.uid.UID)
+	if err := d.createAttached(ctx, cfg, host, l.name, &l.attachedContainer); err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	l.conn = &liveConn{att: l.att, r: pr}
+	stderr := &logWriter{log: d.log, id: spec.ID, max: liveStderrBytes}
+	go func() {
+		// Once the connection is closed, what the agent still writes is
+		// read and dropped, so that it never blocks on a full pipe.
+		_, err := stdcopy.StdCopy(dropClosed{pw}, stderr, l.att.Reader)
+		stderr.flush()
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	l.started = d.opts.Now()
+	if err := d.cli.ContainerStart(ctx, l.cid, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("docker: starting container: %w", err)
+	}
+	return l, nil
+}
+
+// liveStderrBytes bounds what of a live sandbox's stderr reaches the log.
+const liveStderrBytes = 64 << 10
+
+// liveConfig is the container of a live sandbox: the walls, the agent as
+// its command, the home tmpfs and the agent's bind mount.
+func (d *Driver) liveConfig(spec engine.LiveSpec, env []string, pid int, uid uint32) (*container.Config, *container.HostConfig) {
+	cfg, host := d.walls(spec.ID, spec.Image, spec.Limits, pid, uid)
+	agent := []string{engine.AgentPath, "serve", "--deadline", strconv.FormatInt(spec.Deadline.Unix(), 10)}
+	cfg.Cmd = sandbox.DeadlineArgv("timeout", spec.Limits.Lifetime, agent)
+	cfg.Env = env
+	cfg.WorkingDir = engine.HomeDir
+	host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Agent, Target: engine.AgentPath, ReadOnly: true})
+	d.addTmpfs(cfg, host, engine.HomeDir, homeOptions(spec.HomeBytes, uid))
+	if n := len(host.Mounts); d.gvisor && host.Mounts[n-1].Target == engine.HomeDir {
+		// The image's directory there (if any) is neither copied into the
+		// volume nor lends it its owner: the home is the sandbox uid's.
+		host.Mounts[n-1].VolumeOptions.NoCopy = true
+	}
+	return cfg, host
+}
+
+// homeOptions are the home tmpfs's mount options in Docker's form: /tmp's
+// (noexec, nosuid, nodev), but owned by the sandbox's uid and closed to
+// every other.
+func homeOptions(size int64, uid uint32) string {
+	u := strconv.FormatUint(uint64(uid), 10)
+	return strings.Join([]string{"rw", "noexec", "nosuid", "nodev", "mode=0700", "uid=" + u, "gid=" + u, "size=" + strconv.FormatInt(size, 10)}, ",")
+}
+
+// liveEnv is the agent's environment: the fixed one of user code with
+// HOME and PWD at the home, then spec.Env without the names it fixes.
+func liveEnv(spec engine.LiveSpec) ([]string, error) {
+	fixed := map[string]bool{}
+	var env []string
+	for _, kv := range sandbox.EnvFor(spec.Limits) {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "HOME", "PWD":
+			kv = name + "=" + engine.HomeDir
+		}
+		fixed[name] = true
+		env = append(env, kv)
+	}
+	for _, kv := range spec.Env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || strings.ContainsRune(kv, 0) {
+			return nil, fmt.Errorf("environment entry %q is not NAME=value", kv)
+		}
+		if !fixed[name] {
+			env = append(env, kv)
+		}
+	}
+	return env, nil
+}
+
+// liveContainer is one started sandbox that stays.
+type liveContainer struct {
+	d    *Driver
+	id   string // the sandbox's id: labels, parent cgroup
+	name string
+	uid  *uidpool.Lease
+	oom  *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
+
+	attachedContainer
+	conn *liveConn
+
+	started time.Time
+	mu      sync.Mutex
+	final   *engine.Usage // once Discard removed the cgroup
+
+	discard sync.Once
+	discErr error
+}
+
+func (l *liveContainer) Conn() io.ReadWriteCloser { return l.conn }
+func (l *liveContainer) Done() <-chan struct{}    { return l.done }
+
+// Usage reads the sandbox's parent cgroup, which outlives its container
+// until Discard; SandboxSeconds run from Start to the exit.
+func (l *liveContainer) Usage() engine.Usage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.final != nil {
+		return *l.final
+	}
+	return l.usage()
+}
+
+// usage reads the cgroup; SandboxSeconds end at the exit, or now.
+func (l *liveContainer) usage() engine.Usage {
+	end := l.d.opts.Now()
+	select {
+	case <-l.done:
+		end = l.exitedAt
+	default:
+	}
+	var u engine.Usage
+	if !l.started.IsZero() {
+		u.SandboxSeconds = end.Sub(l.started).Seconds()
+	}
+	if l.d.acct != nil {
+		u.CPUSeconds, u.PeakMemoryBytes = l.d.acct.usage(l.d.instance, l.id)
+	}
+	return u
+}
+
+// MemoryBytes is the parent cgroup's current usage.
+func (l *liveContainer) MemoryBytes() int64 {
+	l.mu.Lock()
+	gone := l.final != nil
+	l.mu.Unlock()
+	if gone || l.d.acct == nil {
+		return 0
+	}
+	return l.d.acct.memory(l.d.instance, l.id)
+}
+
+// Discard force-removes the container (killing every process in it) and
+// then its parent cgroup, and gives the uid back.
+func (l *liveContainer) Discard(ctx context.Context) error {
+	l.discard.Do(func() {
+		d := l.d
+		defer l.oom.Close()
+		var errs []error
+		ref := l.cid
+		if ref == "" {
+			ref = l.name
+		}
+		removed := false
+		if err := d.forceRemove(ref); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = true
+		}
+		if l.att != nil {
+			l.att.Close()
+		}
+		if l.stopWait != nil {
+			l.stopWait()
+		}
+		l.mu.Lock()
+		u := l.usage()
+		l.final = &u
+		l.mu.Unlock()
+		// The parent goes once the container's own cgroup in it is gone.
+		if d.acct != nil && removed {
+			if err := d.acct.remove(d.instance, l.id); err != nil {
+				errs = append(errs, fmt.Errorf("docker: %w", err))
+			}
+		}
+		if len(errs) == 0 {
+			l.uid.Release()
+		} else {
+			l.uid.Abandon()
+		}
+		d.end(l.id)
+		l.discErr = errors.Join(errs...)
+	})
+	return l.discErr
+}
+
+// liveConn is the agent's transport: writes go to the container's stdin,
+// reads come from its demultiplexed stdout.
+type liveConn struct {
+	att  *types.HijackedResponse
+	r    *io.PipeReader
+	once sync.Once
+	err  error
+}
+
+func (c *liveConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *liveConn) Write(p []byte) (int, error) { return c.att.Conn.Write(p) }
+
+// Close ends the agent's stdin, which it takes as the end of the sandbox,
+// and stops reading; later Reads fail.
+func (c *liveConn) Close() error {
+	c.once.Do(func() {
+		c.err = c.att.CloseWrite()
+		c.r.Close()
+	})
+	return c.err
+}
+
+// dropClosed writes to a pipe and drops what comes after its reader has
+// closed.
+type dropClosed struct{ w *io.PipeWriter }
+
+func (d dropClosed) Write(p []byte) (int, error) {
+	n, err := d.w.Write(p)
+	if errors.Is(err, io.ErrClosedPipe) {
+		return len(p), nil
+	}
+	return n, err
+}
+
+// logWriter logs a stream line by line, each line clipped to
+// logLineBytes, and at most max bytes in all; the rest is counted and
+// dropped.
+type logWriter struct {
+	log     *slog.Logger
+	id      string
+	max     int
+	mu      sync.Mutex
+	line    bytes.Buffer
+	logged  int
+	dropped int
+}
+
+const logLineBytes = 1 << 10
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if room := logLineBytes - w.line.Len(); room > 0 {
+			w.line.Write(chunk[:min(room, len(chunk))])
+		}
+		if i < 0 {
+			break
+		}
+		w.emit()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// emit logs the line held, if the budget allows.
+func (w *logWriter) emit() {
+	if w.logged+w.line.Len() <= w.max {
+		w.log.Info("docker: sandbox stderr", "sandbox", w.id, "line", w.line.String())
+		w.logged += w.line.Len()
+	} else {
+		w.dropped += w.line.Len()
+	}
+	w.line.Reset()
+}
+
+// flush logs a last unterminated line and what was dropped.
+func (w *logWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.line.Len() > 0 {
+		w.emit()
+	}
+	if w.dropped > 0 {
+		w.log.Warn("docker: sandbox stderr over its log budget", "sandbox", w.id, "dropped_bytes", w.dropped)
+	}
+}
