@@ -3,12 +3,68 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/image"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
+
+// newSandboxes is the service of sandboxes that stay, on the driver's
+// Starter and the store. Without a Starter or an agent binary the server
+// runs without them (logged once; their routes answer not_found with a
+// message saying so); a store without their tables is an error.
+func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, images []config.Image, nodeID string, logger *slog.Logger) (*sandboxes.Service, error) {
+	starter, ok := driver.(engine.Starter)
+	if !ok {
+		logger.Warn("sandboxes that stay are off: the driver cannot start them", "driver", driver.Name())
+		return nil, nil
+	}
+	agent, err := findAgent(cfg)
+	if err != nil {
+		if cfg.SandboxAgent != "" {
+			return nil, err
+		}
+		logger.Warn("sandboxes that stay are off", "error", err)
+		return nil, nil
+	}
+	sst, ok := st.(sandboxes.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store %T cannot hold sandboxes", st)
+	}
+	byName := map[string]config.Image{}
+	for _, im := range images {
+		byName[im.Name] = im
+	}
+	resolve := func(name string) (string, string, string, error) {
+		if name == "" {
+			name = config.DefaultImage
+		}
+		im, ok := byName[name]
+		if !ok || len(im.Languages) == 0 {
+			return "", "", "", fmt.Errorf("no image %q", name)
+		}
+		version := ""
+		if m, err := image.ReadManifest(im.Dir); err == nil {
+			version = m.Version
+		}
+		return im.Languages[0].Image, im.Name, version, nil
+	}
+	return sandboxes.New(sandboxes.Options{
+		Store:   sst,
+		Starter: starter,
+		Image:   resolve,
+		Agent:   agent,
+		DataDir: cfg.DataDir,
+		NodeID:  nodeID,
+		Logger:  logger,
+	})
+}
 
 // agentBinary is the name of the agent that sandboxes that stay run,
 // built from cmd/vertal-agent.

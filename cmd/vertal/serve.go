@@ -30,6 +30,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
@@ -71,11 +72,12 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	defer st.Close()
 	metrics := api.NewMetrics()
-	eng, driverName, closeEngine, err := newEngine(ctx, cfg, images[0].Languages, metrics, logger)
+	eng, driver, closeEngine, err := newEngine(ctx, cfg, images[0].Languages, metrics, logger)
 	if err != nil {
 		return err
 	}
 	defer closeEngine()
+	driverName := driver.Name()
 
 	nodeID := cfg.Node()
 	q, err := newQueue(ctx, cfg, st, nodeID, logger)
@@ -86,11 +88,15 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
+	sbx, err := newSandboxes(cfg, st, driver, images, nodeID, logger)
+	if err != nil {
+		return err
+	}
 	accounts, err := newAccounts(cfg, st, logger)
 	if err != nil {
 		return err
 	}
-	srv, err := newAPI(cfg, st, svc, accounts, images, metrics, logger)
+	srv, err := newAPI(cfg, st, svc, sbx, accounts, images, metrics, logger)
 	if err != nil {
 		return err
 	}
@@ -101,6 +107,11 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	defer stopBackground()
 	if err := svc.Start(bgCtx); err != nil {
 		return err
+	}
+	if sbx != nil {
+		if err := sbx.Start(bgCtx); err != nil {
+			return err
+		}
 	}
 	if err := q.Start(bgCtx, queue.Handlers{Run: svc.RunQueued, Deliver: svc.DeliverWebhook}); err != nil {
 		return fmt.Errorf("starting the queue: %w", err)
@@ -138,6 +149,13 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	sctx, cancel := context.WithTimeout(context.Background(), longestRequest(cfg)+30*time.Second)
 	defer cancel()
 	ls.shutdown(sctx, logger)
+	// Sandboxes that stay are paused, so an upgrade loses none of their
+	// files; the next call resumes them (docs/SANDBOXES.md).
+	if sbx != nil {
+		if err := sbx.Shutdown(sctx); err != nil {
+			logger.Warn("pausing sandboxes", "error", err)
+		}
+	}
 	// The queue's running jobs finish too; those not started stay queued
 	// for the next node.
 	if err := q.Stop(sctx); err != nil {
@@ -186,10 +204,10 @@ func offeredImages(ctx context.Context, cfg config.Config, logger *slog.Logger) 
 // left, puts the warm pool of langs in front of it if configured, and
 // returns the engine over them, with the driver's name and a func that
 // closes them. metrics gets the pool's series and the engine's slots.
-func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, metrics *api.Metrics, logger *slog.Logger) (*engine.Engine, string, func(), error) {
+func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, metrics *api.Metrics, logger *slog.Logger) (*engine.Engine, engine.Driver, func(), error) {
 	driver, pre, closeDriver, err := newDriver(ctx, cfg, cfg.StateDir, logger)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, nil, err
 	}
 	if n, err := driver.Reap(ctx); err != nil {
 		logger.Warn("removing sandboxes left by an earlier run", "error", err)
@@ -220,7 +238,7 @@ func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, 
 	}
 	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.QueueSize()})
 	metrics.SetEngine(eng)
-	return eng, driver.Name(), closeAll, nil
+	return eng, driver, closeAll, nil
 }
 
 // newQueue opens the durable queue that async executions and webhook
@@ -278,7 +296,7 @@ func newAccounts(cfg config.Config, st store.Store, logger *slog.Logger) (*accou
 
 // newAPI is the HTTP API over svc, with the MCP server (its tools call
 // svc too), the web pages and the account pages mounted.
-func newAPI(cfg config.Config, st store.Store, svc *execution.Service, accounts *account.Service, images []config.Image, metrics *api.Metrics, logger *slog.Logger) (*api.Server, error) {
+func newAPI(cfg config.Config, st store.Store, svc *execution.Service, sbx *sandboxes.Service, accounts *account.Service, images []config.Image, metrics *api.Metrics, logger *slog.Logger) (*api.Server, error) {
 	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
 		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(images[0].Languages), Images: clientImages(images)},
 		Backend: api.MCPBackend(svc, metrics, logger),
@@ -289,6 +307,7 @@ func newAPI(cfg config.Config, st store.Store, svc *execution.Service, accounts 
 	}
 	return api.New(api.Options{
 		Service:    svc,
+		Sandboxes:  sbx,
 		Store:      st,
 		Accounts:   accounts,
 		Pages:      web.NewPages(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger}),
