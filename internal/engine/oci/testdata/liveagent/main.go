@@ -12,6 +12,7 @@
 //	sh CMD             /bin/sh -c CMD, its combined output
 //	sleep-child ARG    starts /bin/sleep ARG in the background, its pid
 //	killkids           SIGKILLs every process but itself and its parent
+//	stat PATH          owner uid, gid and permission bits (octal)
 //	deadline           the --deadline it was given
 package main
 
@@ -122,6 +123,13 @@ func do(line string, deadline int64) (string, error) {
 			}
 		}
 		return strconv.Itoa(n), nil
+	case "stat":
+		fi, err := os.Stat(rest)
+		if err != nil {
+			return "", err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		return fmt.Sprintf("%d %d %o", st.Uid, st.Gid, fi.Mode().Perm()), nil
 	case "deadline":
 		return strconv.FormatInt(deadline, 10), nil
 	}
