@@ -133,10 +133,8 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	}
 	s.conn = &liveConn{w: s.stdin, r: s.stdout}
 	go s.logStderr()
-	go func() {
-		<-s.cmd.done
-		s.ended.Store(time.Now().UnixNano())
-	}()
+	s.done = make(chan struct{})
+	go s.watch()
 	return s, nil
 }
 
@@ -310,12 +308,33 @@ type liveSandbox struct {
 	started time.Time
 	ended   atomic.Int64 // unix nanoseconds the processes ended; 0 while they run
 	conn    *liveConn
+	done    chan struct{} // closed by watch
 
 	mu    sync.Mutex
 	final *engine.Usage // the usage at Discard, once the cgroup is going
 }
 
 func (s *liveSandbox) Conn() io.ReadWriteCloser { return s.conn }
+
+// Done is closed once every process of the sandbox has ended.
+func (s *liveSandbox) Done() <-chan struct{} { return s.done }
+
+// watch closes done when the runtime process has ended and the cgroup is
+// empty. bwrap's monitor can exit before its pid 1, which then ends the
+// rest of the pid namespace: what is left then is killed, as it would
+// be by Discard, and waited for (a bounded time: a process stuck in the
+// kernel is Discard's to report).
+func (s *liveSandbox) watch() {
+	<-s.cmd.done
+	for i := 0; i < 1000 && len(s.d.cg.procs(s.id)) > 0; i++ {
+		if i == 0 {
+			s.d.cg.kill(s.id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.ended.Store(time.Now().UnixNano())
+	close(s.done)
+}
 
 func (s *liveSandbox) Usage() engine.Usage {
 	s.mu.Lock()

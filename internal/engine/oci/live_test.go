@@ -281,7 +281,7 @@ func TestLiveLimits(t *testing.T) {
 			c := newAgentClient(t, s)
 
 			// A fork bomb: far more processes than the limit.
-			out, _ := c.do(`sh i=0; while [ $i -lt 300 ]; do sleep 1000 & i=$((i+1)); done 2>&1 | head -3; echo started`)
+			out, _ := c.do(`sh i=0; while [ $i -lt 300 ]; do sleep 1000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done 2>&1 | head -3; echo started`)
 			if !strings.Contains(strings.ToLower(out), "fork") {
 				t.Errorf("300 processes under a limit of %d: %q; want fork failures", spec.Limits.Pids, out)
 			}
@@ -304,7 +304,20 @@ func TestLiveLimits(t *testing.T) {
 			}
 
 			// A memory hog in a child: the kernel kills it, not the host.
-			out, e := c.do(`sh python3 -c 'a = bytearray(400 << 20); print("allocated")'`)
+			hog := `sh python3 -c 'a = bytearray(400 << 20); print("allocated")'`
+			if rt == "runsc" {
+				// The limit is on the whole gVisor sandbox, which is
+				// killed over it (see enforced).
+				if _, err := io.WriteString(s.Conn(), hog+"\n"); err != nil {
+					t.Fatal(err)
+				}
+				waitDone(t, s, "over the memory limit under runsc")
+				if !s.cg.oomKilled() {
+					t.Errorf("the cgroup saw no OOM kill")
+				}
+				return
+			}
+			out, e := c.do(hog)
 			if strings.Contains(out, "allocated") || e == "" {
 				t.Errorf("400 MiB under a 128 MiB limit: %q %q; want killed", out, e)
 			}
@@ -332,7 +345,13 @@ func TestLiveLifetime(t *testing.T) {
 			c.ok("sleep-child 1000")
 			waitDone(t, s, "past Limits.Lifetime")
 			if ps := d.cg.procs(s.id); len(ps) > 0 {
-				t.Errorf("processes left in the cgroup after the deadline: %v", ps)
+				var desc []string
+				for _, p := range ps {
+					b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+					st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+					desc = append(desc, fmt.Sprintf("%d %q %q", p, b, st))
+				}
+				t.Errorf("processes left in the cgroup after the deadline: %v", desc)
 			}
 			if err := s.Discard(context.Background()); err != nil {
 				t.Fatalf("Discard: %v", err)
