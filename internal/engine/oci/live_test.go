@@ -168,6 +168,9 @@ func TestLiveSandbox(t *testing.T) {
 			if got := c.ok("id"); got != uid+" "+uid || uid == "0" {
 				t.Errorf("id = %q; want the sandbox's uid %s", got, uid)
 			}
+			// Idle: the agent has answered once and waits.
+			time.Sleep(500 * time.Millisecond)
+			t.Logf("%s: fresh idle sandbox: memory %d KiB (cgroup memory usage)", rt, s.MemoryBytes()>>10)
 			if got := capEff(c.ok("read /proc/self/status")); got != "0000000000000000" {
 				t.Errorf("CapEff = %q; want none", got)
 			}
