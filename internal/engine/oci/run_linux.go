@@ -124,11 +124,17 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid
 			return fmt.Errorf("writing config.json: %w", err)
 		}
 	}
+	return d.hostTmpfsMounts(bundle, spec.Limits)
+}
+
+// hostTmpfsMounts mounts, for runsc and bwrap, the host tmpfs that become
+// /tmp and /dev/shm (see Driver.spec).
+func (d *Driver) hostTmpfsMounts(bundle string, l engine.Limits) error {
 	if d.rt.gvisor || d.rt.bwrap {
-		if err := hostTmpfs(filepath.Join(bundle, "tmp"), spec.Limits.TmpBytes); err != nil {
+		if err := hostTmpfs(filepath.Join(bundle, "tmp"), "mode=1777", l.TmpBytes); err != nil {
 			return fmt.Errorf("/tmp: %w", err)
 		}
-		if err := hostTmpfs(filepath.Join(bundle, "shm"), sandbox.ShmBytes(spec.Limits)); err != nil {
+		if err := hostTmpfs(filepath.Join(bundle, "shm"), "mode=1777", sandbox.ShmBytes(l)); err != nil {
 			return fmt.Errorf("/dev/shm: %w", err)
 		}
 	}
@@ -137,11 +143,13 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid
 
 // hostTmpfs mounts a tmpfs of size bytes at dir, with the options of
 // sandbox.TmpfsOptions as flags and data, for runtimes that bind it in.
-func hostTmpfs(dir string, size int64) error {
+// owner holds the data options for its root ("mode=1777", or mode, uid
+// and gid).
+func hostTmpfs(dir, owner string, size int64) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
-	data := "mode=1777,size=" + strconv.FormatInt(size, 10)
+	data := owner + ",size=" + strconv.FormatInt(size, 10)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOEXEC|unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 		return fmt.Errorf("mounting tmpfs at %s: %w", dir, err)
 	}

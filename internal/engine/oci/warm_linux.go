@@ -145,23 +145,52 @@ func (p *Prestarter) writeShared(content []byte) (string, error) {
 	return path, nil
 }
 
-// warmSandbox is one pre-started sandbox.
-type warmSandbox struct {
+// held is a sandbox the driver keeps running after it started it, its
+// stdio pipes the host's: a warm sandbox (Prestart), a live one (Start).
+// Its bundle directory, uid lease and cgroup are the sandbox's until
+// Discard, which removes them as the cold path's cleanup does.
+type held struct {
 	d      *Driver
 	id     string
-	lang   engine.Language
 	bundle string
 	cg     *execCgroup
 	uid    *uidpool.Lease
 	cmd    *startedCmd
-	mem    int64
 
-	stdin          *os.File // write end: the go line, then the user's stdin
+	stdin          *os.File // write end
 	stdout, stderr *os.File // read ends
 
-	used    atomic.Bool
+	// beforeCleanup, if set, runs once in Discard when the sandbox's
+	// processes are gone and its cgroup not yet removed.
+	beforeCleanup func()
+
 	discard sync.Once
 	derr    error
+}
+
+// newHeld creates the bundle directory of sandbox id and leases it a uid.
+// On an error nothing is left; otherwise Discard removes both.
+func (d *Driver) newHeld(id string) (*held, error) {
+	s := &held{d: d, id: id, bundle: filepath.Join(d.bundlesDir, id)}
+	if err := os.Mkdir(s.bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("oci: creating bundle: %w", err)
+	}
+	// The uid is the sandbox's until Discard, like its cgroup.
+	var err error
+	if s.uid, err = d.uids.Acquire(); err != nil {
+		_ = s.Discard(context.Background())
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	return s, nil
+}
+
+// warmSandbox is one pre-started sandbox.
+type warmSandbox struct {
+	*held
+	lang engine.Language
+	mem  int64
+
+	used atomic.Bool
 }
 
 // startedCmd is the runtime process and its exit.
@@ -189,20 +218,16 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 	}
 	var tok [12]byte
 	_, _ = rand.Read(tok[:])
-	s := &warmSandbox{d: d, id: "warm_" + hex.EncodeToString(tok[:]), lang: lang}
-	s.bundle = filepath.Join(d.bundlesDir, s.id)
-	if err := os.Mkdir(s.bundle, 0o700); err != nil {
-		return nil, fmt.Errorf("oci: creating bundle: %w", err)
+	h, err := d.newHeld("warm_" + hex.EncodeToString(tok[:]))
+	if err != nil {
+		return nil, err
 	}
+	s := &warmSandbox{held: h, lang: lang}
 	defer func() {
 		if err != nil {
 			_ = s.Discard(context.Background())
 		}
 	}()
-	// The uid is the sandbox's until Discard, like its cgroup.
-	if s.uid, err = d.uids.Acquire(); err != nil {
-		return nil, fmt.Errorf("oci: %w", err)
-	}
 	spec := engine.Spec{ID: s.id, Language: lang, Code: string(wt.launcher.Program), Limits: limits}
 	if err := d.writeBundle(s.bundle, wt.tpl, spec, s.uid.UID); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
@@ -263,7 +288,7 @@ func (s *warmSandbox) codePath() string {
 }
 
 // start runs `<runtime> run` on the bundle with pipes for stdio.
-func (s *warmSandbox) start() error {
+func (s *held) start() error {
 	d := s.d
 	var pipes stdio
 	if err := pipes.open(); err != nil {
@@ -292,7 +317,7 @@ func (s *warmSandbox) start() error {
 
 // startBwrap starts the sandbox with bwrap, as the cold path does; the
 // pipes and the process are the warm sandbox's from then on.
-func (s *warmSandbox) startBwrap(ctx context.Context, plan *bwrapPlan) error {
+func (s *held) startBwrap(ctx context.Context, plan *bwrapPlan) error {
 	bp, err := s.d.newBwrapProcess(s.id, s.bundle, s.cg, plan)
 	if err != nil {
 		return err
@@ -315,7 +340,7 @@ func (s *warmSandbox) startBwrap(ctx context.Context, plan *bwrapPlan) error {
 }
 
 // failure describes why a sandbox ended before it was ready.
-func (s *warmSandbox) failure() string {
+func (s *held) failure() string {
 	select {
 	case <-s.cmd.done:
 	case <-time.After(time.Second):
@@ -334,7 +359,7 @@ func (s *warmSandbox) failure() string {
 	return " (" + msg + ")"
 }
 
-func (s *warmSandbox) Done() <-chan struct{} { return s.cmd.done }
+func (s *held) Done() <-chan struct{} { return s.cmd.done }
 
 func (s *warmSandbox) MemoryBytes() int64 { return s.mem }
 
@@ -427,9 +452,10 @@ func (p *warmProcess) Finish(ctx context.Context, e sandbox.Exit) (sandbox.Exit,
 
 func (p *warmProcess) Workdir() string { return filepath.Join(p.s.bundle, "code") }
 
-// Discard kills what still runs and removes the bundle, runtime state and
-// cgroups, as the cold path's cleanup does.
-func (s *warmSandbox) Discard(ctx context.Context) error {
+// Discard kills what still runs and removes the bundle, runtime state,
+// cgroups and mounts, as the cold path's cleanup does, and ends the uid
+// lease.
+func (s *held) Discard(ctx context.Context) error {
 	s.discard.Do(func() {
 		if s.cmd != nil {
 			select {
@@ -446,6 +472,9 @@ func (s *warmSandbox) Discard(ctx context.Context) error {
 			if f != nil {
 				f.Close()
 			}
+		}
+		if s.beforeCleanup != nil {
+			s.beforeCleanup()
 		}
 		s.derr = s.d.cleanup(s.id, s.bundle, s.cg)
 		if s.derr != nil {
