@@ -12,15 +12,17 @@
 // deadline. The protocol leaves room for code contexts (long-lived
 // interpreters), which a later change adds.
 //
-// THIS FILE IS THE CONTRACT the host side is written against; the
-// implementation replaces the bodies.
+// This file is the host's side (the contract the host is written
+// against); protocol.go has the wire format, server.go the agent's side.
 package agent
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -28,17 +30,16 @@ import (
 // Errors a Client returns for what the agent refused; they wrap the
 // fs errors where one fits, so errors.Is(err, fs.ErrNotExist) works.
 var (
-	ErrNotExist    = fs.ErrNotExist
-	ErrPermission  = fs.ErrPermission
-	ErrExist       = fs.ErrExist
-	ErrIsDir       = errors.New("agent: is a directory")
-	ErrNotDir      = errors.New("agent: not a directory")
-	ErrTooLarge    = errors.New("agent: over the size cap")
-	ErrInvalid     = errors.New("agent: invalid request")
-	ErrNoProcess   = errors.New("agent: no such process")
-	ErrExited      = errors.New("agent: the process has exited")
-	ErrClosed      = errors.New("agent: connection closed")
-	errNotBuiltYet = errors.New("agent: not implemented")
+	ErrNotExist   = fs.ErrNotExist
+	ErrPermission = fs.ErrPermission
+	ErrExist      = fs.ErrExist
+	ErrIsDir      = errors.New("agent: is a directory")
+	ErrNotDir     = errors.New("agent: not a directory")
+	ErrTooLarge   = errors.New("agent: over the size cap")
+	ErrInvalid    = errors.New("agent: invalid request")
+	ErrNoProcess  = errors.New("agent: no such process")
+	ErrExited     = errors.New("agent: the process has exited")
+	ErrClosed     = errors.New("agent: connection closed")
 )
 
 // SpawnRequest starts one command.
@@ -88,66 +89,393 @@ type FileInfo struct {
 
 // Client is the host's side of one agent connection. It is safe for
 // concurrent use.
-type Client struct{}
+type Client struct {
+	conn io.ReadWriteCloser
+	wmu  sync.Mutex // serialises frame writes
+
+	mu     sync.Mutex
+	next   uint64
+	calls  map[uint64]chan *msg
+	closed chan struct{}
+	once   sync.Once
+}
 
 // NewClient speaks the protocol over conn (the sandbox's Live.Conn).
-func NewClient(conn io.ReadWriteCloser) *Client { return &Client{} }
+func NewClient(conn io.ReadWriteCloser) *Client {
+	c := &Client{conn: conn, calls: map[uint64]chan *msg{}, closed: make(chan struct{})}
+	go c.readLoop()
+	return c
+}
+
+func (c *Client) readLoop() {
+	defer c.Close()
+	for {
+		m := new(msg)
+		if err := readFrame(c.conn, m); err != nil {
+			return
+		}
+		c.mu.Lock()
+		ch := c.calls[m.ID]
+		c.mu.Unlock()
+		if ch == nil {
+			continue // abandoned
+		}
+		select {
+		case ch <- m:
+		default:
+			return // the agent sent past its window: a broken peer
+		}
+	}
+}
+
+// start registers a new request with room for buf frames and sends it.
+func (c *Client) start(m *msg, buf int) (chan *msg, error) {
+	ch := make(chan *msg, buf)
+	c.mu.Lock()
+	c.next++
+	m.ID = c.next
+	c.calls[m.ID] = ch
+	c.mu.Unlock()
+	if err := c.send(m); err != nil {
+		c.end(m.ID)
+		return nil, err
+	}
+	return ch, nil
+}
+
+func (c *Client) end(id uint64) {
+	c.mu.Lock()
+	delete(c.calls, id)
+	c.mu.Unlock()
+}
+
+func (c *Client) send(m *msg) error {
+	buf, err := encodeFrame(m)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+	}
+	if _, err := c.conn.Write(buf); err != nil {
+		c.Close()
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	return nil
+}
+
+// recv is the next frame of a request; frames already received are
+// delivered even after the connection closed.
+func (c *Client) recv(ctx context.Context, ch chan *msg) (*msg, error) {
+	select {
+	case m := <-ch:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closed:
+		select {
+		case m := <-ch:
+			return m, nil
+		default:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// call is one request and its one reply.
+func (c *Client) call(ctx context.Context, m *msg) (*msg, error) {
+	ch, err := c.start(m, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer c.end(m.ID)
+	r, err := c.recv(ctx, ch)
+	if err != nil {
+		return nil, err
+	}
+	if r.Op == "err" {
+		return nil, errorOf(r)
+	}
+	return r, nil
+}
 
 // Ping round-trips once: the agent is up.
-func (c *Client) Ping(ctx context.Context) error { return errNotBuiltYet }
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.call(ctx, &msg{Op: "ping"})
+	return err
+}
 
 // Spawn starts a command.
 func (c *Client) Spawn(ctx context.Context, r SpawnRequest) (Process, error) {
-	return nil, errNotBuiltYet
+	m := &msg{Op: "spawn", Argv: r.Argv, Cwd: r.Cwd, Env: r.Env, Stdin: r.Stdin}
+	// Room for the reply, a window of output and the exit.
+	ch, err := c.start(m, window+2)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := c.recv(ctx, ch)
+	if err == nil && rep.Op == "err" {
+		err = errorOf(rep)
+	}
+	if err != nil {
+		c.end(m.ID)
+		if ctx.Err() != nil {
+			// It may have started; end it rather than leave it unseen.
+			c.send(&msg{Op: "signal", Ref: m.ID, Signal: int(syscall.SIGKILL)})
+		}
+		return nil, err
+	}
+	p := &process{c: c, id: m.ID, pid: rep.PID, stdin: r.Stdin, events: make(chan Event, 4), exited: make(chan struct{})}
+	go p.forward(ch)
+	return p, nil
+}
+
+// process is a Process over a Client.
+type process struct {
+	c      *Client
+	id     uint64
+	pid    int
+	stdin  bool
+	events chan Event
+	exited chan struct{} // closed at the exit event
+	wmu    sync.Mutex    // one stdin chunk in flight
+}
+
+// forward moves the agent's frames to Events, acking each output chunk
+// once Events has taken it. It blocks only on this process's reader. If
+// the connection ends first, Events closes without an exit event.
+func (p *process) forward(ch chan *msg) {
+	defer close(p.events)
+	defer p.c.end(p.id)
+	for {
+		m, err := p.c.recv(context.Background(), ch)
+		if err != nil {
+			return
+		}
+		switch m.Op {
+		case "out":
+			p.events <- Event{Stream: Stream(m.Stream), Data: m.Data}
+			p.c.send(&msg{Op: "ack", Ref: p.id, N: 1})
+		case "exit":
+			close(p.exited)
+			p.events <- Event{ExitCode: m.Code, Signal: m.Signal}
+			return
+		}
+	}
+}
+
+func (p *process) PID() int             { return p.pid }
+func (p *process) Events() <-chan Event { return p.events }
+
+func (p *process) Write(ctx context.Context, b []byte) error {
+	if !p.stdin {
+		return fmt.Errorf("process %d has no stdin pipe: %w", p.pid, ErrInvalid)
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for len(b) > 0 {
+		n := min(len(b), chunkSize)
+		if _, err := p.c.call(ctx, &msg{Op: "chunk", Ref: p.id, Data: b[:n]}); err != nil {
+			return p.gone(err)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (p *process) CloseStdin(ctx context.Context) error {
+	if !p.stdin {
+		return nil
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_, err := p.c.call(ctx, &msg{Op: "chunk", Ref: p.id, EOF: true})
+	return p.gone(err)
+}
+
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
+	select {
+	case <-p.exited:
+		return ErrExited
+	default:
+	}
+	_, err := p.c.call(ctx, &msg{Op: "signal", Ref: p.id, Signal: int(sig)})
+	return p.gone(err)
+}
+
+// gone is ErrExited for a refusal that means the process has ended.
+func (p *process) gone(err error) error {
+	if err != nil && (errors.Is(err, ErrNoProcess) || errors.Is(err, ErrInvalid)) {
+		select {
+		case <-p.exited:
+			return ErrExited
+		default:
+		}
+		if errors.Is(err, ErrNoProcess) {
+			return ErrExited
+		}
+	}
+	return err
 }
 
 // Stat describes path (Lstat).
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
-	return FileInfo{}, errNotBuiltYet
+	r, err := c.call(ctx, &msg{Op: "stat", Path: path})
+	if err != nil || r.Info == nil {
+		if err == nil {
+			err = fmt.Errorf("stat %s: no answer: %w", path, ErrInvalid)
+		}
+		return FileInfo{}, err
+	}
+	return *r.Info, nil
 }
 
 // List lists a directory, sorted by name.
 func (c *Client) List(ctx context.Context, dir string) ([]FileInfo, error) {
-	return nil, errNotBuiltYet
+	r, err := c.call(ctx, &msg{Op: "list", Path: dir})
+	if err != nil {
+		return nil, err
+	}
+	if r.Files == nil {
+		return []FileInfo{}, nil
+	}
+	return r.Files, nil
+}
+
+// download runs a request whose answer is a data stream copied to w.
+func (c *Client) download(ctx context.Context, m *msg, w io.Writer) (int64, error) {
+	ch, err := c.start(m, window+2)
+	if err != nil {
+		return 0, err
+	}
+	defer c.end(m.ID)
+	var n int64
+	for {
+		r, err := c.recv(ctx, ch)
+		if err != nil {
+			c.send(&msg{Op: "cancel", Ref: m.ID})
+			return n, err
+		}
+		switch r.Op {
+		case "data":
+			k, err := w.Write(r.Data)
+			n += int64(k)
+			if err != nil {
+				c.send(&msg{Op: "cancel", Ref: m.ID})
+				return n, err
+			}
+			c.send(&msg{Op: "ack", Ref: m.ID, N: 1})
+		case "done":
+			return n, nil
+		case "err":
+			return n, errorOf(r)
+		}
+	}
 }
 
 // ReadFile copies a regular file to w; more than max bytes is ErrTooLarge
 // (nothing past max is sent). Opening follows symlinks as the kernel does
 // inside the sandbox; a FIFO or device is ErrInvalid, never opened.
 func (c *Client) ReadFile(ctx context.Context, path string, max int64, w io.Writer) (int64, error) {
-	return 0, errNotBuiltYet
+	return c.download(ctx, &msg{Op: "readfile", Path: path, Max: max}, w)
+}
+
+// upload runs a request that opens a transfer, then sends r in chunks
+// (stopping with ErrTooLarge past max), then the end.
+func (c *Client) upload(ctx context.Context, m *msg, r io.Reader, max int64) (int64, error) {
+	open, err := c.call(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	ref := open.ID
+	buf := make([]byte, chunkSize)
+	var n int64
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if n+int64(k) > max {
+				c.send(&msg{Op: "cancel", Ref: ref})
+				return n, fmt.Errorf("over %d bytes: %w", max, ErrTooLarge)
+			}
+			if _, err := c.call(ctx, &msg{Op: "chunk", Ref: ref, Data: buf[:k]}); err != nil {
+				return n, err
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			c.send(&msg{Op: "cancel", Ref: ref})
+			return n, rerr
+		}
+	}
+	if _, err := c.call(ctx, &msg{Op: "chunk", Ref: ref, EOF: true}); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 // WriteFile creates or replaces path with r's bytes (parents created),
 // refusing more than max bytes with ErrTooLarge and removing the partial
 // file. mode 0 means 0644.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, max int64, mode fs.FileMode) (int64, error) {
-	return 0, errNotBuiltYet
+	return c.upload(ctx, &msg{Op: "write", Path: path, Max: max, Mode: uint32(mode.Perm())}, r, max)
 }
 
-// Remove removes path (a directory with everything in it).
-func (c *Client) Remove(ctx context.Context, path string) error { return errNotBuiltYet }
+// Remove removes path (a directory with everything in it); a path that
+// does not exist is ErrNotExist.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	_, err := c.call(ctx, &msg{Op: "remove", Path: path})
+	return err
+}
 
 // Mkdir makes a directory and its parents.
-func (c *Client) Mkdir(ctx context.Context, path string) error { return errNotBuiltYet }
+func (c *Client) Mkdir(ctx context.Context, path string) error {
+	_, err := c.call(ctx, &msg{Op: "mkdir", Path: path})
+	return err
+}
 
 // Move renames from to to (rename(2) semantics within the sandbox).
-func (c *Client) Move(ctx context.Context, from, to string) error { return errNotBuiltYet }
+func (c *Client) Move(ctx context.Context, from, to string) error {
+	_, err := c.call(ctx, &msg{Op: "move", Path: from, To: to})
+	return err
+}
 
 // SaveHome writes a tar archive of HomeDir (regular files, directories
 // and symlinks, with modes and times; nothing else) to w, refusing more
 // than max bytes with ErrTooLarge.
 func (c *Client) SaveHome(ctx context.Context, max int64, w io.Writer) (int64, error) {
-	return 0, errNotBuiltYet
+	return c.download(ctx, &msg{Op: "save", Max: max}, w)
 }
 
 // RestoreHome unpacks a SaveHome archive into HomeDir; entries that would
 // land outside it are refused with ErrInvalid.
-func (c *Client) RestoreHome(ctx context.Context, r io.Reader) error { return errNotBuiltYet }
+func (c *Client) RestoreHome(ctx context.Context, r io.Reader) error {
+	_, err := c.upload(ctx, &msg{Op: "restore"}, r, 1<<62)
+	return err
+}
 
 // SetDeadline moves the agent's deadline, at which it kills every
 // process and exits.
-func (c *Client) SetDeadline(ctx context.Context, t time.Time) error { return errNotBuiltYet }
+func (c *Client) SetDeadline(ctx context.Context, t time.Time) error {
+	if t.IsZero() {
+		return fmt.Errorf("zero deadline: %w", ErrInvalid)
+	}
+	_, err := c.call(ctx, &msg{Op: "deadline", Deadline: t.UnixNano()})
+	return err
+}
 
 // Close ends the connection; the agent then ends every process and exits.
-func (c *Client) Close() error { return nil }
+func (c *Client) Close() error {
+	var err error
+	c.once.Do(func() {
+		err = c.conn.Close()
+		close(c.closed)
+	})
+	return err
+}

@@ -1,0 +1,64 @@
+// Command vertal-agent is the agent inside a sandbox that stays (package
+// agent): `vertal-agent serve --deadline <unix seconds>` speaks the
+// protocol on stdin and stdout, logs to stderr, and exits when the host
+// closes the connection or the deadline passes, killing every process it
+// started. It is built static (CGO_ENABLED=0) and mounted read-only into
+// the sandbox.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/agent"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "serve" {
+		fmt.Fprintln(os.Stderr, "usage: vertal-agent serve [--deadline unix-seconds] [--home dir]")
+		os.Exit(2)
+	}
+	fl := flag.NewFlagSet("serve", flag.ExitOnError)
+	deadline := fl.Int64("deadline", 0, "unix time (seconds) at which to kill everything and exit; 0 for none")
+	home := fl.String("home", "", "home directory (default /home/user)")
+	fl.Parse(os.Args[2:])
+
+	logger := log.New(os.Stderr, "vertal-agent: ", log.LstdFlags)
+	opts := &agent.ServeOptions{Home: *home, Subreaper: os.Getpid() != 1, Logf: logger.Printf}
+	if *deadline > 0 {
+		opts.Deadline = time.Unix(*deadline, 0)
+	}
+	// A write to a closed stdout is an error to handle, not a SIGPIPE to
+	// die of (Notify, unlike Ignore, is not inherited by children).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	if err := agent.Serve(ctx, stdio(), opts); err != nil {
+		logger.Printf("%v", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// conn is stdin and stdout as one connection. Both are made non-blocking
+// first so that closing them ends a read or write in progress.
+type conn struct{ r, w *os.File }
+
+func stdio() *conn {
+	syscall.SetNonblock(0, true)
+	syscall.SetNonblock(1, true)
+	return &conn{r: os.NewFile(0, "stdin"), w: os.NewFile(1, "stdout")}
+}
+
+func (c *conn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *conn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *conn) Close() error {
+	c.r.Close()
+	return c.w.Close()
+}
