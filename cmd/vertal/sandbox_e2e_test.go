@@ -189,15 +189,16 @@ func TestSandboxE2E(t *testing.T) {
 	})
 
 	t.Run("AnotherTenantSeesNothing", func(t *testing.T) {
-		for _, c := range []struct{ method, rest string }{
-			{"GET", ""}, {"DELETE", ""}, {"POST", "/pause"}, {"POST", "/resume"}, {"POST", "/timeout"},
-			{"POST", "/commands"}, {"GET", "/commands"},
+		for _, c := range []struct {
+			method, rest string
+			body         any
+		}{
+			{"GET", "", nil}, {"DELETE", "", nil}, {"POST", "/pause", nil}, {"POST", "/resume", nil},
+			{"POST", "/timeout", map[string]any{"timeout_s": 60}},
+			{"POST", "/commands", map[string]any{"cmd": "id"}}, {"GET", "/commands", nil},
+			{"POST", "/files/mkdir", map[string]any{"path": "/home/user/x"}},
 		} {
-			var body any
-			if c.method == "POST" {
-				body = map[string]any{"cmd": "id", "timeout_s": 60}
-			}
-			if r := sbxCall(t, p, other, c.method, id, c.rest, body); r.status != 404 || r.code() != "not_found" {
+			if r := sbxCall(t, p, other, c.method, id, c.rest, c.body); r.status != 404 || r.code() != "not_found" {
 				t.Errorf("%s %s as another tenant: %d %s", c.method, c.rest, r.status, r.raw)
 			}
 		}

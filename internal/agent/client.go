@@ -39,6 +39,7 @@ var (
 	ErrInvalid    = errors.New("agent: invalid request")
 	ErrNoProcess  = errors.New("agent: no such process")
 	ErrExited     = errors.New("agent: the process has exited")
+	ErrReadOnly   = errors.New("agent: read-only file system")
 	ErrClosed     = errors.New("agent: connection closed")
 )
 

@@ -130,6 +130,7 @@ var errCodes = []struct {
 	{"invalid", ErrInvalid},
 	{"no_process", ErrNoProcess},
 	{"exited", ErrExited},
+	{"read_only", ErrReadOnly},
 }
 
 // errnoCodes maps what the kernel says to a code where errors.Is with
@@ -145,6 +146,8 @@ var errnoCodes = map[syscall.Errno]string{
 	syscall.ELOOP:        "invalid",
 	syscall.EXDEV:        "invalid",
 	syscall.EBUSY:        "invalid",
+	syscall.ENOTEMPTY:    "invalid",
+	syscall.EROFS:        "read_only",
 }
 
 // codeOf is the wire code of an error the agent met.

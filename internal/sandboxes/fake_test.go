@@ -31,6 +31,10 @@ func (f *fakeStarter) Start(ctx context.Context, spec engine.LiveSpec) (engine.L
 	if f.fail.Load() {
 		return nil, errors.New("fake: the runtime failed")
 	}
+	// The drivers refuse an incomplete spec; so does the fake.
+	if err := spec.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	l := &fakeLive{done: make(chan struct{}), ag: newFakeAgent(spec.Deadline)}
 	f.mu.Lock()
 	f.specs = append(f.specs, spec)

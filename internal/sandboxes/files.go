@@ -47,6 +47,8 @@ func fileErr(err error, p string) error {
 		return execution.Errorf(execution.KindNotFound, "no such file or directory: %s", p)
 	case errors.Is(err, agent.ErrPermission):
 		return execution.Errorf(execution.KindForbidden, "permission denied: %s", p)
+	case errors.Is(err, agent.ErrReadOnly):
+		return execution.Errorf(execution.KindForbidden, "read-only file system: %s (only %s and /tmp are writable)", p, engine.HomeDir)
 	case errors.Is(err, agent.ErrExist):
 		return execution.Errorf(execution.KindInvalidRequest, "already exists: %s", p)
 	case errors.Is(err, agent.ErrIsDir):

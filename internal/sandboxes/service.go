@@ -459,6 +459,9 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 			MemoryBytes: lim.MemoryMB << 20, CPUs: lim.CPUs, Pids: lim.Pids, FileSizeBytes: lim.FileSizeBytes,
 			TmpBytes: lim.TmpMB << 20, OutputBytes: lim.OutputBytes,
 			Lifetime: time.Duration(lim.MaxLifetimeS)*time.Second + deadlineGrace,
+			// A live sandbox has no CodeDir and returns no files; the
+			// engine's defaults keep the spec complete.
+			WorkdirBytes: engine.DefaultWorkdirBytes, ReturnFiles: engine.DefaultReturnFiles, ReturnBytes: engine.DefaultReturnBytes,
 		},
 		HomeBytes: lim.HomeMB << 20,
 		Env:       env,
