@@ -274,3 +274,54 @@ class SandboxTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SandboxCLITest(unittest.TestCase):
+    def setUp(self):
+        import os
+        from unittest import mock
+        self.api = StubAPI().__enter__()
+        self.addCleanup(self.api.__exit__)
+        self.fake = FakeSandboxes(self.api)
+        patcher = mock.patch.dict(os.environ, {"KUBO_API_URL": self.api.url + "/api", "KUBO_API_KEY": "kubo_sk_test"})
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def cli(self, *argv):
+        import io
+        from vertal2kubo.__main__ import main
+        out, err = io.StringIO(), io.StringIO()
+        code = main(list(argv), stdin=io.StringIO(""), stdout=out, stderr=err)
+        return code, out.getvalue(), err.getvalue()
+
+    def test_create_ls_exec_cp_pause_resume_rm(self):
+        import os
+        import tempfile
+        code, out, err = self.cli("sandbox", "create", "--timeout", "60", "--meta", "job=csv", "--on-timeout", "pause")
+        self.assertEqual(code, 0, err)
+        sid = out.strip()
+        self.assertEqual((self.fake.sandboxes[sid]["metadata"], self.fake.sandboxes[sid]["on_timeout"]), ({"job": "csv"}, "pause"))
+        code, out, _ = self.cli("sandbox", "ls")
+        self.assertEqual((code, out.split()[:2]), (0, [sid, "running"]))
+        self.assertEqual(self.cli("sandbox", "exec", sid, "echo", "hi"), (0, "hi\n", ""))
+        self.assertEqual(self.cli("sandbox", "exec", sid, "fail 4"), (4, "", "oops\n"))
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        local, back = os.path.join(d.name, "in.bin"), os.path.join(d.name, "back.bin")
+        with open(local, "wb") as f:
+            f.write(b"\x00\x01data")
+        code, _, err = self.cli("sandbox", "cp", local, sid + ":/home/user/x/in.bin")
+        self.assertEqual((code, err), (0, "wrote /home/user/x/in.bin (6 bytes)\n"))
+        self.assertEqual(self.cli("sandbox", "cp", sid + ":/home/user/x/in.bin", back)[0], 0)
+        with open(back, "rb") as f:
+            self.assertEqual(f.read(), b"\x00\x01data")
+        self.assertEqual(self.cli("sandbox", "cp", local, back)[0], 2)
+        self.assertEqual(self.cli("sandbox", "pause", sid), (0, f"{sid} paused\n", ""))
+        self.assertEqual(self.cli("sandbox", "resume", sid), (0, f"{sid} running\n", ""))
+        self.assertEqual(self.cli("sandbox", "rm", sid), (0, f"{sid} ended\n", ""))
+        code, _, err = self.cli("sandbox", "exec", sid, "echo", "late")
+        self.assertEqual(code, 125)
+        self.assertIn("sandbox_not_running", err)
+        code, _, err = self.cli("sandbox", "rm", "sbx_00")
+        self.assertEqual(code, 125)
+        self.assertIn("not_found", err)

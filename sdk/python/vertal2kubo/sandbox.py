@@ -50,11 +50,18 @@ class _Wire:
         return body
 
     @staticmethod
-    def sandbox_list(body: Any) -> tuple:
-        items = body.get("sandboxes") if isinstance(body, dict) else None
+    def _items(body: Any, key: str) -> list:
+        """body[key], a list (or body itself when a server answers a bare list)."""
+        items = body.get(key) if isinstance(body, dict) else body
         if not isinstance(items, list):
-            raise KuboError(0, "invalid_response", "the sandbox list carries no sandboxes")
-        return items, body.get("next_cursor") or None
+            raise KuboError(0, "invalid_response", f"the answer carries no {key}")
+        return items
+
+    @staticmethod
+    def sandbox_list(body: Any) -> tuple:
+        if not isinstance(body, dict):
+            raise KuboError(0, "invalid_response", "the sandbox list is not an object")
+        return _Wire._items(body, "sandboxes"), body.get("next_cursor") or None
 
     @staticmethod
     def command(body: Any) -> dict:
@@ -64,17 +71,11 @@ class _Wire:
 
     @staticmethod
     def commands(body: Any) -> list:
-        items = body.get("commands") if isinstance(body, dict) else body
-        if not isinstance(items, list):
-            raise KuboError(0, "invalid_response", "the command list carries no commands")
-        return items
+        return _Wire._items(body, "commands")
 
     @staticmethod
     def entries(body: Any) -> list:
-        items = body.get("entries") if isinstance(body, dict) else body
-        if not isinstance(items, list):
-            raise KuboError(0, "invalid_response", "the listing carries no entries")
-        return items
+        return _Wire._items(body, "entries")
 
     @staticmethod
     def event(sse_id: str, name: str, data: str, request_id: Optional[str]) -> Optional[dict]:
