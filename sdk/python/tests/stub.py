@@ -120,6 +120,9 @@ class StubAPI:
         self.script: dict[str, list] = {}
         self.requests: list = []
         self.keys = {"kubo_sk_test"}
+        # fallback(method, path, headers, raw_body) answers routes the
+        # defaults do not know (None: 404), e.g. sandbox_stub.FakeSandboxes.
+        self.fallback = None
         self.lock = threading.Lock()
         stub = self
 
@@ -129,8 +132,9 @@ class StubAPI:
 
             def _serve(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length).decode() if length else ""
-                status, headers, reply = stub._reply(self.command, self.path, dict(self.headers), body)
+                raw = self.rfile.read(length) if length else b""
+                body = raw.decode("utf-8", "replace")
+                status, headers, reply = stub._reply(self.command, self.path, dict(self.headers), body, raw)
                 if isinstance(reply, list):  # an event stream: chunks sent one by one
                     self.send_response(status)
                     self.send_header("Content-Type", headers.get("Content-Type", "text/event-stream"))
@@ -155,7 +159,7 @@ class StubAPI:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = _serve
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -173,7 +177,7 @@ class StubAPI:
         with self.lock:
             self.script.setdefault(route, []).extend(replies)
 
-    def _reply(self, method, path, headers, body):
+    def _reply(self, method, path, headers, body, raw=b""):
         path = path[len("/api"):] if path.startswith("/api/") else path
         route = f"{method} {path}"
         if method == "GET" and path.startswith("/v1/executions/"):
@@ -225,4 +229,8 @@ class StubAPI:
                 self.keys.discard(key)
                 self.keys.add("kubo_sk_new")
                 return 200, {}, {"api_key": "kubo_sk_new", "key_id": "key_new", "revoked_key_id": "key_old", "plan": "pro"}
+            if self.fallback is not None:
+                answer = self.fallback(method, path, headers, raw)
+                if answer is not None:
+                    return answer
             return 404, {}, {"error": {"code": "not_found", "message": "no such route"}, "request_id": "req_404"}

@@ -209,6 +209,92 @@ class LiveTest(unittest.TestCase):
             list(self.client().stream("x", timeout_s=999))
         self.assertEqual((cm.exception.status, cm.exception.code), (400, "invalid_timeout"))
 
+    def test_3_sandbox_that_stays(self):
+        """create -> commands (state, failure, stream, background) ->
+        files -> pause -> resume (files kept) -> kill."""
+        import time
+        c = self.client()
+        tag = uuid.uuid4().hex
+        sbx = c.create_sandbox(timeout_s=300, metadata={"suite": tag}, files={"seed.txt": "seeded\n"})
+
+        def cleanup():
+            try:
+                sbx.kill()
+            except KuboError:
+                pass
+        self.addCleanup(cleanup)
+        self.assertRegex(sbx.id, r"^sbx_[0-9a-f]+$")
+        self.assertEqual(sbx.status, "running")
+        self.assertEqual(c.get_sandbox(sbx.id).info["metadata"], {"suite": tag})
+        self.assertIn(sbx.id, [s.id for s in c.list_sandboxes(metadata={"suite": tag})["sandboxes"]])
+
+        r = sbx.commands.run("echo remembered > note.txt; pwd; cat seed.txt")
+        self.assertEqual((r["status"], r["exit_code"], r["stdout"]), ("succeeded", 0, "/home/user\nseeded\n"), r)
+        self.assertEqual(sbx.commands.run("cat note.txt")["stdout"], "remembered\n")
+        r = sbx.commands.run("echo oops >&2; exit 3")
+        self.assertEqual((r["status"], r["exit_code"], r["stderr"]), ("failed", 3, "oops\n"), r)
+        self.assertEqual(sbx.commands.run(argv=["tr", "a-z", "A-Z"], stdin="judge\n")["stdout"], "JUDGE\n")
+
+        events = list(sbx.commands.stream("echo a; sleep 1; echo b >&2; echo c"))
+        self.assertEqual(events[-1]["type"], "result", events)
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "stdout"), "a\nc\n")
+        self.assertEqual("".join(e["text"] for e in events if e["type"] == "stderr"), "b\n")
+        self.assertEqual((events[-1]["result"]["exit_code"], events[-1]["result"]["stdout"]), (0, "a\nc\n"))
+
+        # A background command: stdin in, its events out, until it exits.
+        cat = sbx.commands.start(argv=["cat"])
+        sbx.commands.send_stdin(cat["pid"], "hello\n", eof=True)
+        attached = list(sbx.commands.events(cat["pid"]))
+        self.assertEqual("".join(e.get("text", "") for e in attached if e["type"] == "stdout"), "hello\n")
+        self.assertEqual((attached[-1]["type"], attached[-1]["exit_code"]), ("exit", 0))
+        sleeper = sbx.commands.start("sleep 120")
+        self.assertIn((sleeper["pid"], True), [(x["pid"], x["running"]) for x in sbx.commands.list()])
+        sbx.commands.signal(sleeper["pid"], "KILL")
+        deadline = time.monotonic() + 60
+        while any(x["pid"] == sleeper["pid"] and x["running"] for x in sbx.commands.list()):
+            self.assertLess(time.monotonic(), deadline, "the killed command still runs")
+            time.sleep(0.2)
+        with self.assertRaises(KuboError) as cm:
+            sbx.commands.signal(sleeper["pid"], "KILL")
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "process_finished"))
+
+        blob = bytes(range(256)) * 800
+        info = sbx.files.write("/home/user/d/deep/blob.bin", blob)
+        self.assertEqual((info["size"], info["type"]), (len(blob), "file"))
+        self.assertEqual(sbx.files.read("/home/user/d/deep/blob.bin"), blob)
+        self.assertEqual([(e["name"], e["size"]) for e in sbx.files.list("/home/user/d/deep")], [("blob.bin", len(blob))])
+        self.assertEqual(sbx.commands.run("wc -c < d/deep/blob.bin")["stdout"].strip(), str(len(blob)))
+        self.assertEqual(sbx.files.mkdir("/home/user/out")["type"], "dir")
+        sbx.files.write("/home/user/tmp.txt", "x")
+        sbx.files.move("/home/user/tmp.txt", "/home/user/out/moved.txt")
+        self.assertEqual(sbx.files.read("/home/user/out/moved.txt"), b"x")
+        sbx.files.remove("/home/user/out")
+        with self.assertRaises(KuboError) as cm:
+            sbx.files.read("/home/user/out/moved.txt")
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        with self.assertRaises(KuboError) as cm:
+            sbx.files.write("/etc/passwd", b"x")
+        self.assertEqual(cm.exception.status // 100, 4)
+
+        self.assertEqual(sbx.pause().status, "paused")
+        self.assertEqual(c.get_sandbox(sbx.id).status, "paused")
+        self.assertEqual(sbx.resume().status, "running")
+        self.assertEqual(sbx.files.read("/home/user/d/deep/blob.bin"), blob, "files survive pause and resume")
+        self.assertEqual(sbx.commands.run("cat note.txt")["stdout"], "remembered\n")
+        # RFC 3339 in UTC; to the second, 600 s from now is past the first 300 s.
+        before = sbx.info["expires_at"][:19]
+        self.assertGreater(sbx.set_timeout(600).info["expires_at"][:19], before)
+
+        killed = sbx.kill()
+        self.assertEqual((killed.status, killed.info["reason"]), ("ended", "killed"))
+        with self.assertRaises(KuboError) as cm:
+            sbx.commands.run("true")
+        self.assertEqual((cm.exception.status, cm.exception.code), (409, "sandbox_not_running"))
+        self.assertEqual(sbx.refresh().status, "ended")
+        with self.assertRaises(KuboError) as cm:
+            c.get_sandbox("sbx_" + "0" * 32)
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+
     def test_2_cli_documented_commands(self):
         env = env_for(Key.value)
         p = subprocess.run([sys.executable, "-m", "vertal2kubo", "run", "print('hello')"],

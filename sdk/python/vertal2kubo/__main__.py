@@ -92,6 +92,31 @@ on stderr.""")
     wait.add_argument("--out", default=".", metavar="DIR", help="directory the returned files are written to (default .)")
     connection(wait)
 
+    sbx = sub.add_parser("sandbox", help="sandboxes that stay: create, ls, exec, cp, pause, resume, rm",
+                         description="Sandboxes that stay: files and processes persist between commands.")
+    sbx_sub = sbx.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND", required=True)
+    create = sbx_sub.add_parser("create", help="create a sandbox and print its id")
+    create.add_argument("--image", help="image name (default: the server's default image)")
+    create.add_argument("--timeout", type=int, help="lifetime in seconds (default: the server's)")
+    create.add_argument("--meta", action="append", default=[], metavar="K=V", help="metadata pair (repeatable)")
+    create.add_argument("--on-timeout", choices=("kill", "pause"), help="what happens at the end of its lifetime")
+    create.add_argument("--json", action="store_true", help="print the sandbox as JSON")
+    ls = sbx_sub.add_parser("ls", help="list sandboxes: id, status, image, expires_at")
+    ls.add_argument("--status", choices=("running", "paused", "ended"))
+    ls.add_argument("--json", action="store_true", help="print the sandboxes as JSON")
+    ex = sbx_sub.add_parser("exec", help="run a shell line in a sandbox; its output and exit code are the command's")
+    ex.add_argument("id", metavar="ID")
+    ex.add_argument("cmd", metavar="CMD", nargs="+", help="a shell line (several words are joined by spaces)")
+    ex.add_argument("--timeout", type=int, help="the command's limit in seconds")
+    cp = sbx_sub.add_parser("cp", help="copy a file: cp LOCAL ID:PATH uploads, cp ID:PATH LOCAL downloads (- is stdio)")
+    cp.add_argument("src", metavar="SRC")
+    cp.add_argument("dst", metavar="DST")
+    for name, text in (("pause", "pause (files are kept)"), ("resume", "resume"), ("rm", "kill")):
+        one = sbx_sub.add_parser(name, help=text + " a sandbox")
+        one.add_argument("id", metavar="ID")
+    for sp in (create, ls, ex, cp) + tuple(sbx_sub.choices[n] for n in ("pause", "resume", "rm")):
+        connection(sp)
+
     usage = sub.add_parser("usage", help="show today's usage and the plan's limits")
     usage.add_argument("--json", action="store_true", help="print the API response as JSON")
     connection(usage)
@@ -140,6 +165,11 @@ def main(argv: Optional[Sequence[str]] = None, stdin: Optional[TextIO] = None,
         return _run(args, client, stdin, stdout, stderr)
     if args.command == "wait":
         return _wait(args, client, stdout, stderr)
+    if args.command == "sandbox":
+        try:
+            return _sandbox(args, client, stdout, stderr)
+        except KuboError as e:
+            return _report(e, "sandbox " + args.sandbox_command, stderr)
     return _usage(args, client, stdout, stderr)
 
 
@@ -383,6 +413,77 @@ def _usage(args: argparse.Namespace, client: KuboClient, stdout: TextIO, stderr:
         for k in sorted(limits):
             print(f"  {k:<20} {json.dumps(limits[k])}", file=stdout)
     return 0
+
+
+def _sandbox(args: argparse.Namespace, client: KuboClient, stdout: TextIO, stderr: TextIO) -> int:
+    """python -m vertal2kubo sandbox SUBCOMMAND; KuboError is the caller's to report."""
+    sub = args.sandbox_command
+    if sub == "create":
+        meta = {}
+        for pair in args.meta:
+            k, eq, v = pair.partition("=")
+            if not eq or not k:
+                print(f"vertal2kubo sandbox create: --meta {pair!r} is not K=V", file=stderr)
+                return EXIT_USAGE
+            meta[k] = v
+        sbx = client.create_sandbox(args.image, args.timeout, metadata=meta, on_timeout=args.on_timeout)
+        print(json.dumps(sbx.info, indent=2) if args.json else sbx.id, file=stdout)
+        return 0
+    if sub == "ls":
+        page = client.list_sandboxes(status=args.status)
+        items = [s.info for s in page["sandboxes"]]
+        while page["next_cursor"]:
+            page = client.list_sandboxes(status=args.status, cursor=page["next_cursor"])
+            items += [s.info for s in page["sandboxes"]]
+        if args.json:
+            print(json.dumps(items, indent=2), file=stdout)
+        for s in [] if args.json else items:
+            print(f"{s['id']}  {s.get('status', ''):<7}  {s.get('image', '')}  {s.get('expires_at', '')}", file=stdout)
+        return 0
+    if sub == "exec":
+        exit_code = 0
+        for event in client.get_sandbox(args.id).commands.stream(" ".join(args.cmd), timeout_s=args.timeout):
+            if event["type"] in ("stdout", "stderr"):
+                out = stdout if event["type"] == "stdout" else stderr
+                out.write(event["text"])
+                out.flush()
+            elif event["type"] == "result":
+                exit_code = event["result"].get("exit_code", 0)
+        return exit_code
+    if sub == "cp":
+        remote_src, remote_dst = _sandbox_path(args.src), _sandbox_path(args.dst)
+        if (remote_src is None) == (remote_dst is None):
+            print("vertal2kubo sandbox cp: exactly one of SRC and DST is ID:PATH", file=stderr)
+            return EXIT_USAGE
+        if remote_dst is not None:
+            if args.src == "-":
+                data = sys.stdin.buffer.read()
+            else:
+                with open(args.src, "rb") as f:
+                    data = f.read()
+            info = client.get_sandbox(remote_dst[0]).files.write(remote_dst[1], data)
+            print(f"wrote {info.get('path', remote_dst[1])} ({info.get('size', len(data))} bytes)", file=stderr)
+            return 0
+        data = client.get_sandbox(remote_src[0]).files.read(remote_src[1])
+        if args.dst == "-":
+            stdout.flush()
+            getattr(stdout, "buffer", sys.stdout.buffer).write(data)
+        else:
+            with open(args.dst, "wb") as f:
+                f.write(data)
+        return 0
+    sbx = client.get_sandbox(args.id)
+    sbx = {"pause": sbx.pause, "resume": sbx.resume, "rm": sbx.kill}[sub]()
+    print(f"{sbx.id} {sbx.status}", file=stdout)
+    return 0
+
+
+def _sandbox_path(arg: str) -> Optional[tuple]:
+    """(id, path) of an ID:PATH argument, None for a local path."""
+    sid, colon, path = arg.partition(":")
+    if colon and sid.startswith("sbx_") and path:
+        return sid, path
+    return None
 
 
 def _report(e: KuboError, command: str, stderr: TextIO) -> int:

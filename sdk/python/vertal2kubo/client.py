@@ -363,6 +363,40 @@ class KuboClient:
         result = self._call("GET", "/v1/languages", retry="always")
         return result["languages"] if isinstance(result, dict) else result
 
+    # -- sandboxes that stay (vertal2kubo.sandbox) -------------------------
+
+    def create_sandbox(self, image: Optional[str] = None, timeout_s: Optional[int] = None, *,
+                       env: Optional[Mapping[str, str]] = None, metadata: Optional[Mapping[str, str]] = None,
+                       files: Optional[Files] = None, on_timeout: Optional[str] = None,
+                       idempotency_key: Optional[str] = None) -> Any:
+        """Create a sandbox that stays (POST /v1/sandboxes) and return it
+        as a ``vertal2kubo.sandbox.Sandbox``, running.
+
+        timeout_s is its lifetime from now (extend it with set_timeout);
+        on_timeout "pause" pauses it at the end instead of killing it.
+        files (as for run()) are placed under /home/user, env is the
+        environment of its commands, metadata string pairs to find it by.
+        Like run(), it always sends an Idempotency-Key, so a retry never
+        creates two."""
+        from . import sandbox
+        return sandbox.create(self, image, timeout_s, env=env, metadata=metadata, files=files,
+                              on_timeout=on_timeout, idempotency_key=idempotency_key)
+
+    def get_sandbox(self, id: str) -> Any:  # noqa: A002
+        """An existing sandbox of this key's tenant, by its sbx_ id."""
+        from . import sandbox
+        return sandbox.get(self, id)
+
+    def list_sandboxes(self, status: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
+                       limit: Optional[int] = None, cursor: Optional[str] = None) -> dict:
+        """One page of this tenant's sandboxes, newest first:
+        ``{"sandboxes": [Sandbox, ...], "next_cursor": str or None}``;
+        pass next_cursor as cursor for the next page. status (running,
+        paused, ended) and metadata (every pair must match) filter."""
+        from . import sandbox
+        items, next_cursor = sandbox.list_page(self, status, metadata, limit, cursor)
+        return {"sandboxes": items, "next_cursor": next_cursor}
+
     # -- plumbing --------------------------------------------------------
 
     def _run_body(self, code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
