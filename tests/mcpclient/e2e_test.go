@@ -110,6 +110,13 @@ func startServer() error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
 	}
+	// The agent of sandboxes that stay, next to vertal, where serve looks
+	// for it (the SDKs' live tests use sandboxes).
+	agent := exec.Command("go", "build", "-o", filepath.Join(tmp, "vertal-agent"), "./cmd/vertal-agent")
+	agent.Dir, agent.Env = e2e.repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := agent.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build vertal-agent: %v\n%s", err, out)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
