@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -286,4 +287,65 @@ func processRunning(s string) bool {
 		}
 	}
 	return false
+}
+
+// TestSandboxEveryRuntimeE2E: the same sandbox, through a real server, on
+// every driver and runtime pair besides the default (oci/bwrap, above):
+// state across commands, the walls, files, pause and resume, and nothing
+// left after the kill.
+func TestSandboxEveryRuntimeE2E(t *testing.T) {
+	needE2E(t)
+	img := os.Getenv("VERTAL_DOCKER_IMAGE")
+	if img == "" {
+		img = "vertal/default:latest"
+	}
+	for i, c := range []struct {
+		name string
+		args []string
+	}{
+		{"oci/crun", []string{"--runtime", "crun"}},
+		{"oci/runc", []string{"--runtime", "runc"}},
+		{"oci/runsc", []string{"--runtime", "runsc"}},
+		{"docker/runc", []string{"--driver", "docker", "--runtime", "runc", "--docker-image", img}},
+		{"docker/runsc", []string{"--driver", "docker", "--runtime", "runsc", "--docker-image", img}},
+	} {
+		t.Run(strings.ReplaceAll(c.name, "/", "_"), func(t *testing.T) {
+			p := startServer(t, t.TempDir(), nil, c.args...)
+			waitFor(t, func() bool { return strings.Contains(p.stdout.String(), "sandboxes: "+c.name) })
+			key := tenantKey(t, p, "agent-author", "pro")
+			id := createSandbox(t, p, key, map[string]any{"timeout_s": 120})
+			marker := "sleep " + strconv.Itoa(4300+i)
+			sbxRun(t, p, key, id, "echo kept > kept.txt")
+			if r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"argv": []string{"sh", "-c", marker}, "background": true}); r.status/100 != 2 {
+				t.Fatalf("background: %d %s", r.status, r.raw)
+			}
+			out := sbxRun(t, p, key, id, "id -u; cat kept.txt; grep -c : /proc/net/dev; touch /etc/x 2>/dev/null && echo rootfs-writable; cat /proc/self/status | grep CapEff")
+			lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n")
+			// /proc/net/dev: its two header lines hold no colon; lo does.
+			if len(lines) != 4 || lines[0] == "0" || lines[1] != "kept" || lines[2] != "1" || !strings.HasSuffix(lines[3], "0000000000000000") {
+				t.Fatalf("inside the sandbox: %q (stderr %q)", out["stdout"], out["stderr"])
+			}
+			data := make([]byte, 64<<10)
+			_, _ = rand.Read(data)
+			if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/blob", data); st/100 != 2 {
+				t.Fatalf("upload: %d %s", st, raw)
+			}
+			if r := sbxCall(t, p, key, "POST", id, "/pause", nil); r.status != 200 || r.body["status"] != "paused" {
+				t.Fatalf("pause: %d %s", r.status, r.raw)
+			}
+			if st, got := sbxRaw(t, p, key, "GET", id, "/home/user/blob", nil); st != 200 || !bytes.Equal(got, data) {
+				t.Fatalf("after pause and resume: %d, equal %v", st, bytes.Equal(got, data))
+			}
+			if r := sbxCall(t, p, key, "DELETE", id, "", nil); r.status != 200 || r.body["status"] != "ended" {
+				t.Fatalf("delete: %d %s", r.status, r.raw)
+			}
+			waitFor(t, func() bool { return !processRunning(marker) })
+			if strings.HasPrefix(c.name, "docker/") {
+				out, err := exec.Command("docker", "ps", "-aq", "--filter", "name="+id).Output()
+				if err != nil || strings.TrimSpace(string(out)) != "" {
+					t.Errorf("containers left for %s: %q %v", id, out, err)
+				}
+			}
+		})
+	}
 }
