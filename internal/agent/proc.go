@@ -225,6 +225,7 @@ func (s *server) start(m *msg) (*proc, *os.File, error) {
 		return fail(fmt.Errorf("agent shutting down: %w", ErrClosed))
 	}
 	s.procs[m.ID] = p
+	s.groups[pid] = true
 	s.mu.Unlock()
 	return p, stdinW, nil
 }
@@ -315,11 +316,12 @@ func lookPath(name string, env []string, cwd string) (string, error) {
 	return "", fmt.Errorf("%s: executable not found: %w", name, ErrNotExist)
 }
 
-// killAll sends SIGKILL to every process group the agent started and,
-// when it owns every child (PID 1 or a subreaper), to every child too.
-func killAll(procs []*proc, all bool) {
-	for _, p := range procs {
-		syscall.Kill(-p.pid, syscall.SIGKILL)
+// killAll sends SIGKILL to every process group the agent started (whose
+// leaders may have exited, leaving background children) and, when it owns
+// every child (PID 1 or a subreaper), to every child too.
+func killAll(groups []int, all bool) {
+	for _, g := range groups {
+		syscall.Kill(-g, syscall.SIGKILL)
 	}
 	switch {
 	case os.Getpid() == 1:

@@ -51,6 +51,7 @@ type server struct {
 
 	mu       sync.Mutex
 	procs    map[uint64]*proc   // by spawn id
+	groups   map[int]bool       // every process group started, for the end
 	streams  map[uint64]*stream // outgoing streams by id
 	uploads  map[uint64]*upload // incoming transfers by ref
 	timer    *time.Timer        // the deadline
@@ -105,6 +106,7 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts *ServeOptions) err
 		logf:      opts.Logf,
 		conn:      conn,
 		procs:     map[uint64]*proc{},
+		groups:    map[int]bool{},
 		streams:   map[uint64]*stream{},
 		uploads:   map[uint64]*upload{},
 		expired:   make(chan struct{}),
@@ -332,6 +334,10 @@ func (s *server) shutdown() {
 	for _, p := range s.procs {
 		procs = append(procs, p)
 	}
+	groups := make([]int, 0, len(s.groups))
+	for g := range s.groups {
+		groups = append(groups, g)
+	}
 	ups := make([]*upload, 0, len(s.uploads))
 	for _, u := range s.uploads {
 		ups = append(ups, u)
@@ -343,7 +349,7 @@ func (s *server) shutdown() {
 	}
 	give := time.Now().Add(5 * time.Second)
 	for {
-		killAll(procs, s.subreaper)
+		killAll(groups, s.subreaper)
 		alive := 0
 		for _, p := range procs {
 			select {
