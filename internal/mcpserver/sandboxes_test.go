@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -312,20 +311,7 @@ func TestSandboxToolsGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got = append(got, '\n')
-	golden := filepath.Join("testdata", "sandbox_tools.golden.json")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("sandbox tools differ from %s (-want +got); if intended, run go test -update:\n%s", golden, diff)
-	}
+	checkGolden(t, "sandbox_tools.golden.json", got, "")
 }
 
 func TestSandboxToolsKeepState(t *testing.T) {
