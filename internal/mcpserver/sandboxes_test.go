@@ -380,7 +380,7 @@ func TestSandboxToolsKeepState(t *testing.T) {
 		want string
 	}{
 		{"run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "cat notes.txt"},
-			"Vertal Run API error sandbox_not_running: sandbox sbx_1 has ended (killed) (HTTP 409, request id req_1)."},
+			"Vertal Run API error sandbox_not_running: sandbox sbx_1 has ended (killed) (HTTP 409, request id req_1). The sandbox has ended (killed, expired or failed) and keeps nothing; call create_sandbox"},
 		{"read_file", map[string]any{"sandbox_id": "sbx_9", "path": "a"},
 			"Vertal Run API error not_found: sandbox sbx_9 not found (HTTP 404, request id req_1)."},
 	} {

@@ -386,6 +386,8 @@ var hints = map[string]string{
 	client.CodeOverloaded:     "Every sandbox is busy right now; try again in a few seconds.",
 	client.CodeUnauthorized:   "The API key (KUBO_API_KEY or the Authorization header) is missing, invalid or revoked.",
 	client.CodeInvalidTimeout: "timeout_s must be between 1 and the plan's max_timeout_s; call get_usage to see it.",
+	"sandbox_not_running":     "The sandbox has ended (killed, expired or failed) and keeps nothing; call create_sandbox for a new one.",
+	"sandbox_limit":           "This key has as many sandboxes as its plan allows; kill_sandbox one you no longer need, then try again.",
 }
 
 // apiErrorResult turns a refused or failed API call into a tool error the
