@@ -314,7 +314,9 @@ type envConfig struct {
 	service execution.Options // its Store, Engine, Queue, Render, Metrics, Logger and Now are the env's
 	engine  engine.Options
 	mcp     *mcpserver.Options // mounts MCP, with MCPBackend, when set
-	store   store.Store        // under the countingStore; default storefake
+	// mcpSandboxes, when set, gives the MCP tools sandboxes too.
+	mcpSandboxes MCPSandboxes
+	store        store.Store // under the countingStore; default storefake
 	// noQueue leaves Options.Queue nil; otherwise it is a jobQueue.
 	noQueue bool
 }
@@ -388,7 +390,7 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	}
 	o.Service, o.Store = svc, env.store
 	if cfg.mcp != nil {
-		o.MCP = mcpserver.HTTPHandler(mcpserver.HTTPOptions{Options: *cfg.mcp, Backend: MCPBackend(svc, o.Metrics, o.Logger)})
+		o.MCP = mcpserver.HTTPHandler(mcpserver.HTTPOptions{Options: *cfg.mcp, Backend: MCPBackendWithSandboxes(svc, cfg.mcpSandboxes, o.Metrics, o.Logger)})
 	}
 	srv, err := New(o)
 	if err != nil {

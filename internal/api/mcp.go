@@ -12,6 +12,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 )
 
 // MCPBackend returns what mcpserver.HTTPOptions.Backend wants: for each
@@ -23,25 +24,51 @@ import (
 // metrics and, when it is the server's fault, logged to logger (nil
 // discards it), as the Server does for its own.
 func MCPBackend(svc *execution.Service, metrics *Metrics, logger *slog.Logger) func(*http.Request) (mcpserver.Backend, error) {
+	return MCPBackendWithSandboxes(svc, nil, metrics, logger)
+}
+
+// MCPSandboxes is what the MCP sandbox tools call of the sandboxes
+// service (*sandboxes.Service), as the caller the Server authenticated.
+type MCPSandboxes interface {
+	Create(ctx context.Context, c execution.Caller, idemKey string, r sandboxes.CreateRequest) (sandboxes.Sandbox, error)
+	Kill(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
+	Pause(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
+	Resume(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
+	Run(ctx context.Context, c execution.Caller, id string, r sandboxes.CommandRequest, onEvent func(sandboxes.Event)) (sandboxes.CommandResult, error)
+	ListDir(ctx context.Context, c execution.Caller, id, path string) ([]sandboxes.FileInfo, error)
+	ReadFile(ctx context.Context, c execution.Caller, id, path string, w io.Writer) (int64, error)
+	WriteFile(ctx context.Context, c execution.Caller, id, path string, r io.Reader) (sandboxes.FileInfo, error)
+}
+
+// MCPBackendWithSandboxes is MCPBackend whose tools also serve sandboxes
+// that stay, through sbx; with sbx nil (a nil interface, not a nil
+// *sandboxes.Service) it is MCPBackend, and the MCP server lists no
+// sandbox tools.
+func MCPBackendWithSandboxes(svc *execution.Service, sbx MCPSandboxes, metrics *Metrics, logger *slog.Logger) func(*http.Request) (mcpserver.Backend, error) {
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	tools := &mcpTools{exec: svc, metrics: metrics, log: logger}
+	tools := &mcpTools{exec: svc, sbx: sbx, metrics: metrics, log: logger}
 	return func(r *http.Request) (mcpserver.Backend, error) {
 		c, ok := CallerFromContext(r.Context())
 		if !ok {
 			return nil, errors.New("api: MCPBackend outside an authenticated /mcp request")
 		}
-		return mcpBackend{s: tools, c: c, info: infoFrom(r.Context())}, nil
+		b := mcpBackend{s: tools, c: c, info: infoFrom(r.Context())}
+		if sbx != nil {
+			return mcpSandboxBackend{b}, nil
+		}
+		return b, nil
 	}
 }
 
 // mcpTools is what every MCP request's backend shares.
 type mcpTools struct {
 	exec    *execution.Service
+	sbx     MCPSandboxes // nil: no sandbox tools
 	metrics *Metrics
 	log     *slog.Logger
 }
@@ -110,4 +137,58 @@ func (b mcpBackend) clientError(err error) error {
 		RequestID:  b.info.id,
 		RetryAfter: time.Duration(e.RetryAfter) * time.Second,
 	}
+}
+
+// mcpSandboxBackend is an mcpBackend with the sandbox tools.
+type mcpSandboxBackend struct{ mcpBackend }
+
+var _ mcpserver.SandboxBackend = mcpSandboxBackend{}
+
+func (b mcpSandboxBackend) CreateSandbox(ctx context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
+	// No idempotency key: an MCP call that is retried is a new call.
+	sb, err := b.s.sbx.Create(ctx, *b.c, "", req)
+	return sb, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) RunCommand(ctx context.Context, id string, req sandboxes.CommandRequest) (sandboxes.CommandResult, error) {
+	out, err := b.s.sbx.Run(ctx, *b.c, id, req, nil)
+	return out, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error) {
+	n, err := b.s.sbx.ReadFile(ctx, *b.c, id, path, w)
+	return n, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) WriteFile(ctx context.Context, id, path string, r io.Reader) (sandboxes.FileInfo, error) {
+	fi, err := b.s.sbx.WriteFile(ctx, *b.c, id, path, r)
+	return fi, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) ListFiles(ctx context.Context, id, path string) ([]sandboxes.FileInfo, error) {
+	files, err := b.s.sbx.ListDir(ctx, *b.c, id, path)
+	return files, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) KillSandbox(ctx context.Context, id string) (sandboxes.Sandbox, error) {
+	sb, err := b.s.sbx.Kill(ctx, *b.c, id)
+	return sb, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) PauseSandbox(ctx context.Context, id string) (sandboxes.Sandbox, error) {
+	sb, err := b.s.sbx.Pause(ctx, *b.c, id)
+	return sb, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) ResumeSandbox(ctx context.Context, id string) (sandboxes.Sandbox, error) {
+	sb, err := b.s.sbx.Resume(ctx, *b.c, id)
+	return sb, b.sandboxError(err)
+}
+
+// sandboxError is clientError(err), and nil for nil.
+func (b mcpSandboxBackend) sandboxError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return b.clientError(err)
 }

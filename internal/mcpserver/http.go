@@ -89,14 +89,18 @@ type httpHandler struct {
 
 	mu        sync.Mutex
 	srv       *mcp.Server
-	complete  bool      // srv lists the server's languages with versions
-	lastFetch time.Time // of the languages, to rate-limit retries
+	sbxSrv    *mcp.Server // srv with the sandbox tools, for a SandboxBackend's callers
+	complete  bool        // srv lists the server's languages with versions
+	lastFetch time.Time   // of the languages, to rate-limit retries
 	trusted   map[[32]byte]time.Time
 }
 
 type (
 	keyContextKey     struct{}
 	forwardContextKey struct{}
+	// sandboxesContextKey marks a request whose Backend is a
+	// SandboxBackend: it is served the tools of sandboxes too.
+	sandboxesContextKey struct{}
 )
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +136,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		withToken := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
 			return &auth.TokenInfo{Extra: map[string]any{backendExtra: b}}, nil
 		}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+		if _, ok := b.(SandboxBackend); ok {
+			ctx = context.WithValue(ctx, sandboxesContextKey{}, true)
+		}
 		h.ensureServer(ctx, key)
 		withToken(h.mcp).ServeHTTP(w, r.WithContext(ctx))
 		return
@@ -270,17 +277,26 @@ func (h *httpHandler) ensureServer(ctx context.Context, key string) {
 			}
 		}
 	}
-	srv := newServer(h.tools, langs, images, h.opts.Version)
+	srv := newServer(h.tools, langs, images, h.opts.Version, false)
+	var sbxSrv *mcp.Server
+	if h.opts.Backend != nil {
+		// Only an API server's own Backend can serve sandboxes; which
+		// of the two servers a request gets is its Backend's to say.
+		sbxSrv = newServer(h.tools, langs, images, h.opts.Version, true)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.complete {
-		h.srv, h.complete = srv, langs != nil
+		h.srv, h.sbxSrv, h.complete = srv, sbxSrv, langs != nil
 	}
 }
 
-func (h *httpHandler) server(*http.Request) *mcp.Server {
+func (h *httpHandler) server(r *http.Request) *mcp.Server {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if sbx, _ := r.Context().Value(sandboxesContextKey{}).(bool); sbx && h.sbxSrv != nil {
+		return h.sbxSrv
+	}
 	return h.srv
 }
 

@@ -150,8 +150,15 @@ func TestToolsGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkGolden(t, "tools.golden.json", got, " and update the Python server too")
+}
+
+// checkGolden compares got with testdata/name, which -update rewrites;
+// more says what else to do after an intended change.
+func checkGolden(t *testing.T, name string, got []byte, more string) {
+	t.Helper()
 	got = append(got, '\n')
-	golden := filepath.Join("testdata", "tools.golden.json")
+	golden := filepath.Join("testdata", name)
 	if *update {
 		if err := os.WriteFile(golden, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -162,7 +169,7 @@ func TestToolsGolden(t *testing.T) {
 		t.Fatalf("%v (run go test -update to create it)", err)
 	}
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("tools/list differs from %s (-want +got); if intended, run go test -update and update the Python server too:\n%s", golden, diff)
+		t.Errorf("tools/list differs from %s (-want +got); if intended, run go test -update%s:\n%s", golden, more, diff)
 	}
 }
 

@@ -139,10 +139,15 @@ type tools struct {
 	log    *slog.Logger
 }
 
-// newServer builds the MCP server with both tools.
-func newServer(t *tools, langs []client.Language, images []client.Image, version string) *mcp.Server {
+// newServer builds the MCP server with run_code and get_usage, and the
+// sandbox tools too when withSandboxes is set.
+func newServer(t *tools, langs []client.Language, images []client.Image, version string, withSandboxes bool) *mcp.Server {
 	if version == "" {
 		version = "dev"
+	}
+	instructions := "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits."
+	if withSandboxes {
+		instructions += sandboxInstructions
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "vertal-run", Title: "Vertal Run", Version: version}, &mcp.ServerOptions{
 		Logger: sdkLogger(t.log),
@@ -150,13 +155,16 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 		// whose list never changes. The SDK's defaults would add logging,
 		// which no tool uses, and tools.listChanged, never sent.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
-		Instructions: "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits.",
+		Instructions: instructions,
 	})
 	// By name, as GET /v1/languages lists them: the stdio server reads
 	// that list, the HTTP one gets the server's configuration order.
 	langs = slices.SortedFunc(slices.Values(langs), func(a, b client.Language) int { return strings.Compare(a.Name, b.Name) })
 	s.AddTool(runCodeTool(langs, images), t.runCode)
 	s.AddTool(getUsageTool(), t.getUsage)
+	if withSandboxes {
+		addSandboxTools(s, t)
+	}
 	return s
 }
 
@@ -179,7 +187,9 @@ func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
 		backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return clientBackend{c}, nil },
 		log:        opts.logger(),
 	}
-	return newServer(t, langs, images, opts.Version)
+	// The stdio server calls the API through the Go SDK, which offers
+	// no sandbox tools yet.
+	return newServer(t, langs, images, opts.Version, false)
 }
 
 // fetchLanguages asks the API which languages it runs. It gives up quickly:
@@ -376,6 +386,8 @@ var hints = map[string]string{
 	client.CodeOverloaded:     "Every sandbox is busy right now; try again in a few seconds.",
 	client.CodeUnauthorized:   "The API key (KUBO_API_KEY or the Authorization header) is missing, invalid or revoked.",
 	client.CodeInvalidTimeout: "timeout_s must be between 1 and the plan's max_timeout_s; call get_usage to see it.",
+	"sandbox_not_running":     "The sandbox has ended (killed, expired or failed) and keeps nothing; call create_sandbox for a new one.",
+	"sandbox_limit":           "This key has as many sandboxes as its plan allows; kill_sandbox one you no longer need, then try again.",
 }
 
 // apiErrorResult turns a refused or failed API call into a tool error the

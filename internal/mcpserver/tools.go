@@ -126,17 +126,7 @@ func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
 					"description": "Wall-clock limit in seconds, from 1 to the plan's max_timeout_s (see get_usage). Default 10, or the plan's maximum if lower."},
 				"stdin": obj{"type": "string", "description": "Text given to the program on standard input. Optional."},
 				"files": obj{"type": "array", "description": "Files placed in the working directory (/code) before the program runs. Optional.",
-					"items": obj{
-						"type": "object",
-						"properties": obj{
-							"path":    obj{"type": "string", "description": "Relative path with / separators, e.g. data/input.csv; no .. and no leading /."},
-							"content": obj{"type": "string", "description": "The file's content: text, or base64 when encoding is base64."},
-							"encoding": obj{"type": "string", "enum": []any{"utf8", "base64"}, "default": "utf8",
-								"description": "utf8 (the default) for text, base64 (standard, padded) for binary content."},
-						},
-						"required":             []any{"path", "content"},
-						"additionalProperties": false,
-					}},
+					"items": fileItemSchema()},
 				"env": obj{"type": "object", "additionalProperties": obj{"type": "string"},
 					"description": "Environment variables for the program. Names match [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, LANG, PWD, NODE_OPTIONS and VERTAL_* cannot be set. Optional."},
 				"args": obj{"type": "array", "items": obj{"type": "string"},
@@ -208,4 +198,27 @@ func getUsageTool() *mcp.Tool {
 			"required": []any{"tenant", "plan", "today", "limits"},
 		},
 	}
+}
+
+// fileItemSchema is an entry of the files of run_code and create_sandbox.
+func fileItemSchema() obj {
+	return obj{
+		"type": "object",
+		"properties": obj{
+			"path":     obj{"type": "string", "description": "Relative path with / separators, e.g. data/input.csv; no .. and no leading /."},
+			"content":  contentProp(),
+			"encoding": encodingProp(),
+		},
+		"required":             []any{"path", "content"},
+		"additionalProperties": false,
+	}
+}
+
+func contentProp() obj {
+	return obj{"type": "string", "description": "The file's content: text, or base64 when encoding is base64."}
+}
+
+func encodingProp() obj {
+	return obj{"type": "string", "enum": []any{"utf8", "base64"}, "default": "utf8",
+		"description": "utf8 (the default) for text, base64 (standard, padded) for binary content."}
 }

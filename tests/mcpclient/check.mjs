@@ -46,7 +46,11 @@ try {
 
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
-  if (JSON.stringify(names) !== JSON.stringify(['get_usage', 'run_code'])) fail('unexpected tools', names);
+  // An API server with sandboxes that stay also lists their tools (over
+  // HTTP only: the stdio server has none yet).
+  const sandboxTools = ['create_sandbox', 'get_usage', 'kill_sandbox', 'list_files', 'pause_sandbox', 'read_file', 'resume_sandbox', 'run_code', 'run_command', 'write_file'];
+  const withSandboxes = mode === 'http' && JSON.stringify(names) === JSON.stringify(sandboxTools);
+  if (!withSandboxes && JSON.stringify(names) !== JSON.stringify(['get_usage', 'run_code'])) fail('unexpected tools', names);
   const runCode = tools.find((t) => t.name === 'run_code');
   for (const phrase of ['no network', 'cannot be installed', '16 MB', '64 KB']) {
     if (!runCode.description.includes(phrase)) fail(`run_code description lacks "${phrase}"`, runCode.description);
@@ -87,6 +91,25 @@ try {
     files = { image: image.mimeType, resource: resource.resource.uri };
   }
 
+  let sandbox = null;
+  if (withSandboxes) {
+    // State carries across calls: a file written is there for a command.
+    const created = await client.callTool({ name: 'create_sandbox', arguments: {} });
+    const id = created.structuredContent?.id;
+    if (created.isError || !id?.startsWith('sbx_')) fail('create_sandbox failed', created);
+    const wrote = await client.callTool({ name: 'write_file', arguments: { sandbox_id: id, path: 'hello.txt', content: 'hi from ts\n' } });
+    if (wrote.isError) fail('write_file failed', wrote);
+    const cat = await client.callTool({ name: 'run_command', arguments: { sandbox_id: id, cmd: 'cat hello.txt && echo more >> hello.txt' } });
+    if (cat.isError || cat.structuredContent?.stdout !== 'hi from ts\n') fail('run_command did not see the file written', cat);
+    const read = await client.callTool({ name: 'read_file', arguments: { sandbox_id: id, path: 'hello.txt' } });
+    if (read.isError || read.structuredContent?.content !== 'hi from ts\nmore\n') fail('read_file did not see the command\'s write', read);
+    const killed = await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } });
+    if (killed.isError || killed.structuredContent?.status !== 'ended') fail('kill_sandbox failed', killed);
+    const after = await client.callTool({ name: 'run_command', arguments: { sandbox_id: id, cmd: 'true' } });
+    if (!after.isError || !textOf(after).includes('sandbox_not_running')) fail('run_command in a killed sandbox should be a sandbox_not_running tool error', after);
+    sandbox = { id, stdout: cat.structuredContent.stdout };
+  }
+
   const usage = await client.callTool({ name: 'get_usage', arguments: {} });
   if (usage.isError || typeof usage.structuredContent?.limits?.max_timeout_s !== 'number') fail('get_usage failed', usage);
 
@@ -97,6 +120,7 @@ try {
     stdout: ok.structuredContent.stdout,
     failedExitCode: bad.structuredContent.exit_code,
     files,
+    sandbox,
     executionsToday: usage.structuredContent.today.executions,
   }));
 } catch (err) {

@@ -1,0 +1,474 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// fakeSandboxes is a SandboxBackend keeping its sandboxes in memory. Its
+// commands are a tiny language: "write NAME TEXT" writes a file, "cat
+// NAME" prints one, "fail" exits 1.
+type fakeSandboxes struct {
+	mu    sync.Mutex
+	next  int
+	boxes map[string]*fakeBox
+	calls []string
+}
+
+type fakeBox struct {
+	sb    sandboxes.Sandbox
+	files map[string][]byte
+}
+
+func newFakeSandboxes() *fakeSandboxes { return &fakeSandboxes{boxes: map[string]*fakeBox{}} }
+
+func (f *fakeSandboxes) RunCode(context.Context, RunRequest) (*client.Execution, error) {
+	return nil, &client.Error{StatusCode: 503, Code: client.CodeOverloaded, Message: "not in this fake"}
+}
+
+func (f *fakeSandboxes) Usage(context.Context) (*client.Usage, error) {
+	return nil, &client.Error{StatusCode: 503, Code: client.CodeOverloaded, Message: "not in this fake"}
+}
+
+func (f *fakeSandboxes) box(id string, running bool) (*fakeBox, error) {
+	f.calls = append(f.calls, id)
+	b, ok := f.boxes[id]
+	if !ok {
+		return nil, &client.Error{StatusCode: 404, Code: "not_found", Message: "sandbox " + id + " not found", RequestID: "req_1"}
+	}
+	if running && b.sb.Status == sandboxes.StatusEnded {
+		return nil, &client.Error{StatusCode: 409, Code: "sandbox_not_running", Message: "sandbox " + id + " has ended (" + b.sb.Reason + ")", RequestID: "req_1"}
+	}
+	return b, nil
+}
+
+func (f *fakeSandboxes) CreateSandbox(_ context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	img := req.Image
+	if img == "" {
+		img = "default"
+	}
+	onTimeout := req.OnTimeout
+	if onTimeout == "" {
+		onTimeout = "kill"
+	}
+	b := &fakeBox{files: map[string][]byte{}, sb: sandboxes.Sandbox{ID: fmt.Sprintf("sbx_%d", f.next), Status: sandboxes.StatusRunning,
+		Image: img, CreatedAt: time.Unix(1e9, 0), ExpiresAt: time.Unix(1e9+300, 0), OnTimeout: onTimeout, Metadata: req.Metadata}}
+	for _, file := range req.Files {
+		b.files[file.Path] = file.Content
+	}
+	f.boxes[b.sb.ID] = b
+	return b.sb, nil
+}
+
+func (f *fakeSandboxes) RunCommand(_ context.Context, id string, req sandboxes.CommandRequest) (sandboxes.CommandResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id, true)
+	if err != nil {
+		return sandboxes.CommandResult{}, err
+	}
+	words := strings.SplitN(req.Cmd, " ", 3)
+	res := sandboxes.CommandResult{PID: 7, Status: "succeeded", DurationMS: 3}
+	switch {
+	case words[0] == "write" && len(words) == 3:
+		b.files[words[1]] = []byte(words[2])
+	case words[0] == "cat" && len(words) == 2:
+		content, ok := b.files[words[1]]
+		if !ok {
+			res.Status, res.ExitCode, res.Stderr = "failed", 1, "cat: "+words[1]+": No such file or directory\n"
+		}
+		res.Stdout = string(content)
+	default:
+		res.Status, res.ExitCode, res.Stderr = "failed", 127, "sh: "+words[0]+": not found\n"
+	}
+	return res, nil
+}
+
+func (f *fakeSandboxes) ReadFile(_ context.Context, id, path string, w io.Writer) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id, true)
+	if err != nil {
+		return 0, err
+	}
+	content, ok := b.files[path]
+	if !ok {
+		return 0, &client.Error{StatusCode: 404, Code: "not_found", Message: "no file " + path}
+	}
+	n, err := w.Write(content)
+	return int64(n), err
+}
+
+func (f *fakeSandboxes) WriteFile(_ context.Context, id, path string, r io.Reader) (sandboxes.FileInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id, true)
+	if err != nil {
+		return sandboxes.FileInfo{}, err
+	}
+	content, err := io.ReadAll(r)
+	if err != nil {
+		return sandboxes.FileInfo{}, err
+	}
+	b.files[path] = content
+	return sandboxes.FileInfo{Name: filepath.Base(path), Path: "/home/user/" + path, Type: "file", Size: int64(len(content)), Mode: "0644"}, nil
+}
+
+func (f *fakeSandboxes) ListFiles(_ context.Context, id, path string) ([]sandboxes.FileInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id, true)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandboxes.FileInfo
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range b.files {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		out = append(out, sandboxes.FileInfo{Name: name, Path: path + "/" + name, Type: "file", Size: int64(len(b.files[name])), Mode: "0644"})
+	}
+	return out, nil
+}
+
+func (f *fakeSandboxes) KillSandbox(_ context.Context, id string) (sandboxes.Sandbox, error) {
+	return f.setStatus(id, sandboxes.StatusEnded)
+}
+
+func (f *fakeSandboxes) PauseSandbox(_ context.Context, id string) (sandboxes.Sandbox, error) {
+	return f.setStatus(id, sandboxes.StatusPaused)
+}
+
+func (f *fakeSandboxes) ResumeSandbox(_ context.Context, id string) (sandboxes.Sandbox, error) {
+	return f.setStatus(id, sandboxes.StatusRunning)
+}
+
+func (f *fakeSandboxes) setStatus(id string, st sandboxes.Status) (sandboxes.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id, st != sandboxes.StatusEnded)
+	if err != nil {
+		return sandboxes.Sandbox{}, err
+	}
+	b.sb.Status = st
+	if st == sandboxes.StatusEnded {
+		b.sb.Reason = sandboxes.ReasonKilled
+	}
+	return b.sb, nil
+}
+
+func (f *fakeSandboxes) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// sandboxSession is an in-memory MCP session with a server whose every
+// call gets backend b.
+func sandboxSession(t *testing.T, b Backend) *mcp.ClientSession {
+	t.Helper()
+	tl := &tools{backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return b, nil }, log: Options{}.logger()}
+	return connect(t, newServer(tl, testLanguages, testImages, "test", true))
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// mustOK fails t unless res is a successful result, and returns its text.
+func mustOK(t *testing.T, name string, res *mcp.CallToolResult) string {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("%s: tool error: %s", name, text(res))
+	}
+	return text(res)
+}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+var sandboxToolNames = []string{"create_sandbox", "kill_sandbox", "list_files", "pause_sandbox", "read_file", "resume_sandbox", "run_command", "write_file"}
+
+// Over HTTP, a caller whose Backend serves sandboxes gets their tools;
+// one whose Backend does not, on the same handler, gets today's two.
+func TestSandboxToolsListedOnlyWithSandboxBackend(t *testing.T) {
+	_, api := newFakeAPI(t)
+	fake := newFakeSandboxes()
+	h := HTTPHandler(HTTPOptions{Options: Options{Languages: testLanguages, Images: testImages}, Backend: func(r *http.Request) (Backend, error) {
+		key, _ := bearerKey(r.Header.Get("Authorization"))
+		if key == "kubo_sk_sandboxes" {
+			return fake, nil
+		}
+		c, err := client.New(api.URL+"/api", key, client.WithMaxRetries(0))
+		return ClientBackend(c), err
+	}})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	plain, err := httpSession(t, srv.URL, "kubo_sk_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"get_usage", "run_code"}, toolNames(t, plain)); diff != "" {
+		t.Errorf("tools without sandboxes (-want +got):\n%s", diff)
+	}
+	if strings.Contains(plain.InitializeResult().Instructions, "create_sandbox") {
+		t.Errorf("instructions without sandboxes mention create_sandbox: %s", plain.InitializeResult().Instructions)
+	}
+	// A sandbox tool called anyway is unknown there.
+	if _, err := plain.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_sandbox", Arguments: map[string]any{}}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("create_sandbox without sandboxes: %v", err)
+	}
+
+	sbx, err := httpSession(t, srv.URL, "kubo_sk_sandboxes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values(append([]string{"get_usage", "run_code"}, sandboxToolNames...)))
+	if diff := cmp.Diff(want, toolNames(t, sbx)); diff != "" {
+		t.Errorf("tools with sandboxes (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(sbx.InitializeResult().Instructions, "create_sandbox") {
+		t.Errorf("instructions with sandboxes do not mention create_sandbox")
+	}
+	created := call(t, sbx, "create_sandbox", map[string]any{})
+	if id := mustOK(t, "create_sandbox", created); !strings.Contains(id, "sandbox_id: sbx_1\n") {
+		t.Errorf("create_sandbox over HTTP: %s", id)
+	}
+}
+
+// The stdio server calls the API through the Go SDK and lists no sandbox
+// tools (testdata/tools.golden.json holds its list).
+func TestStdioListsNoSandboxTools(t *testing.T) {
+	_, srv := newFakeAPI(t)
+	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+	if diff := cmp.Diff([]string{"get_usage", "run_code"}, toolNames(t, cs)); diff != "" {
+		t.Errorf("stdio tools (-want +got):\n%s", diff)
+	}
+}
+
+func TestSandboxToolsGolden(t *testing.T) {
+	cs := sandboxSession(t, newFakeSandboxes())
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []*mcp.Tool
+	for _, tl := range res.Tools {
+		if slices.Contains(sandboxToolNames, tl.Name) {
+			tools = append(tools, tl)
+		}
+	}
+	got, err := json.MarshalIndent(tools, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "sandbox_tools.golden.json", got, "")
+}
+
+func TestSandboxToolsKeepState(t *testing.T) {
+	fake := newFakeSandboxes()
+	cs := sandboxSession(t, fake)
+
+	created := call(t, cs, "create_sandbox", map[string]any{"metadata": map[string]any{"task": "t1"},
+		"files": []any{map[string]any{"path": "seed.txt", "content": "c2VlZA==", "encoding": "base64"}}})
+	out := mustOK(t, "create_sandbox", created)
+	for _, want := range []string{"sandbox_id: sbx_1\n", "status: running\n", "image: default\n", "home: /home/user\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("create_sandbox text lacks %q:\n%s", want, out)
+		}
+	}
+	if sc, _ := created.StructuredContent.(map[string]any); sc["id"] != "sbx_1" || sc["status"] != "running" {
+		t.Errorf("create_sandbox structured content: %+v", created.StructuredContent)
+	}
+
+	// A command's effect is there for the next one.
+	mustOK(t, "run_command", call(t, cs, "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "write notes.txt hello there"}))
+	res := call(t, cs, "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "cat notes.txt"})
+	if out := mustOK(t, "run_command", res); !strings.Contains(out, "status: succeeded\nexit_code: 0\n") || !strings.Contains(out, "--- stdout ---\nhello there\n--- stderr ---\n(empty)\n") {
+		t.Errorf("run_command text:\n%s", out)
+	}
+	if sc, _ := res.StructuredContent.(map[string]any); sc["stdout"] != "hello there" || sc["exit_code"] != float64(0) {
+		t.Errorf("run_command structured content: %+v", res.StructuredContent)
+	}
+	// So are the files given at creation and written with write_file.
+	if out := mustOK(t, "read_file", call(t, cs, "read_file", map[string]any{"sandbox_id": "sbx_1", "path": "seed.txt"})); out != "seed" {
+		t.Errorf("read_file seed.txt = %q", out)
+	}
+	if out := mustOK(t, "write_file", call(t, cs, "write_file", map[string]any{"sandbox_id": "sbx_1", "path": "main.py", "content": "print(1)\n"})); !strings.Contains(out, "wrote /home/user/main.py (9 bytes") {
+		t.Errorf("write_file text: %s", out)
+	}
+	if out := mustOK(t, "run_command", call(t, cs, "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "cat main.py"})); !strings.Contains(out, "\nprint(1)\n") {
+		t.Errorf("main.py through run_command:\n%s", out)
+	}
+	ls := call(t, cs, "list_files", map[string]any{"sandbox_id": "sbx_1"})
+	if out := mustOK(t, "list_files", ls); !strings.Contains(out, "/home/user: 3 entries\n") || !strings.Contains(out, " main.py\n") {
+		t.Errorf("list_files text:\n%s", out)
+	}
+	if sc, _ := ls.StructuredContent.(map[string]any); len(sc["files"].([]any)) != 3 {
+		t.Errorf("list_files structured content: %+v", ls.StructuredContent)
+	}
+
+	// A failing command is a tool error that carries its output.
+	res = call(t, cs, "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "cat missing"})
+	if !res.IsError || !strings.Contains(text(res), "exit_code: 1\n") || !strings.Contains(text(res), "No such file") {
+		t.Errorf("failing command: %v %s", res.IsError, text(res))
+	}
+
+	if out := mustOK(t, "pause_sandbox", call(t, cs, "pause_sandbox", map[string]any{"sandbox_id": "sbx_1"})); !strings.Contains(out, "status: paused\n") {
+		t.Errorf("pause_sandbox: %s", out)
+	}
+	if out := mustOK(t, "resume_sandbox", call(t, cs, "resume_sandbox", map[string]any{"sandbox_id": "sbx_1"})); !strings.Contains(out, "status: running\n") {
+		t.Errorf("resume_sandbox: %s", out)
+	}
+	if out := mustOK(t, "kill_sandbox", call(t, cs, "kill_sandbox", map[string]any{"sandbox_id": "sbx_1"})); !strings.Contains(out, "status: ended\nreason: killed\n") {
+		t.Errorf("kill_sandbox: %s", out)
+	}
+
+	// The service's refusals come back as tool errors with its message.
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "cat notes.txt"},
+			"Vertal Run API error sandbox_not_running: sandbox sbx_1 has ended (killed) (HTTP 409, request id req_1). The sandbox has ended (killed, expired or failed) and keeps nothing; call create_sandbox"},
+		{"read_file", map[string]any{"sandbox_id": "sbx_9", "path": "a"},
+			"Vertal Run API error not_found: sandbox sbx_9 not found (HTTP 404, request id req_1)."},
+	} {
+		res := call(t, cs, tc.tool, tc.args)
+		if !res.IsError || !strings.HasPrefix(text(res), tc.want) {
+			t.Errorf("%s %v: %v %q, want an error starting %q", tc.tool, tc.args, res.IsError, text(res), tc.want)
+		}
+	}
+}
+
+func TestReadFileBinaryAndLong(t *testing.T) {
+	fake := newFakeSandboxes()
+	cs := sandboxSession(t, fake)
+	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", nil))
+	fake.boxes["sbx_1"].files["bin"] = []byte{0xff, 0x00, 0x01}
+	// Long text whose cut falls inside a two-byte character.
+	fake.boxes["sbx_1"].files["long"] = append(bytes.Repeat([]byte("a"), readFileCap-1), bytes.Repeat([]byte("é"), 10)...)
+
+	res := call(t, cs, "read_file", map[string]any{"sandbox_id": "sbx_1", "path": "bin"})
+	if out := mustOK(t, "read_file", res); !strings.HasPrefix(out, "/wAB") || !strings.Contains(out, "base64-encoded") {
+		t.Errorf("binary read_file: %q", out)
+	}
+	if sc, _ := res.StructuredContent.(map[string]any); sc["encoding"] != "base64" || sc["content"] != "/wAB" || sc["size"] != float64(3) {
+		t.Errorf("binary structured content: %+v", res.StructuredContent)
+	}
+
+	res = call(t, cs, "read_file", map[string]any{"sandbox_id": "sbx_1", "path": "long"})
+	mustOK(t, "read_file", res)
+	if got := res.Content[0].(*mcp.TextContent).Text; got != strings.Repeat("a", readFileCap-1) {
+		t.Errorf("long read_file content: %d bytes", len(got))
+	}
+	if note := res.Content[1].(*mcp.TextContent).Text; !strings.Contains(note, fmt.Sprintf("the file has %d bytes", readFileCap-1+20)) {
+		t.Errorf("long read_file note: %s", note)
+	}
+	if sc, _ := res.StructuredContent.(map[string]any); sc["encoding"] != "utf8" || sc["truncated"] != true {
+		t.Errorf("long structured content: %+v", res.StructuredContent)
+	}
+}
+
+// A server built with the sandbox tools whose caller's Backend does not
+// serve sandboxes refuses them as a tool error.
+func TestSandboxToolWithoutSandboxBackend(t *testing.T) {
+	_, api := newFakeAPI(t)
+	c, err := client.New(api.URL+"/api", "kubo_sk_alice", client.WithMaxRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := sandboxSession(t, ClientBackend(c))
+	res := call(t, cs, "create_sandbox", nil)
+	if !res.IsError || !strings.Contains(text(res), "does not offer sandboxes") {
+		t.Errorf("create_sandbox: %v %s", res.IsError, text(res))
+	}
+}
+
+// Bad arguments are refused with a clear tool error before the backend is
+// called.
+func TestSandboxToolArguments(t *testing.T) {
+	fake := newFakeSandboxes()
+	cs := sandboxSession(t, fake)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"run_command", map[string]any{"cmd": "ls"}, "argument sandbox_id is required"},
+		{"run_command", map[string]any{"sandbox_id": "sbx_1"}, "argument cmd is required"},
+		{"run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "ls", "timeout_s": 0}, "argument timeout_s must be at least 1"},
+		{"run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "ls", "shell": "zsh"}, `unknown field "shell"`},
+		{"run_command", map[string]any{"sandbox_id": 7, "cmd": "ls"}, "invalid arguments"},
+		{"read_file", map[string]any{"sandbox_id": "sbx_1"}, "argument path is required"},
+		{"write_file", map[string]any{"sandbox_id": "sbx_1", "path": "a"}, "argument content is required"},
+		{"write_file", map[string]any{"sandbox_id": "sbx_1", "path": "a", "content": "!!", "encoding": "base64"}, "argument content is not valid base64"},
+		{"write_file", map[string]any{"sandbox_id": "sbx_1", "path": "a", "content": "x", "encoding": "latin1"}, "must be utf8 or base64"},
+		{"list_files", map[string]any{}, "argument sandbox_id is required"},
+		{"kill_sandbox", nil, "argument sandbox_id is required"},
+		{"create_sandbox", map[string]any{"timeout_s": 0}, "argument timeout_s must be at least 1"},
+		{"create_sandbox", map[string]any{"on_timeout": "sleep"}, "argument on_timeout must be kill or pause"},
+		{"create_sandbox", map[string]any{"files": []any{map[string]any{"content": "x"}}}, "argument files[0].path is required"},
+	} {
+		res := call(t, cs, tc.tool, tc.args)
+		if !res.IsError || !strings.Contains(text(res), tc.want) {
+			t.Errorf("%s %v: %v %q, want an error with %q", tc.tool, tc.args, res.IsError, text(res), tc.want)
+		}
+	}
+	if seen := fake.seen(); len(seen) != 0 || len(fake.boxes) != 0 {
+		t.Errorf("the backend was called: %v, %d sandboxes", seen, len(fake.boxes))
+	}
+	// An empty file is content "".
+	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", nil))
+	mustOK(t, "write_file", call(t, cs, "write_file", map[string]any{"sandbox_id": "sbx_1", "path": "empty", "content": ""}))
+}
