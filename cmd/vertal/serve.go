@@ -299,7 +299,7 @@ func newAccounts(cfg config.Config, st store.Store, logger *slog.Logger) (*accou
 func newAPI(cfg config.Config, st store.Store, svc *execution.Service, sbx *sandboxes.Service, accounts *account.Service, images []config.Image, metrics *api.Metrics, logger *slog.Logger) (*api.Server, error) {
 	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
 		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(images[0].Languages), Images: clientImages(images)},
-		Backend: api.MCPBackend(svc, metrics, logger),
+		Backend: mcpBackend(svc, sbx, metrics, logger),
 	})
 	doc, err := api.OpenAPIDocument(version, "/api")
 	if err != nil {
@@ -319,6 +319,16 @@ func newAPI(cfg config.Config, st store.Store, svc *execution.Service, sbx *sand
 		Metrics:    metrics,
 		Logger:     logger,
 	})
+}
+
+// mcpBackend is the /mcp tools' backend: run_code always, the sandbox
+// tools when the server has sandboxes that stay (a nil service must not
+// become a non-nil interface, which would list them).
+func mcpBackend(svc *execution.Service, sbx *sandboxes.Service, metrics *api.Metrics, logger *slog.Logger) func(*http.Request) (mcpserver.Backend, error) {
+	if sbx == nil {
+		return api.MCPBackend(svc, metrics, logger)
+	}
+	return api.MCPBackendWithSandboxes(svc, sbx, metrics, logger)
 }
 
 // listening is the API's server and, if configured, the metrics server,
