@@ -324,7 +324,7 @@ func listen(cfg config.Config, h http.Handler, metrics *api.Metrics, logger *slo
 		_ = ln.Close()
 		return nil, err
 	}
-	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, MaxUnauth: cfg.UnauthConns(),
+	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, PerTenant: cfg.TenantConns(), MaxUnauth: cfg.UnauthConns(),
 		UnauthPerPrefix: cfg.MaxUnauthConnsPerPrefix, Proxies: proxies, Logger: logger, Metrics: metrics})
 	ln = conns.Listener(ln)
 	httpSrv := newHTTPServer(cfg, conns.Handler(h), logger)
