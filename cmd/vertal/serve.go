@@ -221,6 +221,16 @@ func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, 
 	} else if n > 0 {
 		logger.Info("released uid leases left by an earlier run", "count", n)
 	}
+	// What sandbox uids left in the host's temporary directories may take
+	// long to sweep: it runs while the server starts and serves, and stops
+	// before the driver closes.
+	if sw, ok := driver.(interface{ SweepHostFiles(context.Context) }); ok {
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); sw.SweepHostFiles(sctx) }()
+		next := closeDriver
+		closeDriver = func() { stop(); <-done; next() }
+	}
 	runner, closeAll := driver, closeDriver
 	if cfg.PoolMax > 0 {
 		p := pool.New(driver, pre, pool.Options{
@@ -353,7 +363,7 @@ func listen(cfg config.Config, h http.Handler, metrics *api.Metrics, logger *slo
 		_ = ln.Close()
 		return nil, err
 	}
-	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, MaxUnauth: cfg.UnauthConns(),
+	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, PerTenant: cfg.TenantConns(), MaxUnauth: cfg.UnauthConns(),
 		UnauthPerPrefix: cfg.MaxUnauthConnsPerPrefix, Proxies: proxies, Logger: logger, Metrics: metrics})
 	ln = conns.Listener(ln)
 	httpSrv := newHTTPServer(cfg, conns.Handler(h), logger)

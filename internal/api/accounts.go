@@ -248,7 +248,9 @@ func (s *Server) signedIn(h pageHandler) handlerFunc {
 		// disabled tenant, holds its connection as anyone without a key.
 		if !se.account.VerifiedAt.IsZero() {
 			if t, err := s.store.Tenant(r.Context(), se.account.Tenant); err == nil && !t.Disabled {
-				authenticatedConn(r.Context())
+				if err := tenantConn(w, r, t.ID); err != nil {
+					return err
+				}
 			}
 		}
 		return h(w, r, se)

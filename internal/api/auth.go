@@ -41,7 +41,9 @@ func (s *Server) authed(h authedFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
-		authenticatedConn(r.Context())
+		if err := tenantConn(w, r, c.Key.Tenant); err != nil {
+			return err
+		}
 		if err := s.rateLimit(w, r, c); err != nil {
 			return err
 		}

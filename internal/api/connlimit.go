@@ -28,14 +28,29 @@ import (
 // over Max, takes the place of the oldest unauthenticated one that is not
 // running a request (in its own prefix when that prefix is full, else in
 // the prefix holding the most; within the prefix, of the address holding
-// the most), which is closed; only when there is none is it refused. So a flood can only push its own connections out, never
-// an authenticated caller's.
+// the most), which is closed. So a flood can only push its own
+// connections out.
+//
+// An authenticated connection belongs to the tenant whose key (or
+// session) authenticated it; one tenant holds at most PerTenant of them,
+// so a tenant's newest connection takes the place of its own idle one, or
+// its request is refused. When the total is reached and no idle
+// unauthenticated connection is left, a newcomer takes the place of an
+// idle authenticated connection of the biggest holder (the tenant or
+// address group holding the most connections): one tenant, or one
+// attacker with a /64 of addresses, cannot hold every place. Only when
+// there is none of either is the newcomer refused.
 type ConnLimits struct {
 	// Max is the most connections open at once, from all clients.
 	Max int
-	// PerAddr is the most open at once from one client IP address; 0
+	// PerAddr is the most open at once from one client address group
+	// (an IPv4 address, an IPv6 /64: a host is given a /64, so its
+	// addresses are one client; IPv4-mapped IPv6 counts as IPv4); 0
 	// means no per-address cap.
 	PerAddr int
+	// PerTenant is the most authenticated connections one tenant holds
+	// at once; 0 means no per-tenant cap.
+	PerTenant int
 	// MaxUnauth is the most unauthenticated connections open at once; 0
 	// turns this cap off, and with it the eviction at Max.
 	MaxUnauth int
@@ -66,9 +81,11 @@ type ConnLimiter struct {
 
 	mu         sync.Mutex
 	open       int
-	accepted   uint64 // connections so far, to order them
-	byAddr     map[netip.Addr]int
+	accepted   uint64               // connections so far, to order them
+	byAddr     map[netip.Prefix]int // by address group (groupOf)
 	unauth     int
+	authed     map[*limitedConn]struct{}       // authenticated, not a proxy's
+	byTenant   map[string]int                  // authenticated, by tenant
 	byPrefix   map[netip.Prefix][]*limitedConn // unauthenticated, oldest first
 	refused    int                             // since the last log line
 	evicted    int                             // since the last log line
@@ -89,7 +106,9 @@ func NewConnLimiter(o ConnLimits) *ConnLimiter {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &ConnLimiter{o: o, byAddr: map[netip.Addr]int{}, byPrefix: map[netip.Prefix][]*limitedConn{}, refusing: make(chan struct{}, maxRefusing), stall: unauthStall}
+	return &ConnLimiter{o: o, byAddr: map[netip.Prefix]int{}, byPrefix: map[netip.Prefix][]*limitedConn{},
+		authed: map[*limitedConn]struct{}{}, byTenant: map[string]int{},
+		refusing: make(chan struct{}, maxRefusing), stall: unauthStall}
 }
 
 // LimitListener wraps ln so that a connection over the limits is answered
@@ -129,7 +148,9 @@ func (l *ConnLimiter) Handler(h http.Handler) http.Handler {
 			l.mu.Unlock()
 			defer func() {
 				l.mu.Lock()
-				c.busy--
+				if c.busy--; c.busy == 0 {
+					c.idleSince = time.Now()
+				}
 				l.mu.Unlock()
 			}()
 		}
@@ -137,12 +158,32 @@ func (l *ConnLimiter) Handler(h http.Handler) http.Handler {
 	})
 }
 
-// authenticatedConn marks the connection of a request that passed the key
-// check (or the edge secret's): it leaves the unauthenticated caps.
+// authenticatedConn marks the connection of a request that passed the
+// edge secret's check: it leaves the unauthenticated caps and belongs to
+// no tenant (the edge carries many).
 func authenticatedConn(ctx context.Context) {
 	if c, ok := ctx.Value(connKey{}).(*limitedConn); ok {
-		c.l.authenticate(c)
+		_ = c.l.authenticate(c, "")
 	}
+}
+
+// tenantConn marks the connection of a request that passed the key check
+// (or a session's) for tenant: it leaves the unauthenticated caps and
+// counts against the tenant's. Over PerTenant, it takes the place of the
+// tenant's own idle connection that has been idle longest; with none, the
+// request is refused with KindOverloaded and the connection closes after
+// the answer. A connection belongs to the first tenant that authenticated
+// on it.
+func tenantConn(w http.ResponseWriter, r *http.Request, tenant string) error {
+	c, ok := r.Context().Value(connKey{}).(*limitedConn)
+	if !ok {
+		return nil
+	}
+	if err := c.l.authenticate(c, tenant); err != nil {
+		w.Header().Set("Connection", "close")
+		return err
+	}
+	return nil
 }
 
 type limitListener struct {
@@ -156,8 +197,7 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		lc := &limitedConn{Conn: c, l: ll.l, addr: remoteAddr(c)}
-		lc.prefix = prefixOf(lc.addr)
+		lc := ll.l.newConn(c)
 		why, victims := ll.l.admit(lc)
 		for _, v := range victims {
 			v.Conn.Close()
@@ -170,11 +210,26 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
+// newConn is c, accepted, before admit counts it.
+func (l *ConnLimiter) newConn(c net.Conn) *limitedConn {
+	a := remoteAddr(c)
+	return &limitedConn{Conn: c, l: l, addr: a, prefix: prefixOf(a), group: groupOf(a), idleSince: time.Now()}
+}
+
 // prefixOf is the network a client holds addresses in cheaply.
-func prefixOf(a netip.Addr) netip.Prefix {
+func prefixOf(a netip.Addr) netip.Prefix { return network(a, 24) }
+
+// groupOf is the address group the per-address cap counts: an IPv4
+// address, or the IPv6 /64 it is in (a host is routinely given a whole
+// /64, so its addresses are one client's). a is unmapped: IPv4-mapped
+// IPv6 is IPv4.
+func groupOf(a netip.Addr) netip.Prefix { return network(a, 32) }
+
+// network is a's IPv4 /v4bits, or its IPv6 /64.
+func network(a netip.Addr, v4bits int) netip.Prefix {
 	bits := 64
 	if a.Is4() {
-		bits = 24
+		bits = v4bits
 	}
 	p, _ := a.Prefix(bits)
 	return p
@@ -221,13 +276,13 @@ func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn)
 		return true
 	}
 	switch {
-	case !c.trusted && l.o.PerAddr > 0 && l.byAddr[c.addr] >= l.o.PerAddr:
+	case !c.trusted && l.o.PerAddr > 0 && l.byAddr[c.group] >= l.o.PerAddr:
 		why = "per_address"
 	case !c.trusted && l.o.UnauthPerPrefix > 0 && len(l.byPrefix[c.prefix]) >= l.o.UnauthPerPrefix && !evict(c.prefix):
 		why = "per_prefix"
 	case !c.trusted && l.o.MaxUnauth > 0 && l.unauth >= l.o.MaxUnauth && !evict(netip.Prefix{}):
 		why = "unauthenticated"
-	case l.open >= l.o.Max && (l.o.MaxUnauth == 0 || !evict(netip.Prefix{})):
+	case l.open >= l.o.Max && (l.o.MaxUnauth == 0 || !evict(netip.Prefix{})) && !l.evictHolder(&victims):
 		why = "total"
 	}
 	if n := len(victims); n > 0 {
@@ -238,7 +293,7 @@ func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn)
 		l.open++
 		c.counted = true
 		if !c.trusted {
-			l.byAddr[c.addr]++
+			l.byAddr[c.group]++
 			l.unauth++
 			l.byPrefix[c.prefix] = append(l.byPrefix[c.prefix], c)
 		}
@@ -249,7 +304,7 @@ func (l *ConnLimiter) admit(c *limitedConn) (why string, victims []*limitedConn)
 	}
 	if now := time.Now(); (l.refused > 0 || l.evicted > 0) && now.Sub(l.lastLogged) >= 10*time.Second {
 		l.o.Logger.Warn("connections over the limits", "refused", l.refused, "evicted", l.evicted, "last_refusal", why,
-			"open", l.open, "unauthenticated", l.unauth, "max_conns", l.o.Max, "max_conns_per_ip", l.o.PerAddr,
+			"open", l.open, "unauthenticated", l.unauth, "max_conns", l.o.Max, "max_conns_per_ip", l.o.PerAddr, "max_conns_per_tenant", l.o.PerTenant,
 			"max_unauth_conns", l.o.MaxUnauth, "max_unauth_conns_per_prefix", l.o.UnauthPerPrefix)
 		l.refused, l.evicted, l.lastLogged = 0, 0, now
 	}
@@ -287,6 +342,33 @@ func (l *ConnLimiter) idle(p netip.Prefix) *limitedConn {
 	return v
 }
 
+// evictHolder makes room at the total by taking the place of an
+// authenticated connection not running a request, of the biggest holder:
+// the tenant or the address group holding the most connections (of
+// those, the connection idle longest). It reports whether it found one.
+func (l *ConnLimiter) evictHolder(victims *[]*limitedConn) bool {
+	var v *limitedConn
+	most := 0
+	for c := range l.authed {
+		if c.busy > 0 {
+			continue
+		}
+		held := l.byAddr[c.group]
+		if c.tenant != "" {
+			held = max(held, l.byTenant[c.tenant])
+		}
+		if v == nil || held > most || held == most && c.idleSince.Before(v.idleSince) {
+			v, most = c, held
+		}
+	}
+	if v == nil {
+		return false
+	}
+	l.forget(v)
+	*victims = append(*victims, v)
+	return true
+}
+
 // forget gives c's places back; it is called once per connection, when
 // it closes or is taken for a newcomer.
 func (l *ConnLimiter) forget(c *limitedConn) {
@@ -296,29 +378,64 @@ func (l *ConnLimiter) forget(c *limitedConn) {
 	c.counted = false
 	l.open--
 	if !c.trusted {
-		if l.byAddr[c.addr]--; l.byAddr[c.addr] <= 0 {
-			delete(l.byAddr, c.addr)
+		if l.byAddr[c.group]--; l.byAddr[c.group] <= 0 {
+			delete(l.byAddr, c.group)
 		}
-		l.leaveUnauth(c)
+		if c.authed {
+			delete(l.authed, c)
+			if c.tenant != "" {
+				if l.byTenant[c.tenant]--; l.byTenant[c.tenant] <= 0 {
+					delete(l.byTenant, c.tenant)
+				}
+			}
+		} else {
+			l.leaveUnauth(c)
+		}
 	}
 	l.o.Metrics.setOpenConnections(l.open)
 }
 
-func (l *ConnLimiter) authenticate(c *limitedConn) {
+// authenticate takes c out of the unauthenticated caps, for tenant (""
+// for none), after making room under PerTenant; it closes the connection
+// it takes the place of.
+func (l *ConnLimiter) authenticate(c *limitedConn, tenant string) error {
+	var victim *limitedConn
+	defer func() {
+		if victim != nil {
+			victim.Conn.Close()
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !c.counted || c.authed || c.trusted {
-		return
+		return nil
+	}
+	if tenant != "" && l.o.PerTenant > 0 && l.byTenant[tenant] >= l.o.PerTenant {
+		for o := range l.authed {
+			if o.tenant == tenant && o.busy == 0 && (victim == nil || o.idleSince.Before(victim.idleSince)) {
+				victim = o
+			}
+		}
+		if victim == nil {
+			l.refused++
+			l.o.Metrics.observeRefusedConnection("per_tenant")
+			return errorf(KindOverloaded, "too many open connections for your account (at most %d); reuse or close them", l.o.PerTenant)
+		}
+		l.forget(victim)
+		l.evicted++
+		l.o.Metrics.observeEvictedConnections(1)
 	}
 	l.leaveUnauth(c)
+	c.authed, c.tenant = true, tenant
+	l.authed[c] = struct{}{}
+	if tenant != "" {
+		l.byTenant[tenant]++
+	}
+	return nil
 }
 
 // leaveUnauth takes c out of the unauthenticated caps.
 func (l *ConnLimiter) leaveUnauth(c *limitedConn) {
-	if c.authed {
-		return
-	}
-	c.authed = true
 	l.unauth--
 	cs := l.byPrefix[c.prefix]
 	for i, x := range cs {
@@ -391,14 +508,18 @@ type limitedConn struct {
 	net.Conn
 	l       *ConnLimiter
 	addr    netip.Addr
-	prefix  netip.Prefix
-	seq     uint64 // order of acceptance
-	trusted bool   // a proxy's: never unauthenticated
-	counted bool   // holds its places
-	authed  bool   // out of the unauthenticated caps
-	busy    int    // requests running on it
-	// busySince is when its running requests began (busy went from 0).
+	prefix  netip.Prefix // for the unauthenticated caps
+	group   netip.Prefix // for the per-address cap
+	seq     uint64       // order of acceptance
+	trusted bool         // a proxy's: never unauthenticated
+	counted bool         // holds its places
+	authed  bool         // out of the unauthenticated caps
+	tenant  string       // whose it is, once authed ("" for none)
+	busy    int          // requests running on it
+	// busySince is when its running requests began (busy went from 0);
+	// idleSince when they last ended (or it was accepted).
 	busySince time.Time
+	idleSince time.Time
 	once      sync.Once
 }
 

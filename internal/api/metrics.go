@@ -73,10 +73,10 @@ func NewMetrics() *Metrics {
 			Name: "vertal_connections_open", Help: "Client connections open on the API listener.",
 		}),
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vertal_connections_refused_total", Help: "Connections answered 503 and closed for being over --max-conns (reason total), --max-conns-per-ip (per_address), --max-unauth-conns-per-prefix (per_prefix) or --max-unauth-conns (unauthenticated) with no idle unauthenticated connection to close instead.",
+			Name: "vertal_connections_refused_total", Help: "Connections answered 503 and closed for being over --max-conns (reason total), --max-conns-per-ip (per_address), --max-unauth-conns-per-prefix (per_prefix) or --max-unauth-conns (unauthenticated) with no idle connection to close instead, or whose request was refused for --max-conns-per-tenant (per_tenant).",
 		}, []string{"reason"}),
 		connsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "vertal_connections_evicted_total", Help: "Unauthenticated connections closed to make room for a new connection over a cap.",
+			Name: "vertal_connections_evicted_total", Help: "Idle connections closed to make room for a new connection over a cap.",
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.reqDur, m.executions, m.execDur, m.errors, m.replays, m.connsOpen, m.connsRefused, m.connsEvicted,

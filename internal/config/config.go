@@ -174,6 +174,9 @@ type Config struct {
 	MaxConns      int      `json:"max_conns"`
 	MaxConnsPerIP int      `json:"max_conns_per_ip"`
 	IdleTimeout   Duration `json:"idle_timeout"`
+	// MaxConnsPerTenant (0: a quarter of MaxConns) bounds the
+	// authenticated connections one tenant holds at once.
+	MaxConnsPerTenant int `json:"max_conns_per_tenant"`
 	// MaxUnauthConns (0: a quarter of MaxConns) and
 	// MaxUnauthConnsPerPrefix (per IPv4 /24 or IPv6 /64; 0: no per-prefix
 	// cap) bound the connections no request has
@@ -313,6 +316,14 @@ func (c Config) UnauthConns() int {
 	return max(1, c.MaxConns/4)
 }
 
+// TenantConns is the cap on one tenant's connections in effect.
+func (c Config) TenantConns() int {
+	if c.MaxConnsPerTenant > 0 {
+		return c.MaxConnsPerTenant
+	}
+	return max(1, c.MaxConns/4)
+}
+
 // Addr is the API listen address.
 func (c Config) Addr() string {
 	return net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
@@ -349,6 +360,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnsPerIP < 0 || c.MaxConnsPerIP > c.MaxConns {
 		bad("max-conns-per-ip %d is not in 0..max-conns (%d); 0 turns the per-address cap off", c.MaxConnsPerIP, c.MaxConns)
+	}
+	if c.MaxConnsPerTenant < 0 || c.MaxConnsPerTenant > c.MaxConns {
+		bad("max-conns-per-tenant %d is not in 0..max-conns (%d); 0 is a quarter of max-conns", c.MaxConnsPerTenant, c.MaxConns)
 	}
 	if c.IdleTimeout.D() <= 0 || c.IdleTimeout.D() > 10*time.Minute {
 		bad("idle-timeout %s is not in (0, 10m]", c.IdleTimeout.D())

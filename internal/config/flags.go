@@ -102,8 +102,10 @@ var settings = []setting{
 		set: integer(func(c *Config) *int { return &c.MaxQueue })},
 	{name: "max-conns", env: "VERTAL_MAX_CONNS", usage: "most client connections open at once; more are answered 503 and closed", def: func(c Config) string { return strconv.Itoa(c.MaxConns) },
 		set: integer(func(c *Config) *int { return &c.MaxConns })},
-	{name: "max-conns-per-ip", env: "VERTAL_MAX_CONNS_PER_IP", usage: "most connections open at once from one client address; 0 turns this cap off, e.g. behind a proxy", def: func(c Config) string { return strconv.Itoa(c.MaxConnsPerIP) },
+	{name: "max-conns-per-ip", env: "VERTAL_MAX_CONNS_PER_IP", usage: "most connections open at once from one client address (an IPv4 address, an IPv6 /64); 0 turns this cap off, e.g. behind a proxy", def: func(c Config) string { return strconv.Itoa(c.MaxConnsPerIP) },
 		set: integer(func(c *Config) *int { return &c.MaxConnsPerIP })},
+	{name: "max-conns-per-tenant", env: "VERTAL_MAX_CONNS_PER_TENANT", usage: "most authenticated connections one tenant holds at once; its next one takes the place of its own idle one, else its request is answered 503", derived: "a quarter of max-conns",
+		set: integer(func(c *Config) *int { return &c.MaxConnsPerTenant })},
 	{name: "idle-timeout", env: "VERTAL_IDLE_TIMEOUT", usage: "close a keep-alive connection idle this long, e.g. 15s or 15", def: func(c Config) string { return shortDuration(c.IdleTimeout) },
 		set: func(c *Config, v string) error {
 			d, err := ParseDuration(v)

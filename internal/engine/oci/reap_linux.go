@@ -19,9 +19,10 @@ import (
 // left under StateDir: their runtime processes, sandboxes, runtime state,
 // cgroups, mounts and bundles. A driver's lock on its instance directory
 // tells the living from the dead, so Reap is safe while other drivers
-// share the StateDir. It also removes what sandbox uids no live sandbox
-// holds left in the host's temporary directories. It returns the number
-// of sandboxes removed.
+// share the StateDir. It returns the number of sandboxes removed. What
+// sandbox uids left in the host's temporary directories is
+// SweepHostFiles's, which may take long, so a server runs it after
+// listening.
 func (d *Driver) Reap(ctx context.Context) (int, error) {
 	ents, err := os.ReadDir(d.opts.StateDir)
 	if err != nil {
@@ -71,7 +72,6 @@ func (d *Driver) Reap(ctx context.Context) (int, error) {
 	if removed > 0 {
 		d.log.Info("oci: reaped sandboxes left by a previous server", "removed", removed)
 	}
-	d.reapHostFiles()
 	if err := errors.Join(errs...); err != nil {
 		return removed, fmt.Errorf("oci: reap: %w", err)
 	}

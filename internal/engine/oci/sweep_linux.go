@@ -1,8 +1,10 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -17,6 +19,11 @@ var hostTempDirs = []string{"/dev/shm", "/tmp", "/var/tmp"}
 // maxSweepDepth bounds the directories the sweep descends into.
 const maxSweepDepth = 64
 
+// sweepBatch is how many names the sweep reads from a directory at once,
+// so that a directory holding millions of entries costs a bounded amount
+// of memory at a time.
+const sweepBatch = 256
+
 // swept is what a sweep removed.
 type swept struct {
 	files int   // entries of any type, directories included
@@ -29,11 +36,15 @@ type swept struct {
 // it works relative to directory descriptors it opened itself, so an
 // entry replaced meanwhile by a symlink cannot send it elsewhere. Entries
 // of other uids are never touched; a directory of an orphan uid that
-// holds them stays.
-func sweepHostFiles(roots []string, orphan func(uid uint32) bool) (swept, error) {
+// holds them stays. orphan is asked again for each entry, right before it
+// is removed. The sweep stops, with ctx's error, when ctx ends.
+func sweepHostFiles(ctx context.Context, roots []string, orphan func(uid uint32) bool) (swept, error) {
 	var total swept
 	var errs []error
 	for _, root := range roots {
+		if ctx.Err() != nil {
+			break
+		}
 		fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) {
 			continue
@@ -48,17 +59,21 @@ func sweepHostFiles(roots []string, orphan func(uid uint32) bool) (swept, error)
 			errs = append(errs, fmt.Errorf("statx %s: %w", root, err))
 			continue
 		}
-		s := sweeper{orphan: orphan, mnt: st.Mnt_id}
+		s := sweeper{ctx: ctx, orphan: orphan, mnt: st.Mnt_id}
 		s.dir(fd, root, 0)
 		unix.Close(fd)
 		total.files += s.done.files
 		total.bytes += s.done.bytes
 		errs = append(errs, s.errs...)
 	}
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("sweep stopped: %w", err))
+	}
 	return total, errors.Join(errs...)
 }
 
 type sweeper struct {
+	ctx    context.Context
 	orphan func(uid uint32) bool
 	mnt    uint64 // the root's mount
 	done   swept
@@ -75,12 +90,25 @@ func (s *sweeper) dir(fd int, path string, depth int) {
 		return
 	}
 	f := os.NewFile(uintptr(rfd), path)
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		s.errs = append(s.errs, fmt.Errorf("reading %s: %w", path, err))
+	defer f.Close()
+	for s.ctx.Err() == nil {
+		names, err := f.Readdirnames(sweepBatch)
+		if len(names) == 0 {
+			if err != nil && !errors.Is(err, io.EOF) {
+				s.errs = append(s.errs, fmt.Errorf("reading %s: %w", path, err))
+			}
+			return
+		}
+		s.entries(fd, path, names, depth)
 	}
+}
+
+// entries sweeps names, entries of the directory open as fd.
+func (s *sweeper) entries(fd int, path string, names []string, depth int) {
 	for _, name := range names {
+		if s.ctx.Err() != nil {
+			return
+		}
 		var st unix.Statx_t
 		if err := unix.Statx(fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE|unix.STATX_UID|unix.STATX_SIZE|unix.STATX_INO|unix.STATX_MNT_ID, &st); err != nil {
 			continue // gone meanwhile
@@ -142,33 +170,51 @@ func (s *sweeper) subdir(parent int, name, full string, st unix.Statx_t, depth i
 	}
 }
 
-// sweepOrphanFiles removes what sandbox uids that no live sandbox holds
-// left in the host's shared temporary directories.
-func (d *Driver) sweepOrphanFiles() (swept, error) {
+// uidHolder tells the sandbox uids and which of them a live sandbox
+// holds (uidpool.Pool).
+type uidHolder interface {
+	Contains(uid uint32) bool
+	Held(uid uint32) bool
+}
+
+// orphanUIDs is the sweep's orphan test over u. A uid found held is
+// skipped for the rest of the sweep (its files stay until the next one);
+// a uid found free is asked again at every removal, because the sweep
+// runs while the server starts sandboxes, and one may take the uid
+// meanwhile.
+func orphanUIDs(u uidHolder) func(uid uint32) bool {
 	held := map[uint32]bool{}
-	orphan := func(uid uint32) bool {
-		if !d.uids.Contains(uid) {
+	return func(uid uint32) bool {
+		if !u.Contains(uid) || held[uid] {
 			return false
 		}
-		h, ok := held[uid]
-		if !ok {
-			h = d.uids.Held(uid)
-			held[uid] = h
+		if u.Held(uid) {
+			held[uid] = true
+			return false
 		}
-		return !h
+		return true
 	}
+}
+
+// sweepOrphanFiles removes what sandbox uids that no live sandbox holds
+// left in the host's shared temporary directories.
+func (d *Driver) sweepOrphanFiles(ctx context.Context) (swept, error) {
 	roots := d.sweepRoots
 	if roots == nil {
 		roots = hostTempDirs
 	}
-	return sweepHostFiles(roots, orphan)
+	return sweepHostFiles(ctx, roots, orphanUIDs(d.uids))
 }
 
-// reapHostFiles sweeps the host's temporary directories for Reap and logs
-// what it removed. Its failures do not fail Reap: the sandboxes are gone
-// either way, and the next Reap tries again.
-func (d *Driver) reapHostFiles() {
-	s, err := d.sweepOrphanFiles()
+// SweepHostFiles removes what sandbox uids no live sandbox holds left in
+// the host's temporary directories (a host-side helper running as the
+// uid, such as bwrap before it enters the sandbox, may leave files that
+// outlive its sandbox), and logs what it removed. It may take long on a
+// host whose /tmp is large, so a server runs it in the background once
+// Reap and the uid leases' reap are done, while it serves; it stops when
+// ctx ends. Its failures are only logged: the next start tries again.
+func (d *Driver) SweepHostFiles(ctx context.Context) {
+	s, err := d.sweepOrphanFiles(ctx)
 	if s.files > 0 {
 		d.log.Info("oci: reap: removed files that sandbox uids left on the host", "files", s.files, "bytes", s.bytes)
 	}

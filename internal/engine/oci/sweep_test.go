@@ -4,6 +4,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,7 +97,7 @@ func TestSweepHostFiles(t *testing.T) {
 	file(filepath.Join(root, "race", "f"), racer, 1)
 	raced := false
 
-	got, err := sweepHostFiles([]string{root, filepath.Join(root, "missing")}, func(uid uint32) bool {
+	got, err := sweepHostFiles(context.Background(), []string{root, filepath.Join(root, "missing")}, func(uid uint32) bool {
 		if uid == racer && !raced {
 			raced = true
 			f := filepath.Join(root, "race", "f")
@@ -131,7 +132,8 @@ func TestSweepHostFiles(t *testing.T) {
 
 // TestReapSweepsHostFilesE2E: a real sandbox runs on bwrap and tells its
 // host uid (its user namespace's map); once it is done, a file that uid
-// writes in a host temporary directory is removed by Reap, while a file
+// writes in a host temporary directory is removed by the sweep a server
+// runs after Reap (SweepHostFiles), while a file
 // of another uid and one of a uid a live lease holds stay. The sweep's
 // root is a directory of this test, laid out like /dev/shm, so that the
 // test does not touch what other tests on the host keep in /tmp.
@@ -180,6 +182,7 @@ func TestReapSweepsHostFilesE2E(t *testing.T) {
 	if _, err := d.Reap(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	d.SweepHostFiles(context.Background())
 	if _, err := os.Lstat(left); err == nil {
 		t.Errorf("the file sandbox uid %d left is still there", sandboxUID)
 	}
@@ -187,5 +190,94 @@ func TestReapSweepsHostFilesE2E(t *testing.T) {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s: %v", filepath.Base(p), err)
 		}
+	}
+}
+
+// manyFiles makes n empty files in a new directory, owned by this test's
+// uid, and returns the directory.
+func manyFiles(t *testing.T, n int) string {
+	t.Helper()
+	root := t.TempDir()
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(root, "f"+strconv.Itoa(i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func countEntries(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestSweepHostFilesManyEntriesAndCancel: a directory of more entries
+// than one read of the sweep takes is swept whole, batch after batch;
+// a sweep whose ctx ends stops at once with ctx's error instead of
+// running through a directory of thousands, and a cancelled one removes
+// nothing.
+func TestSweepHostFilesManyEntriesAndCancel(t *testing.T) {
+	me := uint32(os.Getuid())
+	mine := func(uid uint32) bool { return uid == me }
+
+	n := 3*sweepBatch + 7
+	root := manyFiles(t, n)
+	got, err := sweepHostFiles(context.Background(), []string{root}, mine)
+	if err != nil || got.files != n || countEntries(t, root) != 0 {
+		t.Fatalf("swept %+v (%v), %d left; want all %d", got, err, countEntries(t, root), n)
+	}
+
+	root = manyFiles(t, 2000)
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	got, err = sweepHostFiles(ctx, []string{root}, func(uid uint32) bool {
+		if calls++; calls == 10 {
+			cancel() // the server is shutting down
+		}
+		return mine(uid)
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("sweep under a cancelled ctx: error %v, want context.Canceled", err)
+	}
+	if got.files != 10 || countEntries(t, root) != 2000-10 {
+		t.Errorf("swept %d, %d left after the ctx ended at the 10th entry; want 10 swept", got.files, countEntries(t, root))
+	}
+
+	got, err = sweepHostFiles(ctx, []string{root}, mine)
+	if !errors.Is(err, context.Canceled) || got.files != 0 {
+		t.Errorf("sweep with an ended ctx: %+v %v, want nothing swept and context.Canceled", got, err)
+	}
+}
+
+// flippingHolder is a uid pool where a sandbox takes uid after the first
+// time it is asked about.
+type flippingHolder struct {
+	uid   uint32
+	asked int
+}
+
+func (h *flippingHolder) Contains(uid uint32) bool { return uid == h.uid }
+
+func (h *flippingHolder) Held(uint32) bool {
+	h.asked++
+	return h.asked > 1
+}
+
+// TestSweepRechecksHeld: the sweep runs while the server starts
+// sandboxes; a uid that was free when the sweep met its first file but
+// that a sandbox has taken since keeps the rest of its files.
+func TestSweepRechecksHeld(t *testing.T) {
+	root := manyFiles(t, 5)
+	h := &flippingHolder{uid: uint32(os.Getuid())}
+	got, err := sweepHostFiles(context.Background(), []string{root}, orphanUIDs(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.files != 1 || countEntries(t, root) != 4 {
+		t.Errorf("swept %d files of a uid taken after the first, %d left; want 1 swept, 4 left", got.files, countEntries(t, root))
 	}
 }
