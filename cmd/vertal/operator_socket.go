@@ -107,15 +107,44 @@ func listenOperatorSocket(path string) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	ln, err := net.Listen("unix", path)
+	// The socket is bound in a fresh directory only its owner can enter,
+	// made 0600 there, and only then renamed into place: at no moment can
+	// another local user connect to it (a chmod after Listen at path would
+	// leave a window).
+	priv, err := os.MkdirTemp(filepath.Dir(path), ".vertal-sock-")
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	defer os.RemoveAll(priv)
+	tmp := filepath.Join(priv, "s")
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	return ln, nil
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &unlinkOnClose{UnixListener: ul, path: path}, nil
+}
+
+// unlinkOnClose removes the socket's final path when the listener closes
+// (net's own unlinking knows only the path it was bound at).
+type unlinkOnClose struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *unlinkOnClose) Close() error {
+	err := l.UnixListener.Close()
+	_ = os.Remove(l.path)
+	return err
 }
 
 // askServer reads the settings of the server running on dataDir.

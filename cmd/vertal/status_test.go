@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,5 +242,53 @@ func TestOperatorSocketLeavesForeignFiles(t *testing.T) {
 	stop()
 	if b, err := os.ReadFile(path); err != nil || string(b) != "the operator's file" {
 		t.Errorf("the file at the socket's path after serve: %q, %v", b, err)
+	}
+}
+
+// TestOperatorSocketOwnerOnly: the socket appears at its path already
+// 0600 (bound in a private directory, then renamed), leaves no private
+// directory behind, is removed when the server stops, and another local
+// user cannot connect to it even through a directory open to everyone.
+func TestOperatorSocketOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "vertal.sock")
+	ln, err := listenOperatorSocket(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %v, %v; want a socket with mode 0600", fi, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the data dir holds %d entries, want only the socket", len(entries))
+	}
+	if os.Geteuid() == 0 {
+		if _, err := os.Stat("/usr/bin/python3"); err == nil {
+			cmd := exec.Command("/usr/bin/python3", "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])", path)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+				t.Errorf("another user connected to the operator socket: %v %s", err, out)
+			}
+		}
+	}
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("the owner cannot connect: %v", err)
+	}
+	c.Close()
+	ln.Close()
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket is still there after Close: %v", err)
 	}
 }
