@@ -557,7 +557,9 @@ func readCommandEvents(resp *http.Response, lastID string, yield func(CommandEve
 			ev.Result = toResult(d)
 		case EventError:
 			var d wire.Error
-			err = json.Unmarshal(data, &d)
+			if err := json.Unmarshal(data, &d); err != nil {
+				return true, r.lastID, fmt.Errorf("vertal: decoding %s event: %w", sev.event, err)
+			}
 			ev.Error = &Error{Code: d.Error.Code, Message: d.Error.Message, RequestID: cmp.Or(d.RequestID, resp.Header.Get("X-Request-ID"))}
 			yield(ev, ev.Error)
 			return true, r.lastID, nil
