@@ -13,6 +13,8 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +32,7 @@ func main() {
 	fl.Parse(os.Args[2:])
 
 	logger := log.New(os.Stderr, "vertal-agent: ", log.LstdFlags)
+	spareThreads(8)
 	opts := &agent.ServeOptions{Home: *home, Subreaper: os.Getpid() != 1, Logf: logger.Printf}
 	if *deadline > 0 {
 		opts.Deadline = time.Unix(*deadline, 0)
@@ -44,6 +47,26 @@ func main() {
 		stop()
 		os.Exit(1)
 	}
+}
+
+// spareThreads makes the Go runtime start n OS threads now, which it then
+// keeps idle: a fork bomb that fills the sandbox's pids limit later must
+// not leave the agent unable to create the thread a blocking call needs
+// (the runtime aborts when it cannot).
+func spareThreads(n int) {
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			runtime.LockOSThread() // this goroutine holds a thread of its own until release
+			wg.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	wg.Wait()
+	close(release)
 }
 
 // conn is stdin and stdout as one connection. Both are made non-blocking

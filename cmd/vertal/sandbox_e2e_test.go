@@ -18,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // sbxCall is call against /v1/sandboxes/{id}/rest.
@@ -346,6 +347,46 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 					t.Errorf("containers left for %s: %q %v", id, out, err)
 				}
 			}
+		})
+	}
+}
+
+// TestSandboxBombsE2E: a fork bomb and a memory bomb in one tenant's
+// sandbox leave another tenant's sandbox served, and the bombed sandbox
+// itself still answers afterwards (its agent survives a full pids limit).
+func TestSandboxBombsE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil)
+	attacker, victim := tenantKey(t, p, "attacker", "pro"), tenantKey(t, p, "victim", "pro")
+	bombed := createSandbox(t, p, attacker, map[string]any{"timeout_s": 300})
+	served := createSandbox(t, p, victim, map[string]any{"timeout_s": 300})
+	for _, bomb := range []string{
+		"bomb() { bomb | bomb & }; bomb; sleep 8",
+		`python3 -c "x = []
+while True: x.append(bytearray(16 << 20))"`,
+	} {
+		done := make(chan httpResult, 1)
+		go func() {
+			done <- call(t, "POST", p.url+"/v1/sandboxes/"+bombed+"/commands", attacker, map[string]any{"cmd": bomb, "timeout_s": 10}, nil)
+		}()
+		time.Sleep(2 * time.Second)
+		for i := range 3 {
+			if out := sbxRun(t, p, victim, served, "echo served"); out["stdout"] != "served\n" {
+				t.Fatalf("the other tenant's sandbox, during %q (try %d): %v", bomb, i, out)
+			}
+		}
+		// The fork bomb's shell goes on to its sleep once forks fail; the
+		// memory bomb is killed.
+		r := <-done
+		if r.status != 200 || (strings.HasPrefix(bomb, "python3") && r.body["exit_code"] == 0.0) {
+			t.Errorf("the bomb %q answered %d %s", bomb, r.status, tail(r.raw, 500))
+		}
+		// Whatever the bomb left is gone with its process group; the
+		// sandbox answers again (a bomb that ended a gVisor sandbox would
+		// show here as sandbox_not_running).
+		waitFor(t, func() bool {
+			r := sbxCall(t, p, attacker, "POST", bombed, "/commands", map[string]any{"cmd": "echo alive"})
+			return r.status == 200 && r.body["stdout"] == "alive\n"
 		})
 	}
 }
