@@ -185,8 +185,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	fmt.Fprintf(e.Stdout, "vertal bench: n=%d per cell in %d interleaved rounds, warm-up %d, parallel %s, %s\n",
-		*n, *rounds, *warmup, *parallel, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	if *table {
+		fmt.Fprintf(e.Stdout, "vertal bench: n=%d per cell in %d interleaved rounds, warm-up %d, parallel %s, %s\n",
+			*n, *rounds, *warmup, *parallel, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	} else {
+		fmt.Fprintf(e.Stdout, "vertal bench: sandboxes only, %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	}
 	for _, l := range machine {
 		fmt.Fprintln(e.Stdout, l)
 	}

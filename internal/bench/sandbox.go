@@ -551,7 +551,7 @@ func writeCapacity(w io.Writer, c Capacity) {
 	fmt.Fprintf(w, "- host MemAvailable %s → %s: %s per sandbox, everything counted (the server's share, kernel memory, tmpfs homes); the server's RSS %s → %s\n",
 		mib(c.AvailBefore), mib(c.AvailHeld), mib(drop/n), mib(c.ServerBefore), mib(c.ServerHeld))
 	if drop > 0 {
-		fmt.Fprintf(w, "- at that rate the memory available before the fill holds about %d idle sandboxes\n", c.AvailBefore/(drop/n))
+		fmt.Fprintf(w, "- at that rate, by memory alone, the memory available before the fill holds about %d idle sandboxes (each may still grow to its plan's memory limit)\n", c.AvailBefore/(drop/n))
 	}
 	if c.Next != "" {
 		fmt.Fprintf(w, "- the next create of the same tenant got: %s\n", c.Next)
