@@ -96,7 +96,11 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	for _, pair := range splitList(*drivers) {
+	pairs := splitList(*drivers)
+	if !*table {
+		pairs = nil // no table: no driver to measure
+	}
+	for _, pair := range pairs {
 		kind, rt, _ := strings.Cut(pair, "/")
 		c := cfg
 		c.Driver, c.Runtime = kind, rt
