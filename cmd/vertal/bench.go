@@ -48,6 +48,11 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	stateDir := fs.String("state-dir", "/run/vertal/bench", "private state directory for the bench's sandboxes")
 	sustain := fs.Duration("sustain", 0, "with --http: after the table, load the warm-pool server with as many clients as the highest --parallel level for this long per language (e.g. 60s), against the bare interpreter for as long, and report throughput, p99/p50 and the server's memory before and after")
 	settle := fs.Duration("settle", 10*time.Second, "with --sustain: how long after the load the server's memory is read again")
+	sandboxes := fs.Bool("sandboxes", false, "also measure sandboxes that stay through a private vertal serve (oci driver, the first runtime of --api-runtimes, else of --drivers; needs vertal-agent next to vertal): create and delete p50/p95, echo 1 as a command against bare /bin/sh, an idle sandbox's memory read host-side, and how many idle sandboxes the host holds (--sandbox-fill)")
+	table := fs.Bool("table", true, "measure the executions table; --table=false with --sandboxes measures only the sandboxes")
+	sandboxN := fs.Int("sandbox-n", 50, "with --sandboxes: creates, commands and bare runs measured")
+	sandboxFill := fs.Int("sandbox-fill", 200, "with --sandboxes: hold up to this many idle sandboxes at once (the plan's max_sandboxes; the next create meets it); 0 skips the fill")
+	sandboxFloor := fs.Int64("sandbox-floor-mb", 4096, "with --sandboxes: stop the fill while the host still has this much memory available (MiB)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -91,7 +96,11 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	for _, pair := range splitList(*drivers) {
+	pairs := splitList(*drivers)
+	if !*table {
+		pairs = nil // no table: no driver to measure
+	}
+	for _, pair := range pairs {
 		kind, rt, _ := strings.Cut(pair, "/")
 		c := cfg
 		c.Driver, c.Runtime = kind, rt
@@ -172,13 +181,20 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.Stderr, "bench: [%d/%d] %s %s ×%d (%s elapsed)\n", step, total, target, lang, p, time.Since(began).Round(time.Second))
 	}
 	machine := bench.Machine(ctx)
+	if !*table {
+		opts.Langs, targets, skipped = nil, nil, nil
+	}
 	rows := bench.Run(ctx, targets, skipped, opts)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 
-	fmt.Fprintf(e.Stdout, "vertal bench: n=%d per cell in %d interleaved rounds, warm-up %d, parallel %s, %s\n",
-		*n, *rounds, *warmup, *parallel, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	if *table {
+		fmt.Fprintf(e.Stdout, "vertal bench: n=%d per cell in %d interleaved rounds, warm-up %d, parallel %s, %s\n",
+			*n, *rounds, *warmup, *parallel, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	} else {
+		fmt.Fprintf(e.Stdout, "vertal bench: sandboxes only, %s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	}
 	for _, l := range machine {
 		fmt.Fprintln(e.Stdout, l)
 	}
@@ -187,8 +203,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.Stdout, "CPU time: before the run the machine kept %.2f CPUs busy on its own (the CPU columns are only as good as this is close to 0)\n", background)
 	}
 	fmt.Fprintln(e.Stdout)
-	if err := bench.WriteMarkdown(e.Stdout, rows, levels); err != nil {
-		return err
+	if *table {
+		if err := bench.WriteMarkdown(e.Stdout, rows, levels); err != nil {
+			return err
+		}
 	}
 	if r := bench.Ratios(rows); len(r) > 0 {
 		fmt.Fprintln(e.Stdout)
@@ -204,6 +222,14 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.Stdout, "\nSustained load through the API with the warm pool (oci), %d clients, against the bare interpreter:\n\n", slices.Max(levels))
 		bench.WriteSustain(e.Stdout, results)
+	}
+	if *sandboxes {
+		rt := firstOCIRuntime(splitList(*drivers))
+		if rts := splitList(*apiRuntimes); len(rts) > 0 {
+			rt = rts[0]
+		}
+		return benchSandboxes(ctx, e, cfg, sandboxBench{runtime: rt, n: *sandboxN, warmup: *warmup, rounds: *rounds,
+			fill: *sandboxFill, floor: *sandboxFloor << 20, work: work, sandboxLifeS: 3600, serverConcurr: slices.Max(levels)})
 	}
 	return nil
 }
@@ -291,7 +317,8 @@ func parsePools(s string) ([]apiPool, error) {
 // benchServer is a private `vertal serve` the bench measures through.
 type benchServer struct {
 	base, key string
-	metrics   string // URL of its /metrics
+	keys      []string // one per tenant, key first
+	metrics   string   // URL of its /metrics
 	cmd       *exec.Cmd
 	log       string
 	exited    chan struct{} // closed when the process has been waited for
@@ -382,6 +409,14 @@ func (s *benchServer) stop() {
 // limits do not shape the numbers) and a key for it, all through the
 // public CLI and environment variables.
 func startBenchServer(ctx context.Context, cfg config.Config, runtime string, concurrent int, dir string, extraEnv []string) (*benchServer, error) {
+	plan := `{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256, "max_concurrent": 1024}}}`
+	return startBenchServerWith(ctx, cfg, runtime, concurrent, dir, extraEnv, plan, []string{"bench"})
+}
+
+// startBenchServerWith is startBenchServer with its own config file (plan,
+// a JSON config with a plan named bench) and a key on that plan for each
+// of tenants (the first is benchServer.key, all are in keys).
+func startBenchServerWith(ctx context.Context, cfg config.Config, runtime string, concurrent int, dir string, extraEnv []string, plan string, tenants []string) (*benchServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -389,7 +424,6 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	plan := `{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256, "max_concurrent": 1024}}}`
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(plan), 0o600); err != nil {
 		return nil, err
 	}
@@ -410,15 +444,19 @@ func startBenchServer(ctx context.Context, cfg config.Config, runtime string, co
 		"VERTAL_MAX_CONCURRENT="+strconv.Itoa(max(2, concurrent)),
 		"VERTAL_DATABASE_URL=", "VERTAL_DEV=", "VERTAL_EDGE_SECRET=", "VERTAL_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(metricsPort))
 	env = append(env, extraEnv...)
-	key := exec.CommandContext(ctx, exe, "create-key", "bench", "--plan", "bench")
-	key.Env = env
-	var stderr strings.Builder
-	key.Stderr = &stderr
-	out, err := key.Output()
-	if err != nil {
-		return nil, fmt.Errorf("vertal create-key: %w: %s", err, strings.TrimSpace(stderr.String()))
+	var keys []string
+	for _, tenant := range tenants {
+		key := exec.CommandContext(ctx, exe, "create-key", tenant, "--plan", "bench")
+		key.Env = env
+		var stderr strings.Builder
+		key.Stderr = &stderr
+		out, err := key.Output()
+		if err != nil {
+			return nil, fmt.Errorf("vertal create-key: %w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		keys = append(keys, strings.TrimSpace(string(out)))
 	}
-	s := &benchServer{base: fmt.Sprintf("http://127.0.0.1:%d/api", port), key: strings.TrimSpace(string(out)),
+	s := &benchServer{base: fmt.Sprintf("http://127.0.0.1:%d/api", port), key: keys[0], keys: keys,
 		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), log: filepath.Join(dir, "serve.log")}
 	logf, err := os.Create(s.log)
 	if err != nil {

@@ -2,10 +2,15 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
 )
 
 // checkErr fails t unless err is what want asks for (none when want is
@@ -104,5 +109,25 @@ func TestServerIdle(t *testing.T) {
 				t.Errorf("idle = %v; want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The sandbox bench's plan is a config file the server accepts, with the
+// fill's bound as the tenant's cap and no small limit in the way.
+func TestSandboxPlan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(sandboxPlan(150, 3600)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := config.Default()
+	if err := c.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	p, ok := c.Plans["bench"]
+	if !ok {
+		t.Fatalf("no bench plan in %v", c.Plans)
+	}
+	if p.SandboxLimit() != 150 || p.SandboxLifetime() != time.Hour || p.RequestsPerMinute < 1e6 || p.ExecutionsPerDay < 1e6 {
+		t.Errorf("plan %+v", p)
 	}
 }

@@ -3,9 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -66,15 +64,6 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // ProcessRSS reads a process's resident set size from /proc.
 func ProcessRSS(pid int) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	kb, err := statusKB("/proc/"+strconv.Itoa(pid)+"/status", "VmRSS:")
+	return kb << 10, err
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/bench"
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+)
+
+// sandboxBench configures the benchmarks of sandboxes that stay.
+type sandboxBench struct {
+	runtime       string // of the oci driver of the private server
+	n, warmup     int
+	rounds        int
+	fill          int   // idle sandboxes to hold at once, at most
+	floor         int64 // bytes of MemAvailable the fill leaves the host
+	work          string
+	sandboxLifeS  int
+	serverConcurr int
+}
+
+// sandboxPlan is the private server's plan: limits out of the way, and
+// max_sandboxes at the fill's bound, so the next create meets the
+// tenant's cap.
+func sandboxPlan(fill, lifetimeS int) string {
+	return fmt.Sprintf(`{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256, "max_concurrent": 1024, "max_sandboxes": %d, "max_sandbox_lifetime_s": %d}}}`,
+		max(fill, 2), lifetimeS)
+}
+
+// benchSandboxes starts a private server (oci driver, warm pool off, as
+// the pool does not serve sandboxes) with two tenants and measures
+// through it: create and delete, echo 1 in a live sandbox against bare
+// /bin/sh on the host, one idle sandbox's memory, and the fill.
+func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBench) error {
+	if _, err := findAgent(cfg); err != nil {
+		return fmt.Errorf("--sandboxes: %w", err)
+	}
+	srv, err := startBenchServerWith(ctx, cfg, sb.runtime, sb.serverConcurr, filepath.Join(sb.work, "sandboxes "+sb.runtime),
+		[]string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}, sandboxPlan(sb.fill, sb.sandboxLifeS), []string{"bench", "bench-other"})
+	if err != nil {
+		return fmt.Errorf("--sandboxes: %w", err)
+	}
+	defer srv.stop()
+	life := time.Duration(sb.sandboxLifeS) * time.Second
+	api, err := bench.NewClientSandboxes(srv.base, srv.keys[0], life)
+	if err != nil {
+		return err
+	}
+	other, err := bench.NewClientSandboxes(srv.base, srv.keys[1], life)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stderr, "bench: sandboxes (oci/%s): create, delete and echo 1, n=%d\n", sb.runtime, sb.n)
+	lat, err := bench.MeasureSandboxLatency(ctx, api, bench.BareEcho, sb.n, sb.warmup, sb.rounds)
+	if err != nil {
+		return err
+	}
+	probe := bench.HostProbe{}
+	var idle *bench.SandboxMemory
+	id, err := api.Create(ctx)
+	if err != nil {
+		return fmt.Errorf("creating the idle sandbox: %w", err)
+	}
+	// Let it settle: the agent has answered its ping; nothing else runs.
+	time.Sleep(time.Second)
+	if m, err := probe.Memory(id); err == nil {
+		idle = &m
+	} else {
+		fmt.Fprintf(e.Stderr, "bench: the idle sandbox's memory: %v\n", err)
+	}
+	api.Kill(ctx, id)
+	var capa *bench.Capacity
+	if sb.fill > 0 {
+		fmt.Fprintf(e.Stderr, "bench: sandboxes: filling up to %d idle sandboxes\n", sb.fill)
+		pid := srv.cmd.Process.Pid
+		c, err := bench.Fill(ctx, api, probe, bench.FillOptions{N: sb.fill, Floor: sb.floor, Other: other,
+			ServerRSS: func() (int64, error) { return bench.ProcessRSS(pid) },
+			Progress: func(held int) {
+				if held%25 == 0 {
+					fmt.Fprintf(e.Stderr, "bench: sandboxes: %d held\n", held)
+				}
+			}})
+		if err != nil {
+			return err
+		}
+		capa = &c
+	}
+	fmt.Fprintf(e.Stdout, "\nSandboxes that stay, through the API (oci/%s, a private server with the warm pool off), n=%d in %d interleaved rounds, against bare /bin/sh on the host:\n\n", sb.runtime, sb.n, sb.rounds)
+	bench.WriteSandboxes(e.Stdout, lat, idle, capa)
+	return nil
+}
