@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -55,14 +57,19 @@ func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, image
 		}
 		return im.Languages[0].Image, im.Name, version, nil
 	}
+	budget := int64(cfg.SandboxMemoryMB) << 20
+	if budget <= 0 {
+		budget = hostMemory() / 4 * 3
+	}
 	return sandboxes.New(sandboxes.Options{
-		Store:   sst,
-		Starter: starter,
-		Image:   resolve,
-		Agent:   agent,
-		DataDir: cfg.DataDir,
-		NodeID:  nodeID,
-		Logger:  logger,
+		MemoryBudget: budget,
+		Store:        sst,
+		Starter:      starter,
+		Image:        resolve,
+		Agent:        agent,
+		DataDir:      cfg.DataDir,
+		NodeID:       nodeID,
+		Logger:       logger,
 	})
 }
 
@@ -99,4 +106,21 @@ func findAgent(cfg config.Config) (string, error) {
 		return "", fmt.Errorf("--sandbox-agent %s is not an executable file", cfg.SandboxAgent)
 	}
 	return "", errors.New("no " + agentBinary + " next to vertal or on PATH (build it: CGO_ENABLED=0 go build -o bin/vertal-agent ./cmd/vertal-agent)")
+}
+
+// hostMemory is the host's memory in bytes (MemTotal), 0 if unknown.
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

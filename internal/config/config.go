@@ -163,6 +163,10 @@ type Config struct {
 	// (cmd/vertal-agent, static); empty: vertal-agent next to the vertal
 	// executable, then on PATH.
 	SandboxAgent string `json:"sandbox_agent"`
+	// SandboxMemoryMB bounds the memory limits of this server's live
+	// sandboxes that stay, together (a create or resume past it gets 503);
+	// 0: three quarters of the host's memory.
+	SandboxMemoryMB int `json:"sandbox_memory_mb"`
 	// DatabaseURL, when it is a postgres:// URL, selects PostgreSQL instead
 	// of SQLite at DataDir/vertal.db.
 	DatabaseURL string `json:"database_url"`

@@ -138,6 +138,8 @@ var settings = []setting{
 		set: str(func(c *Config) *string { return &c.StateDir })},
 	{name: "sandbox-agent", env: "VERTAL_SANDBOX_AGENT", usage: "the agent binary that sandboxes that stay run (built from cmd/vertal-agent)", derived: "vertal-agent next to this executable, else on PATH",
 		set: str(func(c *Config) *string { return &c.SandboxAgent })},
+	{name: "sandbox-memory-mb", env: "VERTAL_SANDBOX_MEMORY_MB", usage: "memory limits all live sandboxes that stay may hold together, in MiB; past it a create or resume gets 503", derived: "three quarters of the host's memory",
+		set: integer(func(c *Config) *int { return &c.SandboxMemoryMB })},
 	{name: "database-url", env: "VERTAL_DATABASE_URL", usage: "postgres://... to share one PostgreSQL database between nodes", derived: "SQLite in data-dir",
 		set: str(func(c *Config) *string { return &c.DatabaseURL })},
 	{name: "metrics-addr", env: "VERTAL_METRICS_ADDR", usage: "host:port for Prometheus /metrics", derived: "off",

@@ -73,6 +73,12 @@ type Options struct {
 	DataDir string
 	// NodeID names this server among those sharing the store.
 	NodeID string
+	// MemoryBudget bounds the memory limits of this node's live sandboxes
+	// taken together, so that they can never take more of the host than
+	// this even when all of them use their whole limit: past it, a create
+	// or resume is refused with 503 overloaded and Retry-After. 0 means
+	// no bound.
+	MemoryBudget int64
 	// Tick is how often expiries are looked at (default 1 s).
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -101,6 +107,40 @@ type Service struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
+
+	memMu        sync.Mutex
+	memCommitted int64 // the memory limits of the live sandboxes (Options.MemoryBudget)
+}
+
+// errMemoryBudget is the answer when the node's live sandboxes hold its
+// whole memory budget.
+func errMemoryBudget() error {
+	return &execution.Error{Kind: execution.KindOverloaded, RetryAfter: 10,
+		Msg: "this server holds as many sandboxes as its memory allows; retry later, or pause or kill one"}
+}
+
+// reserveMemory takes n bytes of the budget for a live sandbox.
+func (s *Service) reserveMemory(n int64) bool {
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	if s.opts.MemoryBudget > 0 && s.memCommitted+n > s.opts.MemoryBudget {
+		return false
+	}
+	s.memCommitted += n
+	return true
+}
+
+func (s *Service) releaseMemory(n int64) {
+	s.memMu.Lock()
+	s.memCommitted -= n
+	s.memMu.Unlock()
+}
+
+// memoryFull reports whether a sandbox of n bytes would not fit now.
+func (s *Service) memoryFull(n int64) bool {
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	return s.opts.MemoryBudget > 0 && s.memCommitted+n > s.opts.MemoryBudget
 }
 
 // entry serializes the lifecycle (create, pause, resume, kill, expiry,
@@ -112,11 +152,13 @@ type entry struct {
 
 // box is one live sandbox.
 type box struct {
-	tenant string
-	live   engine.Live
-	ag     agentClient
-	since  time.Time   // when this live period began, for metering
-	ending atomic.Bool // set when the service ends it, so its Done is not a failure
+	tenant   string
+	live     engine.Live
+	ag       agentClient
+	since    time.Time   // when this live period began, for metering
+	ending   atomic.Bool // set when the service ends it, so its Done is not a failure
+	mem      int64       // its share of Options.MemoryBudget
+	released atomic.Bool // mem given back
 
 	mu    sync.Mutex
 	procs map[int]*proc
@@ -360,6 +402,11 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		Limits: limits, Metadata: r.Metadata, Env: r.Env, OnTimeout: onTimeout, TimeoutS: int(timeout / time.Second),
 		Node: s.opts.NodeID, CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(timeout),
 	}
+	if s.memoryFull(lim.MemoryMB << 20) {
+		refund()
+		release()
+		return Sandbox{}, errMemoryBudget()
+	}
 	e := s.entry(rec.ID)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -468,11 +515,15 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 		Agent:     s.opts.Agent,
 		Deadline:  rec.ExpiresAt.Add(deadlineGrace),
 	}
+	if !s.reserveMemory(spec.Limits.MemoryBytes) {
+		return nil, errMemoryBudget()
+	}
 	live, err := s.opts.Starter.Start(ctx, spec)
 	if err != nil {
+		s.releaseMemory(spec.Limits.MemoryBytes)
 		return nil, err
 	}
-	b := &box{tenant: rec.Tenant, live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}}
+	b := &box{tenant: rec.Tenant, live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes}
 	if err := b.ag.Ping(ctx); err != nil {
 		s.discard(b)
 		return nil, fmt.Errorf("reaching the agent: %w", err)
@@ -488,6 +539,9 @@ func (s *Service) discard(b *box) {
 	defer cancel()
 	if err := b.live.Discard(ctx); err != nil {
 		s.log.Error("discarding a live sandbox", "error", err)
+	}
+	if !b.released.Swap(true) {
+		s.releaseMemory(b.mem)
 	}
 }
 
@@ -622,6 +676,10 @@ func (s *Service) resumeLocked(ctx context.Context, e *entry, rec store.Sandbox)
 		}
 	}
 	if err != nil {
+		var xe *execution.Error
+		if errors.As(err, &xe) && xe.Kind == execution.KindOverloaded {
+			return rec, xe
+		}
 		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox could not be resumed; it stays paused", Err: err}
 	}
 	next.Status, next.Node, next.ArchivePath, next.ArchiveBytes = string(StatusRunning), s.opts.NodeID, "", 0

@@ -840,3 +840,36 @@ func TestLiveDiesAtItsDeadline(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestMemoryBudget: the node's live sandboxes never hold more memory
+// limits than its budget; the next create or resume gets 503 overloaded
+// with Retry-After, counts nothing, and fits again once one is gone.
+func TestMemoryBudget(t *testing.T) {
+	f := newFixture(t)
+	p := config.DefaultPlans()["pro"] // 512 MB each
+	f.s.opts.MemoryBudget = 2 * 512 << 20
+	a, b := caller("a", p), caller("b", p)
+	first := f.create(t, a, CreateRequest{})
+	f.create(t, b, CreateRequest{})
+	_, err := f.s.Create(t.Context(), a, "", CreateRequest{})
+	wantKind(t, "a third create over the budget", err, execution.KindOverloaded)
+	var xe *execution.Error
+	if errors.As(err, &xe) && xe.RetryAfter <= 0 {
+		t.Errorf("no Retry-After: %+v", xe)
+	}
+	if n := f.used(t, "a"); n != 1 {
+		t.Errorf("quota used = %d, want 1 (the refused create is not counted)", n)
+	}
+	if _, err := f.s.Pause(t.Context(), a, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	third := f.create(t, a, CreateRequest{}) // the paused one holds no memory
+	_, err = f.s.Resume(t.Context(), a, first.ID)
+	wantKind(t, "a resume over the budget", err, execution.KindOverloaded)
+	if _, err := f.s.Kill(t.Context(), a, third.ID); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := f.s.Resume(t.Context(), a, first.ID); err != nil || sb.Status != StatusRunning {
+		t.Fatalf("resume after a kill freed the budget: %+v %v", sb, err)
+	}
+}
