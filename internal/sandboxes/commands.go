@@ -82,7 +82,7 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 	}
 	p, err := b.ag.Spawn(ctx, agent.SpawnRequest{Argv: argv, Cwd: cwd, Env: r.Env, Stdin: keepStdin || r.Stdin != ""})
 	if err != nil {
-		return nil, fileErr(err, cwd)
+		return nil, spawnErr(err, argv[0], cwd)
 	}
 	pr := &proc{p: p, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
 	b.mu.Lock()
@@ -95,6 +95,19 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 		}
 	}
 	return pr, nil
+}
+
+// spawnErr is the error of a command the agent could not start: a
+// missing or unrunnable program is named as well as the cwd, since either
+// can be what is missing.
+func spawnErr(err error, program, cwd string) error {
+	switch {
+	case errors.Is(err, agent.ErrNotExist):
+		return execution.Errorf(execution.KindNotFound, "cannot start %q in %s: no such program or directory", program, cwd)
+	case errors.Is(err, agent.ErrPermission):
+		return execution.Errorf(execution.KindForbidden, "cannot start %q in %s: permission denied (note that /home/user and /tmp are noexec; run a script through its interpreter)", program, cwd)
+	}
+	return fileErr(err, cwd)
 }
 
 // forgetFinishedLocked keeps the keepFinished newest finished commands.

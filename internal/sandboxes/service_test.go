@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -871,5 +872,18 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	if sb, err := f.s.Resume(t.Context(), a, first.ID); err != nil || sb.Status != StatusRunning {
 		t.Fatalf("resume after a kill freed the budget: %+v %v", sb, err)
+	}
+}
+
+// TestRunMissingProgramNamed: a program that is not there is named in the
+// error, not blamed on the cwd (which exists).
+func TestRunMissingProgramNamed(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{})
+	_, err := f.s.Run(t.Context(), c, sb.ID, CommandRequest{Argv: []string{"nope"}}, nil)
+	wantKind(t, "Run", err, execution.KindNotFound)
+	if err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("Run of a missing program: %v, want the program named", err)
 	}
 }
