@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 )
 
@@ -32,6 +34,16 @@ func main() {
 	fl.Parse(os.Args[2:])
 
 	logger := log.New(os.Stderr, "vertal-agent: ", log.LstdFlags)
+	// The agent runs as the sandbox's uid, like the code it serves, so
+	// that code could otherwise open /proc/<agent>/fd/0 and fd/1 and read
+	// or forge the host's protocol frames, or ptrace the agent. A process
+	// that is not dumpable has its /proc entries owned by root and cannot
+	// be traced by a peer without CAP_SYS_PTRACE; the commands it spawns
+	// are dumpable again from their execve, as any program.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		logger.Printf("making the agent not dumpable: %v", err)
+		os.Exit(1)
+	}
 	spareThreads(8)
 	opts := &agent.ServeOptions{Home: *home, Subreaper: os.Getpid() != 1, Logf: logger.Printf}
 	if *deadline > 0 {

@@ -98,6 +98,20 @@ func TestSandboxE2E(t *testing.T) {
 		}
 	})
 
+	// The agent runs as the sandbox's uid; its stdio is the host's
+	// protocol. Code must not reach it through /proc/<agent>/fd (to forge
+	// or steal frames, or break the connection) nor ptrace it.
+	t.Run("AgentStdioClosedToCode", func(t *testing.T) {
+		out := sbxRun(t, p, key, id, `a=$PPID; for f in 0 1; do if [ -e /proc/$a/fd/$f ] || ls /proc/$a/fd >/dev/null 2>&1; then echo "open $f"; fi; done; `+
+			`printf '\377\377\377\377garbage' 2>/dev/null >/proc/$a/fd/1 && echo wrote; grep -c . /proc/$a/environ 2>/dev/null || echo closed`)
+		if got := strings.TrimSpace(out["stdout"].(string)); got != "closed" {
+			t.Fatalf("code reached the agent's stdio: %q", got)
+		}
+		if again := sbxRun(t, p, key, id, "echo served"); again["stdout"] != "served\n" {
+			t.Fatalf("after the attempt: %v", again)
+		}
+	})
+
 	t.Run("Stdin", func(t *testing.T) {
 		r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": "tr a-z A-Z", "stdin": "judge input\n"})
 		if r.status != 200 || r.body["stdout"] != "JUDGE INPUT\n" {
