@@ -236,6 +236,10 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 	})
 	if !exited {
 		refund()
+		if b.ending.Load() {
+			return CommandResult{}, execution.Errorf(execution.KindSandboxNotRunning,
+				"sandbox %s was paused, killed or expired during the command; it was not counted against your quota", rec.ID)
+		}
 		return CommandResult{}, &execution.Error{Kind: execution.KindSandboxError,
 			Msg: "the sandbox stopped during the command; it was not counted against your quota", Err: errors.New("no exit event")}
 	}

@@ -76,7 +76,8 @@ func (l *fakeLive) die() { l.once.Do(func() { close(l.done) }) }
 // fakeAgent keeps the home in memory and runs a few scripted commands:
 // "echo X" (X on stdout), "exit N", "big N" (N bytes on stdout and
 // stderr), "cat" (stdin to stdout at EOF), "sleep" (until a signal),
-// "die" (its events end without an exit, as when the agent is gone).
+// "die" (its events end without an exit, as when the agent is gone),
+// "hang" (until the connection is closed, then no exit).
 type fakeAgent struct {
 	mu       sync.Mutex
 	files    map[string][]byte
@@ -111,6 +112,21 @@ func (a *fakeAgent) Spawn(ctx context.Context, r agent.SpawnRequest) (agent.Proc
 	word, arg, _ := strings.Cut(line, " ")
 	if word == "nope" {
 		return nil, agent.ErrNotExist
+	}
+	if word == "hang" {
+		go func() { // until the connection closes, then no exit: as a real one
+			for {
+				a.mu.Lock()
+				closed := a.closed
+				a.mu.Unlock()
+				if closed {
+					close(p.events)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		return p, nil
 	}
 	go p.run(word, arg)
 	return p, nil

@@ -887,3 +887,34 @@ func TestRunMissingProgramNamed(t *testing.T) {
 		t.Errorf("Run of a missing program: %v, want the program named", err)
 	}
 }
+
+// TestRunEndedByKill: a foreground command in flight when its sandbox is
+// killed (or paused) answers that the sandbox is not running, a 409, not
+// a platform failure.
+func TestRunEndedByKill(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.s.Run(t.Context(), c, sb.ID, CommandRequest{Cmd: "hang"}, nil)
+		errc <- err
+	}()
+	waitUntil(t, func() bool {
+		cmds, err := f.s.Commands(t.Context(), c, sb.ID)
+		return err == nil && len(cmds) == 1
+	})
+	if _, err := f.s.Kill(t.Context(), c, sb.ID); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	wantKind(t, "a command whose sandbox was killed", <-errc, execution.KindSandboxNotRunning)
+}
+
+func waitUntil(t *testing.T, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+	}
+}
