@@ -40,6 +40,7 @@ var (
 	ErrNoProcess  = errors.New("agent: no such process")
 	ErrExited     = errors.New("agent: the process has exited")
 	ErrReadOnly   = errors.New("agent: read-only file system")
+	ErrAgain      = errors.New("agent: no room for another process (the sandbox's process limit)")
 	ErrClosed     = errors.New("agent: connection closed")
 )
 

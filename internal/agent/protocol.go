@@ -131,6 +131,7 @@ var errCodes = []struct {
 	{"no_process", ErrNoProcess},
 	{"exited", ErrExited},
 	{"read_only", ErrReadOnly},
+	{"again", ErrAgain},
 }
 
 // errnoCodes maps what the kernel says to a code where errors.Is with
@@ -148,6 +149,7 @@ var errnoCodes = map[syscall.Errno]string{
 	syscall.EBUSY:        "invalid",
 	syscall.ENOTEMPTY:    "invalid",
 	syscall.EROFS:        "read_only",
+	syscall.EAGAIN:       "again", // fork or clone at the pids limit
 }
 
 // codeOf is the wire code of an error the agent met.

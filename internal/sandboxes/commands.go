@@ -104,6 +104,8 @@ func spawnErr(err error, program, cwd string) error {
 	switch {
 	case errors.Is(err, agent.ErrNotExist):
 		return execution.Errorf(execution.KindNotFound, "cannot start %q in %s: no such program or directory", program, cwd)
+	case errors.Is(err, agent.ErrAgain):
+		return execution.Errorf(execution.KindSandboxLimit, "cannot start %q: the sandbox is at its limit of processes; end some (signal them) or kill the sandbox", program)
 	case errors.Is(err, agent.ErrPermission):
 		return execution.Errorf(execution.KindForbidden, "cannot start %q in %s: permission denied (note that /home/user and /tmp are noexec; run a script through its interpreter)", program, cwd)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sort"
@@ -112,6 +113,9 @@ func (a *fakeAgent) Spawn(ctx context.Context, r agent.SpawnRequest) (agent.Proc
 	word, arg, _ := strings.Cut(line, " ")
 	if word == "nope" {
 		return nil, agent.ErrNotExist
+	}
+	if word == "forkfail" {
+		return nil, fmt.Errorf("fork/exec: %w", agent.ErrAgain)
 	}
 	if word == "hang" {
 		go func() { // until the connection closes, then no exit: as a real one

@@ -918,3 +918,13 @@ func waitUntil(t *testing.T, ok func() bool) {
 		}
 	}
 }
+
+// TestRunAtProcessLimit: a command the sandbox has no process left for
+// is the sandbox's limit (429), not a platform failure.
+func TestRunAtProcessLimit(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{})
+	_, err := f.s.Run(t.Context(), c, sb.ID, CommandRequest{Argv: []string{"forkfail"}}, nil)
+	wantKind(t, "Run at the pids limit", err, execution.KindSandboxLimit)
+}
