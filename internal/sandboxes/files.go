@@ -12,12 +12,20 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
+// maxPath is the longest path accepted (the kernel's PATH_MAX), so that
+// an over-long one is refused here rather than sent to the agent and
+// echoed back whole in the error.
+const maxPath = 4096
+
 // homePath is p as the agent gets it: a relative path is under the home,
 // and the result is clean and absolute. Resolving it (symlinks,
 // permissions) is the agent's, inside the sandbox, never the host's.
 func homePath(p string) (string, error) {
 	if p == "" {
 		return "", execution.Errorf(execution.KindInvalidRequest, "a path is required")
+	}
+	if len(p) > maxPath {
+		return "", execution.Errorf(execution.KindInvalidRequest, "a path is at most %d bytes, not %d", maxPath, len(p))
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] == 0 {

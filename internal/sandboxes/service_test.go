@@ -928,3 +928,17 @@ func TestRunAtProcessLimit(t *testing.T) {
 	_, err := f.s.Run(t.Context(), c, sb.ID, CommandRequest{Argv: []string{"forkfail"}}, nil)
 	wantKind(t, "Run at the pids limit", err, execution.KindSandboxLimit)
 }
+
+// TestFilesLongPath: a path over PATH_MAX is refused before the agent,
+// and the error does not echo it back.
+func TestFilesLongPath(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{})
+	long := strings.Repeat("a/", 3000)
+	_, err := f.s.Stat(t.Context(), c, sb.ID, long)
+	wantKind(t, "a 6000-byte path", err, execution.KindInvalidRequest)
+	if err != nil && len(err.Error()) > 200 {
+		t.Errorf("the error echoes the path: %d bytes", len(err.Error()))
+	}
+}
