@@ -334,7 +334,8 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 			if r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"argv": []string{"sh", "-c", marker}, "background": true}); r.status/100 != 2 {
 				t.Fatalf("background: %d %s", r.status, r.raw)
 			}
-			out := sbxRun(t, p, key, id, "id -u; cat kept.txt; grep -c : /proc/net/dev; touch /etc/x 2>/dev/null && echo rootfs-writable; cat /proc/self/status | grep CapEff")
+			out := sbxRun(t, p, key, id, "id -u; cat kept.txt; grep -c : /proc/net/dev; touch /etc/x 2>/dev/null && echo rootfs-writable; "+
+				"ls /proc/$PPID/fd >/dev/null 2>&1 && echo agent-stdio-open; cat /proc/self/status | grep CapEff")
 			lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n")
 			// /proc/net/dev: its two header lines hold no colon; lo does.
 			if len(lines) != 4 || lines[0] == "0" || lines[1] != "kept" || lines[2] != "1" || !strings.HasSuffix(lines[3], "0000000000000000") {
