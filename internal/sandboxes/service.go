@@ -414,7 +414,7 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		refund()
 		release()
 		if errors.Is(err, store.ErrSandboxLimit) {
-			return Sandbox{}, execution.Errorf(execution.KindSandboxLimit, "your plan allows %d sandboxes at once (running or paused); kill one first", p.SandboxLimit())
+			return Sandbox{}, execution.Errorf(execution.KindSandboxLimit, "your plan allows %d sandbox(es) at once, running or paused, and you hold them all; kill one first", p.SandboxLimit())
 		}
 		return Sandbox{}, &execution.Error{Kind: execution.KindUnavailable, Msg: "the sandbox could not be stored, so it was not started or counted; retry shortly", Err: err, RetryAfter: 5}
 	}
