@@ -12,7 +12,8 @@ import (
 
 // FuzzDecodeSandboxBodies: every body of the sandbox routes is either
 // refused with a 400 that says why, or decoded into a value that encodes
-// and decodes back to itself.
+// and decodes back to the same encoding (an empty list or object and an
+// absent one encode alike: omitempty).
 func FuzzDecodeSandboxBodies(f *testing.F) {
 	for _, seed := range []string{
 		`{"image":"default","timeout_s":600,"env":{"A":"1"},"metadata":{"team":"ml"},"files":[{"path":"a","content":"aGk=","encoding":"base64"}],"on_timeout":"pause"}`,
@@ -42,7 +43,7 @@ func FuzzDecodeSandboxBodies(f *testing.F) {
 				continue
 			}
 			again := reflect.New(typ).Interface()
-			if err := decodeStrict([]byte(jsonBody(v)), again); err != nil || !reflect.DeepEqual(v, again) {
+			if err := decodeStrict([]byte(jsonBody(v)), again); err != nil || jsonBody(again) != jsonBody(v) {
 				t.Fatalf("%s %q: decoded %+v, which does not round-trip (%v)", typ.Name(), body, v, err)
 			}
 		}
