@@ -102,7 +102,8 @@ func TestMCPStdioAnswersBeforeExit(t *testing.T) {
 
 // TestMCPServersAgreeE2E: `vertal mcp` (stdio, calling the API) and the
 // server's own /mcp answer initialize alike (protocol version,
-// capabilities, server info, instructions) and list the same tools.
+// capabilities, server info, instructions) and list the same tools, but
+// for the sandbox tools only /mcp has.
 func TestMCPServersAgreeE2E(t *testing.T) {
 	needE2E(t)
 	p := startServer(t, t.TempDir(), nil, "--dev")
@@ -127,5 +128,8 @@ func TestMCPServersAgreeE2E(t *testing.T) {
 	if init := stdio.InitializeResult(); init.ServerInfo == nil || init.ServerInfo.Version != version {
 		t.Errorf("vertal mcp initialize: %+v, want server info with version %s", init, version)
 	}
-	mcptest.Agree(t, stdio, remote)
+	// Over HTTP the server also offers its sandbox tools; the stdio
+	// server does not have them yet.
+	mcptest.AgreeExcept(t, stdio, remote, "create_sandbox", "kill_sandbox", "list_files", "pause_sandbox",
+		"read_file", "resume_sandbox", "run_command", "write_file")
 }

@@ -4,6 +4,7 @@ package mcptest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,6 +20,43 @@ func Agree(t testing.TB, a, b *mcp.ClientSession) {
 	ha, hb := handshake(t, a), handshake(t, b)
 	if ha.Initialize.ServerInfo == nil || ha.Initialize.ServerInfo.Name != "vertal-run" || len(ha.Tools) == 0 {
 		t.Fatalf("not a Vertal Run server: %+v, %d tools", ha.Initialize, len(ha.Tools))
+	}
+	if diff := cmp.Diff(ha, hb); diff != "" {
+		t.Errorf("initialize and tools/list (-first +second):\n%s", diff)
+	}
+}
+
+// AgreeExcept is Agree for a second server that offers the tools named
+// in extra besides the first one's (the HTTP server's sandbox tools, which
+// the stdio server does not have yet): b must list them, and agrees with a
+// on everything else.
+func AgreeExcept(t testing.TB, a, b *mcp.ClientSession, extra ...string) {
+	t.Helper()
+	ha, hb := handshake(t, a), handshake(t, b)
+	if ha.Initialize.ServerInfo == nil || ha.Initialize.ServerInfo.Name != "vertal-run" || len(ha.Tools) == 0 {
+		t.Fatalf("not a Vertal Run server: %+v, %d tools", ha.Initialize, len(ha.Tools))
+	}
+	want := map[string]bool{}
+	for _, n := range extra {
+		want[n] = true
+	}
+	kept := hb.Tools[:0:0]
+	for _, tool := range hb.Tools {
+		if want[tool.Name] {
+			delete(want, tool.Name)
+			continue
+		}
+		kept = append(kept, tool)
+	}
+	if len(want) != 0 {
+		t.Errorf("the second server lacks the tools %v", want)
+	}
+	hb.Tools = kept
+	// Its instructions say what the extra tools are for, after the first's.
+	if hb.Initialize != nil && ha.Initialize != nil && strings.HasPrefix(hb.Initialize.Instructions, ha.Initialize.Instructions) {
+		init := *hb.Initialize
+		init.Instructions = ha.Initialize.Instructions
+		hb.Initialize = &init
 	}
 	if diff := cmp.Diff(ha, hb); diff != "" {
 		t.Errorf("initialize and tools/list (-first +second):\n%s", diff)
