@@ -258,6 +258,13 @@ func (s *Service) entry(id string) *entry {
 	return e
 }
 
+// knownEntry is id's entry if this node has one, else nil.
+func (s *Service) knownEntry(id string) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[id]
+}
+
 // liveEntries is a snapshot of the entries that hold a live sandbox.
 func (s *Service) liveEntries() map[string]*entry {
 	s.mu.Lock()
@@ -896,10 +903,17 @@ func (s *Service) lockFor(ctx context.Context, c execution.Caller, id string) (*
 	if !ValidID(id) {
 		return nil, store.Sandbox{}, execution.Errorf(execution.KindNotFound, "no sandbox %q", id)
 	}
-	if _, err := s.record(ctx, c, id); err != nil {
-		return nil, store.Sandbox{}, err
+	// The record is read under the lock, which is what counts. An id this
+	// node has no entry for is read once before as well, so that asking
+	// for ids one cannot see leaves no entry behind; one it has an entry
+	// for is not, which saves a store read on every command and file call.
+	e := s.knownEntry(id)
+	if e == nil {
+		if _, err := s.record(ctx, c, id); err != nil {
+			return nil, store.Sandbox{}, err
+		}
+		e = s.entry(id)
 	}
-	e := s.entry(id)
 	e.mu.Lock()
 	rec, err := s.record(ctx, c, id) // again, now that nothing else moves it
 	if err != nil {

@@ -33,6 +33,9 @@ const (
 		ON CONFLICT (tenant, day) DO UPDATE SET executions = usage_days.executions + 1
 		WHERE usage_days.executions < $3
 		RETURNING executions`
+	// Every request about one sandbox (a command, a file) reads its
+	// record, under the sandbox's lock, before it does anything else.
+	qSandbox        = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE tenant = $1 AND id = $2`
 	qExecutionState = `SELECT tenant, status FROM executions WHERE id = $1`
 	qStartExecution = `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`
 	qAddUsage       = `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
@@ -47,6 +50,7 @@ func (s *Store) prepare(ctx context.Context) error {
 	var errs []error
 	for q, db := range map[string]*sql.DB{
 		qKeyByHash:        s.r,
+		qSandbox:          s.r,
 		qCountRequest:     s.w,
 		qReserveExecution: s.w,
 		s.lockExecution:   s.w,

@@ -97,7 +97,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox, max int) er
 
 // Sandbox implements store.Sandboxes.
 func (s *Store) Sandbox(ctx context.Context, tenant, id string) (store.Sandbox, error) {
-	sb, err := scanSandbox(s.reader().row(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE tenant = $1 AND id = $2`, tenant, id))
+	sb, err := scanSandbox(s.reader().row(ctx, qSandbox, tenant, id))
 	if err != nil {
 		return store.Sandbox{}, s.errf("sandbox", notFound(err))
 	}
