@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +63,16 @@ func TestCgroupFiles(t *testing.T) {
 	write("memory.max_usage_in_bytes", "8192\n")
 	if n, err := ReadCgroupInt(filepath.Join(dir, "memory.peak")); err != nil || n != 4096 {
 		t.Errorf("ReadCgroupInt = %d, %v; want 4096", n, err)
+	}
+	write("memory.max", "max\n")
+	write("long", strings.Repeat("1", 80)+"\n")
+	for _, name := range []string{"memory.max", "long", "missing"} {
+		if n, err := ReadCgroupInt(filepath.Join(dir, name)); err == nil {
+			t.Errorf("ReadCgroupInt(%s) = %d, nil; want an error", name, n)
+		}
+	}
+	if _, err := ReadCgroupInt(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadCgroupInt(missing) = %v; want fs.ErrNotExist", err)
 	}
 	f, err := os.Open(filepath.Join(dir, "memory.peak"))
 	if err != nil {
