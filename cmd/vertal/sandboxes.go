@@ -18,10 +18,10 @@ import (
 )
 
 // newSandboxes is the service of sandboxes that stay, on the driver's
-// Starter and the store. Without a Starter or an agent binary the server
+// Starter and the store; its commands wait on eng's slots with executions. Without a Starter or an agent binary the server
 // runs without them (logged once; their routes answer not_found with a
 // message saying so); a store without their tables is an error.
-func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, images []config.Image, nodeID string, logger *slog.Logger) (*sandboxes.Service, error) {
+func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *engine.Engine, images []config.Image, nodeID string, logger *slog.Logger) (*sandboxes.Service, error) {
 	starter, ok := driver.(engine.Starter)
 	if !ok {
 		logger.Warn("sandboxes that stay are off: the driver cannot start them", "driver", driver.Name())
@@ -63,6 +63,7 @@ func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, image
 	}
 	return sandboxes.New(sandboxes.Options{
 		MemoryBudget: budget,
+		Admit:        eng,
 		Store:        sst,
 		Starter:      starter,
 		Image:        resolve,

@@ -88,7 +88,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	sbx, err := newSandboxes(cfg, st, driver, images, nodeID, logger)
+	sbx, err := newSandboxes(cfg, st, driver, eng, images, nodeID, logger)
 	if err != nil {
 		return err
 	}

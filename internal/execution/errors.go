@@ -72,3 +72,9 @@ func unavailable(err error) *Error {
 	return &Error{Kind: KindUnavailable, Msg: "the execution could not be stored, so it was not run or not counted; retry shortly",
 		Err: err, RetryAfter: 5}
 }
+
+// Busy is the answer when every sandbox slot is taken, or the caller's
+// share of them and of the queue is: 503 overloaded, retry in a second.
+func Busy() *Error {
+	return &Error{Kind: KindOverloaded, Msg: "every sandbox is busy; retry shortly", RetryAfter: 1}
+}

@@ -372,9 +372,7 @@ func (e *syncEntry) leave(ctx context.Context, at *attempt, why leaving, err err
 			Err: fmt.Errorf("running %s: %w", at.exe.ID, err)}
 	}
 	if errors.Is(err, engine.ErrBusy) {
-		be := Errorf(KindOverloaded, "every sandbox is busy; retry shortly")
-		be.RetryAfter = 1
-		return store.Execution{}, be
+		return store.Execution{}, Busy()
 	}
 	return store.Execution{}, err // the client left the queue, storing failed, or no quota is left
 }

@@ -199,6 +199,11 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 		timeout = defaultCommand
 	}
 	timeout = min(timeout, max(time.Second, rec.ExpiresAt.Sub(s.now())))
+	release, err := s.admit(ctx, c)
+	if err != nil {
+		return CommandResult{}, err
+	}
+	defer release()
 	refund, err := s.reserve(ctx, c)
 	if err != nil {
 		return CommandResult{}, err
@@ -271,11 +276,17 @@ func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id strin
 	if err != nil {
 		return Command{}, err
 	}
-	refund, err := s.reserve(ctx, c)
+	release, err := s.admit(ctx, c)
 	if err != nil {
 		return Command{}, err
 	}
+	refund, err := s.reserve(ctx, c)
+	if err != nil {
+		release()
+		return Command{}, err
+	}
 	pr, err := s.spawn(ctx, b, r, r.Stdin == "")
+	release() // a background command holds no slot once started
 	if err != nil {
 		if platformErr(err) {
 			refund()

@@ -79,6 +79,8 @@ type Options struct {
 	// or resume is refused with 503 overloaded and Retry-After. 0 means
 	// no bound.
 	MemoryBudget int64
+	// Admit, if set, admits commands to the node's sandbox slots (admit.go).
+	Admit Admitter
 	// Tick is how often expiries are looked at (default 1 s).
 	Tick   time.Duration
 	Logger *slog.Logger
