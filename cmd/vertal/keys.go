@@ -168,7 +168,7 @@ func cmdListKeys(ctx context.Context, e *env, args []string) error {
 
 func cmdPurge(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "purge", "purge --days N")
-	days := fs.Int("days", 0, "delete stored stdout/stderr of executions older than this many days (at least 1); metering is kept")
+	days := fs.Int("days", 0, "delete stored stdout/stderr of executions, and the records of ended sandboxes, older than this many days (at least 1); metering is kept")
 	cfg, pos, err := operatorFlags(e, fs, args)
 	if err != nil {
 		return err
@@ -186,6 +186,15 @@ func cmdPurge(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "purged the output of %d executions created before %s; metering kept\n", n, before.Format(time.RFC3339))
+	// An ended sandbox's record is readable for as long as an execution's
+	// output is kept: the same cutoff ends both.
+	var m int64
+	if ss, ok := st.(store.Sandboxes); ok {
+		if m, err = ss.PurgeSandboxes(ctx, before); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.Stdout, "purged the output of %d executions created before %s and the records of %d sandboxes that ended before then; metering kept\n",
+		n, before.Format(time.RFC3339), m)
 	return nil
 }

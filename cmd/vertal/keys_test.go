@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -122,9 +123,31 @@ func TestPurgeCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Sandboxes: one ended three days ago (purged), one ended an hour ago
+	// and one still running (both kept).
+	sst := st.(store.Sandboxes)
+	for i, ended := range []time.Duration{72 * time.Hour, time.Hour, 0} {
+		at := time.Now().Add(-96 * time.Hour)
+		sb := store.Sandbox{ID: fmt.Sprintf("sbx_%026d", i), Tenant: "acme", KeyID: "key_1", Status: "running", Image: "default",
+			ImageVersion: "v1", Limits: []byte(`{}`), OnTimeout: "kill", TimeoutS: 300, Node: "n", CreatedAt: at, StartedAt: at, ExpiresAt: at.Add(time.Hour)}
+		if err := sst.CreateSandbox(ctx, sb, 10); err != nil {
+			t.Fatal(err)
+		}
+		if ended > 0 {
+			sb.Status, sb.Reason, sb.EndedAt = "ended", "killed", time.Now().Add(-ended)
+			if err := sst.UpdateSandbox(ctx, sb, "running"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	r := runOperator(t, cmdPurge, dir, "--days", "2")
-	if r.err != nil || !strings.HasPrefix(r.stdout, "purged the output of 1 executions") {
+	if r.err != nil || !strings.HasPrefix(r.stdout, "purged the output of 1 executions") || !strings.Contains(r.stdout, "the records of 1 sandboxes") {
 		t.Fatalf("purge: %v %q", r.err, r.stdout)
+	}
+	for i, want := range []bool{false, true, true} {
+		if _, err := sst.Sandbox(ctx, "acme", fmt.Sprintf("sbx_%026d", i)); (err == nil) != want {
+			t.Errorf("sandbox %d after purge: %v, want kept %v", i, err, want)
+		}
 	}
 	got, _ := st.Execution(ctx, "acme", old.ID)
 	kept, _ := st.Execution(ctx, "acme", recent.ID)
