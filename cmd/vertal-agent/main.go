@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
@@ -31,6 +32,7 @@ func main() {
 	fl := flag.NewFlagSet("serve", flag.ExitOnError)
 	deadline := fl.Int64("deadline", 0, "unix time (seconds) at which to kill everything and exit; 0 for none")
 	home := fl.String("home", "", "home directory (default /home/user)")
+	fd := fl.Int("fd", -1, "speak the protocol over this descriptor (a socket) instead of stdin and stdout")
 	fl.Parse(os.Args[2:])
 
 	logger := log.New(os.Stderr, "vertal-agent: ", log.LstdFlags)
@@ -54,7 +56,14 @@ func main() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
-	if err := agent.Serve(ctx, stdio(), opts); err != nil {
+	var conn io.ReadWriteCloser = sockConn{r: *fd, w: *fd}
+	if *fd < 0 {
+		conn = stdio()
+	} else {
+		// Not inherited by the commands the agent spawns.
+		syscall.CloseOnExec(*fd)
+	}
+	if err := agent.Serve(ctx, conn, opts); err != nil {
 		logger.Printf("%v", err)
 		stop()
 		os.Exit(1)
@@ -85,10 +94,73 @@ func spareThreads(n int) {
 // first so that closing them ends a read or write in progress.
 type conn struct{ r, w *os.File }
 
-func stdio() *conn {
+func stdio() io.ReadWriteCloser {
+	// Under the oci driver stdin and stdout are the host's socket (out
+	// of the code's reach through /proc; under gVisor, fds 0 and 1 are
+	// two imports of it): it is read and written with plain system
+	// calls that wait in poll(2) on EAGAIN. Go's poller is not used for
+	// it: under gVisor the imported socket did not always register, and
+	// its reads then failed with EAGAIN.
+	if _, err := unix.GetsockoptInt(0, unix.SOL_SOCKET, unix.SO_TYPE); err == nil {
+		return sockConn{r: 0, w: 1}
+	}
 	syscall.SetNonblock(0, true)
 	syscall.SetNonblock(1, true)
 	return &conn{r: os.NewFile(0, "stdin"), w: os.NewFile(1, "stdout")}
+}
+
+// sockConn is the agent's socket: read from fd r, written to fd w.
+type sockConn struct{ r, w int }
+
+func wait(fd int, events int16) {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: events}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+func (c sockConn) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(c.r, p)
+		switch {
+		case err == unix.EAGAIN:
+			wait(c.r, unix.POLLIN)
+		case err == unix.EINTR:
+		case err != nil:
+			return 0, &os.PathError{Op: "read", Path: "agent socket", Err: err}
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		default:
+			return n, nil
+		}
+	}
+}
+
+func (c sockConn) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := unix.Write(c.w, p[done:])
+		switch {
+		case err == unix.EAGAIN:
+			wait(c.w, unix.POLLOUT)
+		case err == unix.EINTR:
+		case err != nil:
+			return done, &os.PathError{Op: "write", Path: "agent socket", Err: err}
+		default:
+			done += n
+		}
+	}
+	return done, nil
+}
+
+// Close shuts the socket down rather than closing its fds: a read or
+// poll in progress returns, and no later open can reuse fd 0 or 1 under
+// it. The host sees the end of the stream.
+func (c sockConn) Close() error {
+	unix.Shutdown(c.w, unix.SHUT_RDWR)
+	return unix.Shutdown(c.r, unix.SHUT_RDWR)
 }
 
 func (c *conn) Read(p []byte) (int, error)  { return c.r.Read(p) }

@@ -362,6 +362,10 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 					t.Errorf("containers left for %s: %q %v", id, out, err)
 				}
 			}
+			// The agent's channel is a socket under the oci driver; under
+			// docker it is the container's attach pipes, which its init
+			// and timeout hold too (docs/SANDBOXES.md).
+			forgeAttack(t, p, key, strings.HasPrefix(c.name, "oci/"))
 		})
 	}
 }
@@ -371,10 +375,7 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 // itself still answers afterwards (its agent survives a full pids limit).
 func TestSandboxBombsE2E(t *testing.T) {
 	needE2E(t)
-	p := startServer(t, t.TempDir(), nil)
-	attacker, victim := tenantKey(t, p, "attacker", "pro"), tenantKey(t, p, "victim", "pro")
-	bombed := createSandbox(t, p, attacker, map[string]any{"timeout_s": 300})
-	served := createSandbox(t, p, victim, map[string]any{"timeout_s": 300})
+	p, attacker, victim, bombed, served := twoSandboxes(t, "attacker", "pro", "victim", "pro")
 	for _, bomb := range []string{
 		"bomb() { bomb | bomb & }; bomb; sleep 8",
 		`python3 -c "x = []

@@ -653,3 +653,59 @@ func FuzzFrame(f *testing.F) {
 		}
 	})
 }
+
+// forger answers every request on conn as code in the sandbox could, by
+// writing to the agent's stdout: a download's stream gets data frames
+// until the client stops reading, ignoring the max it was asked for.
+func forger(t *testing.T, conn net.Conn, chunk int) {
+	t.Helper()
+	go func() {
+		for {
+			var m msg
+			if err := readFrame(conn, &m); err != nil {
+				return
+			}
+			switch m.Op {
+			case "readfile", "save":
+				for range 1000 {
+					b, _ := encodeFrame(&msg{ID: m.ID, Op: "data", Data: make([]byte, chunk)})
+					if _, err := conn.Write(b); err != nil {
+						return
+					}
+				}
+				b, _ := encodeFrame(&msg{ID: m.ID, Op: "done"})
+				conn.Write(b)
+			}
+		}
+	}()
+}
+
+// The host holds a download's cap itself: a forged stream past max is
+// ErrTooLarge, and not a byte past max reaches the writer (a paused
+// sandbox's archive on the host's disk, a file sent to a client).
+func TestDownloadCapHeldByHost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		get  func(c *Client, w io.Writer) (int64, error)
+	}{
+		{"readfile", func(c *Client, w io.Writer) (int64, error) { return c.ReadFile(ctxT(t), "f", 100_000, w) }},
+		{"save", func(c *Client, w io.Writer) (int64, error) { return c.SaveHome(ctxT(t), 100_000, w) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			forger(t, b, 30_000)
+			c := NewClient(a)
+			defer c.Close()
+			var got bytes.Buffer
+			n, err := tc.get(c, &got)
+			if !errors.Is(err, ErrTooLarge) {
+				t.Errorf("err %v, want ErrTooLarge", err)
+			}
+			if n > 100_000 || got.Len() > 100_000 || int64(got.Len()) != n {
+				t.Errorf("wrote %d bytes (n %d) past a cap of 100000", got.Len(), n)
+			}
+		})
+	}
+}

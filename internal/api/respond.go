@@ -28,6 +28,10 @@ type requestInfo struct {
 	errCode     string
 	err         error
 	clientGone  bool
+	// abort: the answer started and then failed; the connection is cut
+	// after the log line (http.ErrAbortHandler), so the client sees a
+	// broken body rather than a short one that looks whole.
+	abort bool
 }
 
 type infoKey struct{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"math"
@@ -490,7 +491,17 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *Caller, id 
 	}
 	fw := &fileWriter{w: w, name: path.Base(fi.Path)}
 	if _, err := s.sbx.ReadFile(ctx, *c, id, p, fw); err != nil {
-		return err // before the first byte, in the error shape; after it, only the log's
+		if !fw.started {
+			return err // before the first byte: in the error shape
+		}
+		// After it the status is sent: the connection is cut without the
+		// body's end, so the client sees a broken download, never a
+		// whole-looking one (a file that grew past the cap, or a stream
+		// the code forged in its agent's place, docs/SANDBOXES.md).
+		_ = http.NewResponseController(w).Flush() // what was sent, then the cut
+		info := infoFrom(ctx)
+		info.err, info.abort = fmt.Errorf("download cut short: %w", err), true
+		return nil
 	}
 	fw.start()
 	return nil

@@ -575,3 +575,28 @@ func coverSandboxes(t *testing.T) []*testEnv {
 	}
 	return []*testEnv{env, lenv, benv, eenv, off}
 }
+
+// A download that fails after its first bytes cuts the connection: the
+// client sees a broken body, never a short one that looks whole.
+func TestFileDownloadCutShort(t *testing.T) {
+	env, fake := newSandboxEnv(t)
+	id := env.createSandbox(t, `{}`)
+	if r := env.do(request{method: "PUT", path: "/v1/sandboxes/" + id + "/files?path=f", body: strings.Repeat("x", 100), ctype: ptr("application/octet-stream")}); r.status/100 != 2 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	fake.CutReadAfter = 10
+	req, _ := http.NewRequest("GET", env.http.URL+"/v1/sandboxes/"+id+"/files?path=f", nil)
+	req.Header.Set("Authorization", "Bearer "+env.key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if res.StatusCode != 200 || err == nil {
+		t.Fatalf("status %d, read %q, err %v: want the body broken after its first bytes", res.StatusCode, b, err)
+	}
+	if string(b) != strings.Repeat("x", 10) {
+		t.Errorf("body %q", b)
+	}
+}

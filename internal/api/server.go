@@ -335,6 +335,10 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 		attrs = append(attrs, slog.String("error_code", info.errCode))
 	}
 	level := slog.LevelInfo
+	if info.abort {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", info.err.Error()))
+	}
 	if info.err != nil && status >= 500 {
 		// Overload is the server working as designed; an operator's
 		// alert on ERROR should fire for failures only.
@@ -345,6 +349,9 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 		attrs = append(attrs, slog.String("error", info.err.Error()))
 	}
 	s.log.LogAttrs(context.Background(), level, "request", attrs...)
+	if info.abort {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // fallback answers every request no route matched: the web handler for

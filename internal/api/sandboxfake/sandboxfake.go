@@ -48,6 +48,9 @@ type Fake struct {
 	LastIdemKey string
 	LastList    sandboxes.ListRequest
 	LastCommand sandboxes.CommandRequest
+	// CutReadAfter, when set, makes ReadFile fail after that many bytes,
+	// as a read that breaks mid-stream does.
+	CutReadAfter int
 }
 
 type idem struct {
@@ -558,6 +561,10 @@ func (f *Fake) ReadFile(ctx context.Context, c execution.Caller, id, p string, w
 	}
 	if int64(len(content)) > b.sb.Limits.MaxFileMB<<20 {
 		return 0, execution.Errorf(execution.KindPayloadTooLarge, "the file is over max_file_mb")
+	}
+	if f.CutReadAfter > 0 && f.CutReadAfter < len(content) {
+		n, _ := w.Write(content[:f.CutReadAfter])
+		return int64(n), execution.Errorf(execution.KindPayloadTooLarge, "the stream went past max_file_mb")
 	}
 	return io.Copy(w, bytes.NewReader(content))
 }

@@ -61,6 +61,9 @@ type bwrapPlan struct {
 	checks []mountCheck
 	// seccomp is the profile to compile and pass on bwrapSeccompFD.
 	seccomp *specs.LinuxSeccomp
+	// agentChannel: stdin and stdout are the agent's socket
+	// (stdio.openAgent), not pipes.
+	agentChannel bool
 }
 
 // mountCheck is a host path and the statfs flags (ST_*) it must carry.

@@ -202,7 +202,11 @@ func (d *Driver) newBwrapProcess(id, bundle string, cg *execCgroup, plan *bwrapP
 			p.close()
 		}
 	}()
-	if err := p.stdio.open(); err != nil {
+	open := p.stdio.open
+	if plan.agentChannel {
+		open = p.stdio.openAgent
+	}
+	if err := open(); err != nil {
 		return nil, err
 	}
 	// The OCI runtimes chown the sandbox's stdio to its user; bwrap does

@@ -87,6 +87,7 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	if err != nil {
 		return nil, err
 	}
+	h.agentChannel = true
 	s := &liveSandbox{held: h, started: time.Now()}
 	s.beforeCleanup = s.snapshot
 	defer func() {
@@ -121,7 +122,9 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	if plan != nil {
 		// The request's part of the environment never reaches bwrap's
 		// own (see innerCommand).
-		err = s.startBwrap(ctx, plan.render(s.bundle, uid, nil, env))
+		rp := plan.render(s.bundle, uid, nil, env)
+		rp.agentChannel = true
+		err = s.startBwrap(ctx, rp)
 	} else {
 		err = s.start()
 		if err == nil {
@@ -147,6 +150,9 @@ func (d *Driver) liveSpec(image string, ls engine.LiveSpec, agent string) (*spec
 		return nil, err
 	}
 	argv := []string{engine.AgentPath, "serve", "--deadline", strconv.FormatInt(ls.Deadline.Unix(), 10)}
+	if d.rt.proxiesStdio {
+		argv = append(argv, "--fd", "3") // the agent's socket (held.start)
+	}
 	// Under the OCI runtimes the cold path's init stays pid 1 (bwrap's
 	// own pid 1 stands for it): timeout(1) as pid 1 would reap only the
 	// agent, and every orphan of a command would stay a zombie, holding
@@ -403,7 +409,8 @@ func (s *liveSandbox) logStderr() {
 	}
 }
 
-// liveConn is the agent's stdin and stdout as one connection.
+// liveConn is the agent's socket (stdio.openAgent: stdin and stdout are
+// one file) as a connection.
 type liveConn struct {
 	w, r *os.File
 	once sync.Once

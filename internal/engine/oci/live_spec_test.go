@@ -32,6 +32,10 @@ func TestLiveSpecShape(t *testing.T) {
 			if rt != "bwrap" {
 				want = append([]string{initPath, "--"}, want...)
 			}
+			if rt == "runc" {
+				// runc proxies stdio: the agent's socket is fd 3.
+				want = append(want, "--fd", "3")
+			}
 			if diff := cmp.Diff(want, s.Process.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -280,6 +281,46 @@ func (s *stdio) open() error {
 	return nil
 }
 
+// openAgent is open with the agent's channel for stdin and stdout: one
+// unix socket pair instead of two pipes (stderr stays a pipe). The
+// sandbox's pid 1 and the deadline's timeout hold the sandbox's end as
+// well as the agent, and they are dumpable, so code of the same uid
+// reaches their /proc/<pid>/fd; a pipe there opens, but a socket never
+// does (ENXIO, under gVisor too), and pidfd_getfd, the other way to take
+// a descriptor, is denied by the seccomp profile. See docs/SANDBOXES.md,
+// "What the host trusts".
+func (s *stdio) openAgent() error {
+	ours, child, err := agentSocket()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		ours.Close()
+		child.Close()
+		return fmt.Errorf("oci: pipe: %w", err)
+	}
+	s.ours = [3]*os.File{ours, ours, r}
+	s.child = [3]*os.File{child, child, w}
+	return nil
+}
+
+// agentSocket is the agent's channel: the host's end, which goes through
+// the poller (deadlines, a Close that ends a blocked Read), and the
+// sandbox's, its own open file description, left blocking.
+func agentSocket() (ours, child *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("oci: socketpair: %w", err)
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("oci: socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "agent"), os.NewFile(uintptr(fds[1]), "agent-sandbox"), nil
+}
+
 // chown gives the pipes to the sandbox's uid and gid, as the OCI
 // runtimes do (one inode per pipe: both ends change).
 func (s *stdio) chown(uid, gid uint32) error {
@@ -310,7 +351,7 @@ func (s *stdio) CloseOutput() {
 func (s *stdio) closeChild() {
 	for i, f := range s.child {
 		if f != nil {
-			f.Close()
+			f.Close() // a second Close of openAgent's shared end is a no-op error
 			s.child[i] = nil
 		}
 	}

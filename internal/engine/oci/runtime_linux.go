@@ -28,6 +28,11 @@ type runtimeKind struct {
 	// driver hands the spec to translated into arguments (bwrap_linux.go).
 	// Its own pid 1 reaps zombies (no tini), and it keeps no state.
 	bwrap bool
+	// proxiesStdio marks runc: `runc run`, attached, copies the
+	// container's stdio through pipes of its own, which the container's
+	// pid 1 holds and /proc opens. A live sandbox's agent gets its socket
+	// as fd 3 instead (--preserve-fds), passed through untouched.
+	proxiesStdio bool
 }
 
 var runtimes = map[string]runtimeKind{
@@ -38,7 +43,7 @@ var runtimes = map[string]runtimeKind{
 		},
 	},
 	"runc": {
-		name: "runc", pkg: "runc",
+		name: "runc", pkg: "runc", proxiesStdio: true,
 		globalArgs: func(root, log string) []string {
 			return []string{"--root", root, "--log", log, "--log-format", "json"}
 		},

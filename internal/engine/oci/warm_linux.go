@@ -159,6 +159,10 @@ type held struct {
 
 	stdin          *os.File // write end
 	stdout, stderr *os.File // read ends
+	// agentChannel: stdin and stdout are one socket, the agent's
+	// (stdio.openAgent, or fd 3 under runc), so the same file.
+	agentChannel bool
+	proxyOut     *os.File // runc's stdout pipe, unused beside the agent's fd 3
 
 	// beforeCleanup, if set, runs once in Discard when the sandbox's
 	// processes are gone and its cgroup not yet removed.
@@ -291,17 +295,44 @@ func (s *warmSandbox) codePath() string {
 func (s *held) start() error {
 	d := s.d
 	var pipes stdio
-	if err := pipes.open(); err != nil {
+	open := pipes.open
+	viaFD := s.agentChannel && d.rt.proxiesStdio
+	if s.agentChannel && !viaFD {
+		open = pipes.openAgent
+	}
+	if err := open(); err != nil {
 		return err
 	}
 	s.stdin, s.stdout, s.stderr = pipes.ours[0], pipes.ours[1], pipes.ours[2]
+	args := []string{"run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid")}
+	var agentEnd *os.File
+	if viaFD {
+		ours, child, err := agentSocket()
+		if err != nil {
+			pipes.close()
+			s.stdin, s.stdout, s.stderr = nil, nil, nil
+			return err
+		}
+		// The proxied stdin and stdout carry nothing: stdin is closed on
+		// our side (EOF), stdout kept open unread until Discard (a write
+		// there must not be runc's SIGPIPE); the socket stands for both.
+		s.stdin.Close()
+		s.proxyOut = s.stdout
+		s.stdin, s.stdout, agentEnd = ours, ours, child
+		args = append(args, "--preserve-fds", "1")
+	}
 	// Not CommandContext: ending a context must kill the sandbox (Discard
 	// does), not orphan it by killing only the runtime process.
-	cmd := d.runtimeCmd(context.Background(), filepath.Join(s.bundle, "runtime.log"),
-		"run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid"), s.id)
+	cmd := d.runtimeCmd(context.Background(), filepath.Join(s.bundle, "runtime.log"), append(args, s.id)...)
 	pipes.attach(cmd)
+	if agentEnd != nil {
+		cmd.ExtraFiles = []*os.File{agentEnd} // fd 3, the agent's --fd
+	}
 	err := cmd.Start()
 	pipes.closeChild()
+	if agentEnd != nil {
+		agentEnd.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("oci: starting %s: %w", d.rt.name, err)
 	}
@@ -468,7 +499,7 @@ func (s *held) Discard(ctx context.Context) error {
 				}
 			}
 		}
-		for _, f := range []*os.File{s.stdin, s.stdout, s.stderr} {
+		for _, f := range []*os.File{s.stdin, s.stdout, s.stderr, s.proxyOut} {
 			if f != nil {
 				f.Close()
 			}

@@ -1,6 +1,6 @@
 // Command liveagent stands in for the real agent (cmd/vertal-agent) in
 // the oci driver's tests of live sandboxes. Run as `liveagent serve
-// --deadline N`, it answers one line-based command per line on stdin with
+// --deadline N [--fd N]`, it answers one line-based command per line on stdin with
 // one JSON line {"out": ..., "err": ...} on stdout, and exits on EOF:
 //
 //	id                 uid and gid
@@ -38,7 +38,14 @@ func main() {
 	}
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	deadline := fs.Int64("deadline", 0, "unix seconds")
+	fd := fs.Int("fd", -1, "the channel's descriptor, instead of stdin and stdout (runc)")
 	_ = fs.Parse(os.Args[2:])
+	rd, wr := os.Stdin, os.Stdout
+	if *fd >= 0 {
+		syscall.CloseOnExec(*fd)
+		rd = os.NewFile(uintptr(*fd), "channel")
+		wr = rd
+	}
 	if *deadline == 0 {
 		fmt.Fprintln(os.Stderr, "liveagent: --deadline is required")
 		os.Exit(2)
@@ -52,9 +59,9 @@ func main() {
 	}
 	wg.Wait()
 	fmt.Fprintln(os.Stderr, "liveagent: serving")
-	in := bufio.NewScanner(os.Stdin)
+	in := bufio.NewScanner(rd)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
-	out := json.NewEncoder(os.Stdout)
+	out := json.NewEncoder(wr)
 	for in.Scan() {
 		o, err := do(in.Text(), *deadline)
 		r := struct {
