@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -33,6 +34,7 @@ func main() {
 	deadline := fl.Int64("deadline", 0, "unix time (seconds) at which to kill everything and exit; 0 for none")
 	home := fl.String("home", "", "home directory (default /home/user)")
 	fd := fl.Int("fd", -1, "speak the protocol over this descriptor (a socket) instead of stdin and stdout")
+	connect := fl.String("connect", "", "speak the protocol over a connection to this unix socket instead of stdin and stdout")
 	fl.Parse(os.Args[2:])
 
 	logger := log.New(os.Stderr, "vertal-agent: ", log.LstdFlags)
@@ -56,12 +58,23 @@ func main() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
-	var conn io.ReadWriteCloser = sockConn{r: *fd, w: *fd}
-	if *fd < 0 {
+	var conn io.ReadWriteCloser
+	switch {
+	case *connect != "":
+		// The docker driver's socket under runc, bind-mounted for the
+		// sandbox's uid; the host accepts this one connection and then
+		// removes the socket. Go opens it close-on-exec.
+		c, err := net.Dial("unix", *connect)
+		if err != nil {
+			logger.Printf("connecting to the host: %v", err)
+			os.Exit(1)
+		}
+		conn = c
+	case *fd >= 0:
+		syscall.CloseOnExec(*fd) // not inherited by the commands it spawns
+		conn = sockConn{r: *fd, w: *fd}
+	default:
 		conn = stdio()
-	} else {
-		// Not inherited by the commands the agent spawns.
-		syscall.CloseOnExec(*fd)
 	}
 	if err := agent.Serve(ctx, conn, opts); err != nil {
 		logger.Printf("%v", err)

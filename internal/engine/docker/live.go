@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
@@ -30,7 +32,8 @@ var _ engine.Starter = (*Driver)(nil)
 // walls of an execution's (walls), whose one process is the agent,
 // bind-mounted read-only at engine.AgentPath and run under the sandbox's
 // own deadline (sandbox.DeadlineArgv with Limits.Lifetime) as the
-// sandbox's uid, with its stdin and stdout as the connection. The home
+// sandbox's uid. Its connection is a unix socket under runc (listen),
+// the container's attached stdin and stdout under runsc. The home
 // (engine.HomeDir) is a tmpfs of HomeBytes owned by that uid; nothing of
 // the host's but the agent is mounted. The container carries the driver's
 // labels and is marked running until Discard, so Reap leaves it alone
@@ -76,7 +79,13 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 			return nil, fmt.Errorf("docker: %w", err)
 		}
 	}
-	cfg, host := d.liveConfig(spec, env, os.Getpid(), l.uid.UID)
+	sock := ""
+	if !d.gvisor {
+		if sock, err = l.listen(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, host := d.liveConfig(spec, env, os.Getpid(), l.uid.UID, sock)
 	if err := d.createAttached(ctx, cfg, host, l.name, &l.attachedContainer); err != nil {
 		return nil, err
 	}
@@ -97,7 +106,125 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 	if err := d.cli.ContainerStart(ctx, l.cid, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("docker: starting container: %w", err)
 	}
+	if l.ln != nil {
+		conn, err := l.accept(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// The attached stdin and stdout carry nothing now: stdin is at
+		// its end, and what reaches stdout is dropped.
+		_ = l.att.CloseWrite()
+		pr.Close()
+		l.conn = &sockConn{UnixConn: conn}
+	}
 	return l, nil
+}
+
+// agentSocket is where a live sandbox's agent finds the host's socket
+// (its --connect) under runc.
+const agentSocket = "/.vertal/agent.sock"
+
+// listen makes the host's end of the agent's channel under runc: a unix
+// socket in the sandbox's state directory, only for its uid, bind-mounted
+// at agentSocket. The container's attached stdio stays for stderr: its
+// pipes are held by the container's init and timeout too, which code of
+// the same uid opens through /proc, and a socket never opens there
+// (docs/SANDBOXES.md, "The agent's channel"). gVisor does not connect to
+// host sockets by default (--host-uds): under runsc the channel stays the
+// attached stdio.
+func (l *liveContainer) listen() (string, error) {
+	l.dir = l.d.codeDir(l.id)
+	if err := os.Mkdir(l.dir, 0o711); err != nil {
+		return "", fmt.Errorf("docker: %w", err)
+	}
+	path := filepath.Join(l.dir, "agent.sock")
+	// Bound through the directory's descriptor: a socket's path may hold
+	// at most 107 bytes, and a state directory may be deeper than that.
+	dir, err := os.Open(l.dir)
+	if err != nil {
+		return "", fmt.Errorf("docker: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d/agent.sock", dir.Fd()), Net: "unix"})
+	dir.Close()
+	if err != nil {
+		return "", fmt.Errorf("docker: agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // its name went with the descriptor; Discard removes l.dir
+	l.ln = ln
+	uid := int(l.uid.UID)
+	if err := os.Chown(path, uid, uid); err != nil {
+		return "", fmt.Errorf("docker: agent socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return "", fmt.Errorf("docker: agent socket: %w", err)
+	}
+	return path, nil
+}
+
+// agentConnectTimeout bounds how long a started container's agent may
+// take to connect.
+const agentConnectTimeout = 30 * time.Second
+
+// accept takes the agent's one connection, closes the listener and
+// removes its file: nothing runs in the sandbox before the agent, and
+// nothing can connect after it. The peer must have the sandbox's uid.
+func (l *liveContainer) accept(ctx context.Context) (*net.UnixConn, error) {
+	type result struct {
+		c   *net.UnixConn
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := l.ln.AcceptUnix()
+		got <- result{c, err}
+	}()
+	timer := time.NewTimer(agentConnectTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case r := <-got:
+		l.ln.Close()
+		os.Remove(filepath.Join(l.dir, "agent.sock"))
+		if r.err != nil {
+			return nil, fmt.Errorf("docker: agent socket: %w", r.err)
+		}
+		if err := checkPeer(r.c, l.uid.UID); err != nil {
+			r.c.Close()
+			return nil, err
+		}
+		return r.c, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-l.done:
+		err = fmt.Errorf("docker: sandbox %s ended before its agent connected (exit %d)", l.id, l.exitCode)
+	case <-timer.C:
+		err = fmt.Errorf("docker: sandbox %s: the agent did not connect within %v", l.id, agentConnectTimeout)
+	}
+	l.ln.Close()
+	if r := <-got; r.c != nil {
+		r.c.Close()
+	}
+	return nil, err
+}
+
+// checkPeer refuses a connection from any uid but the sandbox's.
+func checkPeer(c *net.UnixConn, uid uint32) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("docker: agent socket: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return fmt.Errorf("docker: agent socket: %w", err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("docker: agent socket: %w", cerr)
+	}
+	if cred.Uid != uid {
+		return fmt.Errorf("docker: agent socket: a peer with uid %d, not the sandbox's %d", cred.Uid, uid)
+	}
+	return nil
 }
 
 // liveStderrBytes bounds what of a live sandbox's stderr reaches the log.
@@ -105,13 +232,20 @@ const liveStderrBytes = 64 << 10
 
 // liveConfig is the container of a live sandbox: the walls, the agent as
 // its command, the home tmpfs and the agent's bind mount.
-func (d *Driver) liveConfig(spec engine.LiveSpec, env []string, pid int, uid uint32) (*container.Config, *container.HostConfig) {
+// sock, when set, is the host's socket for the agent (listen).
+func (d *Driver) liveConfig(spec engine.LiveSpec, env []string, pid int, uid uint32, sock string) (*container.Config, *container.HostConfig) {
 	cfg, host := d.walls(spec.ID, spec.Image, spec.Limits, pid, uid)
 	agent := []string{engine.AgentPath, "serve", "--deadline", strconv.FormatInt(spec.Deadline.Unix(), 10)}
+	if sock != "" {
+		agent = append(agent, "--connect", agentSocket)
+	}
 	cfg.Cmd = sandbox.DeadlineArgv("timeout", spec.Limits.Lifetime, agent)
 	cfg.Env = env
 	cfg.WorkingDir = engine.HomeDir
 	host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Agent, Target: engine.AgentPath, ReadOnly: true})
+	if sock != "" {
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: sock, Target: agentSocket, ReadOnly: true})
+	}
 	d.addTmpfs(cfg, host, engine.HomeDir, homeOptions(spec.HomeBytes, uid))
 	if n := len(host.Mounts); d.gvisor && host.Mounts[n-1].Target == engine.HomeDir {
 		// The image's directory there (if any) is neither copied into the
@@ -164,7 +298,9 @@ type liveContainer struct {
 	oom  *sandbox.OOMWatch // the parent's OOM notification (cgroup v1)
 
 	attachedContainer
-	conn *liveConn
+	conn io.ReadWriteCloser // liveConn, or sockConn under runc
+	ln   *net.UnixListener  // until the agent connected (listen)
+	dir  string             // the socket's directory, removed by Discard
 
 	started time.Time
 	mu      sync.Mutex
@@ -237,6 +373,17 @@ func (l *liveContainer) Discard(ctx context.Context) error {
 		if l.att != nil {
 			l.att.Close()
 		}
+		if l.conn != nil {
+			l.conn.Close()
+		}
+		if l.ln != nil {
+			l.ln.Close()
+		}
+		if l.dir != "" {
+			if err := os.RemoveAll(l.dir); err != nil {
+				errs = append(errs, fmt.Errorf("docker: %w", err))
+			}
+		}
 		if l.stopWait != nil {
 			l.stopWait()
 		}
@@ -282,6 +429,10 @@ func (c *liveConn) Close() error {
 	})
 	return c.err
 }
+
+// sockConn is the agent's socket under runc; closing it is the end of
+// the sandbox for the agent.
+type sockConn struct{ *net.UnixConn }
 
 // dropClosed writes to a pipe and drops what comes after its reader has
 // closed.

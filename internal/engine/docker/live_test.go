@@ -51,9 +51,17 @@ func TestLiveConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, host := d.liveConfig(spec, env, 42, 2_000_000_042)
+			sock := ""
+			if rt == "runc" {
+				sock = "/run/v/" + inst + "/sbx_1/agent.sock"
+			}
+			cfg, host := d.liveConfig(spec, env, 42, 2_000_000_042, sock)
 			wantCfg, wantHost := d.walls("sbx_1", "", lim, 42, 2_000_000_042)
 			wantCfg.Cmd = []string{"timeout", "-s", "KILL", "65", "/.vertal/agent", "serve", "--deadline", "1900000000"}
+			if rt == "runc" {
+				// The agent's socket (listen): not the attached stdio.
+				wantCfg.Cmd = append(wantCfg.Cmd, "--connect", "/.vertal/agent.sock")
+			}
 			wantCfg.WorkingDir = "/home/user"
 			wantCfg.Env = []string{
 				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -65,6 +73,9 @@ func TestLiveConfig(t *testing.T) {
 			}
 			homeOpts := "rw,noexec,nosuid,nodev,mode=0700,uid=2000000042,gid=2000000042,size=8388608"
 			wantHost.Mounts = append(wantHost.Mounts, mount.Mount{Type: mount.TypeBind, Source: "/srv/agent", Target: "/.vertal/agent", ReadOnly: true})
+			if rt == "runc" {
+				wantHost.Mounts = append(wantHost.Mounts, mount.Mount{Type: mount.TypeBind, Source: sock, Target: "/.vertal/agent.sock", ReadOnly: true})
+			}
 			if rt == "runsc" {
 				wantHost.Mounts = append(wantHost.Mounts, mount.Mount{Type: mount.TypeVolume, Target: "/home/user", VolumeOptions: &mount.VolumeOptions{
 					NoCopy:       true,
@@ -302,7 +313,11 @@ func TestLive(t *testing.T) {
 					t.Errorf("agent runs as %q, want %q (the sandbox's own uid)", got, want)
 				}
 				t.Logf("%s: idle live sandbox: %.1f MiB (cgroup memory)", rt, float64(l.MemoryBytes())/(1<<20))
-				if got, want := c.ok("args"), fmt.Sprintf("/.vertal/agent serve --deadline %d", spec.Deadline.Unix()); got != want {
+				want := fmt.Sprintf("/.vertal/agent serve --deadline %d", spec.Deadline.Unix())
+				if rt == "runc" {
+					want += " --connect /.vertal/agent.sock" // the driver's socket, not the attached stdio
+				}
+				if got := c.ok("args"); got != want {
 					t.Errorf("agent's command line %q, want %q", got, want)
 				}
 				if got := c.ok("caps"); got != "0000000000000000" {

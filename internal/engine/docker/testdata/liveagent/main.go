@@ -1,6 +1,7 @@
 // Command liveagent stands in for the real agent (package agent) in the
 // docker driver's tests of live sandboxes: run as `liveagent serve
-// --deadline N`, it answers one line per request on stdin until EOF.
+// --deadline N [--connect SOCKET]`, it answers one line per request on
+// stdin (or the socket) until EOF.
 //
 // Requests: "id", "args", "env", "cwd", "ifaces", "procs", "caps",
 // "stat PATH", "read PATH", "write PATH DATA", "fill PATH BYTES",
@@ -12,6 +13,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -22,18 +24,29 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 4 || os.Args[1] != "serve" || os.Args[2] != "--deadline" {
-		fmt.Fprintln(os.Stderr, "usage: liveagent serve --deadline UNIX")
+	if (len(os.Args) != 4 && (len(os.Args) != 6 || os.Args[4] != "--connect")) || os.Args[1] != "serve" || os.Args[2] != "--deadline" {
+		fmt.Fprintln(os.Stderr, "usage: liveagent serve --deadline UNIX [--connect SOCKET]")
 		os.Exit(2)
 	}
 	if _, err := strconv.ParseInt(os.Args[3], 10, 64); err != nil {
 		fmt.Fprintln(os.Stderr, "liveagent: bad deadline:", err)
 		os.Exit(2)
 	}
+	var rd io.Reader = os.Stdin
+	var wr io.Writer = os.Stdout
+	if len(os.Args) == 6 {
+		// The driver's socket under runc, as the real agent's --connect.
+		c, err := net.Dial("unix", os.Args[5])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "liveagent:", err)
+			os.Exit(1)
+		}
+		rd, wr = c, c
+	}
 	fmt.Fprintln(os.Stderr, "liveagent: serving")
-	in := bufio.NewScanner(os.Stdin)
+	in := bufio.NewScanner(rd)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
-	out := bufio.NewWriter(os.Stdout)
+	out := bufio.NewWriter(wr)
 	for in.Scan() {
 		s, err := handle(in.Text())
 		if err != nil {
