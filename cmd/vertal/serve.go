@@ -84,11 +84,15 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, logger)
+	sbx, err := newSandboxes(cfg, st, driver, eng, images, nodeID, logger)
 	if err != nil {
 		return err
 	}
-	sbx, err := newSandboxes(cfg, st, driver, eng, images, nodeID, logger)
+	var nodeStopped func(context.Context, string)
+	if sbx != nil {
+		nodeStopped = sbx.EndNodeSandboxes
+	}
+	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, logger)
 	if err != nil {
 		return err
 	}
@@ -268,7 +272,9 @@ func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID str
 // newService builds the one execution service: it runs what the API, the
 // MCP tools and the queue's workers ask for, and renders, counts and logs
 // as the API does.
-func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics, logger *slog.Logger) (*execution.Service, error) {
+// nodeStopped, if set, hears of each stopped node found (execution.Options).
+func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics,
+	nodeStopped func(context.Context, string), logger *slog.Logger) (*execution.Service, error) {
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
 	return execution.New(execution.Options{
@@ -285,6 +291,7 @@ func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []
 		Webhooks:      &execution.Webhooks{Guard: guard, Client: webhook.NewClient(webhook.Options{Guard: guard}), RetryFor: cfg.WebhookRetryFor.D()},
 		Render:        api.RenderExecution,
 		NodeTimeout:   cfg.NodeTimeout.D(),
+		NodeStopped:   nodeStopped,
 		Metrics:       metrics,
 		Logger:        logger,
 	})

@@ -67,6 +67,9 @@ func (s *Service) Start(ctx context.Context) error {
 				}
 				s.log.Warn("node stopped sending heartbeats; settling its executions", "node", n)
 				s.settle(ctx, n, "the node running it stopped")
+				if s.opts.NodeStopped != nil {
+					s.opts.NodeStopped(ctx, n)
+				}
 				if err := s.store.ForgetNode(ctx, n); err != nil {
 					s.log.Warn("forgetting a stopped node", "node", n, "error", err)
 				}

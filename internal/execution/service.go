@@ -75,6 +75,10 @@ type Options struct {
 	// executions are settled (default 60 s); heartbeats are sent every
 	// NodeTimeout/6.
 	NodeTimeout time.Duration
+	// NodeStopped, if set, is called for each stopped node found, after
+	// its executions are settled and before its heartbeat is forgotten
+	// (the sandboxes it held end as node_lost).
+	NodeStopped func(ctx context.Context, node string)
 	// Metrics counts executions and replays; nil counts nothing.
 	Metrics Metrics
 	// Logger receives what goes wrong after an answer is decided; nil

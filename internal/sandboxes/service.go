@@ -226,6 +226,35 @@ func (s *Service) reconcile(ctx context.Context) error {
 	return nil
 }
 
+// EndNodeSandboxes ends as node_lost the sandboxes that the store holds
+// running on node, another node that stopped sending heartbeats: their
+// processes and files went with it. Paused ones stay paused, resumable
+// on any node that reaches their saved home (docs/SANDBOXES.md, "Several
+// nodes"). Called by the node that found node stopped; the store's
+// status check makes one winner if several do.
+func (s *Service) EndNodeSandboxes(ctx context.Context, node string) {
+	if node == s.opts.NodeID {
+		return
+	}
+	recs, err := s.store.NodeSandboxes(ctx, node, string(StatusRunning))
+	if err != nil {
+		s.log.Error("listing a stopped node's sandboxes", "node", node, "error", err)
+		return
+	}
+	for _, rec := range recs {
+		e := s.entry(rec.ID)
+		e.mu.Lock()
+		if e.b == nil {
+			if _, err := s.finishLocked(ctx, e, rec, ReasonNodeLost, "the node holding the sandbox stopped; its processes and files are gone"); err != nil && !errors.Is(err, store.ErrSandboxState) {
+				s.log.Error("ending a stopped node's sandbox", "sandbox_id", rec.ID, "node", node, "error", err)
+			} else if err == nil {
+				s.log.Warn("ended a stopped node's sandbox", "sandbox_id", rec.ID, "node", node)
+			}
+		}
+		e.mu.Unlock()
+	}
+}
+
 // Shutdown pauses every live sandbox, so that a server stop (an upgrade)
 // keeps their files; one that cannot be paused is ended with reason error.
 func (s *Service) Shutdown(ctx context.Context) error {

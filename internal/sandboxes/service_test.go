@@ -942,3 +942,32 @@ func TestFilesLongPath(t *testing.T) {
 		t.Errorf("the error echoes the path: %d bytes", len(err.Error()))
 	}
 }
+
+// A node that finds another stopped ends that node's running sandboxes
+// as node_lost; its paused ones, its own sandboxes and a second call are
+// left as they are.
+func TestEndNodeSandboxes(t *testing.T) {
+	dir := t.TempDir()
+	raw := openStore(t, filepath.Join(dir, "vertal.db"))
+	a := newFixtureOn(t, raw, dir, "node-a")
+	c := caller("acme", config.DefaultPlans()["pro"])
+	lost := a.create(t, c, CreateRequest{})
+	paused := a.create(t, c, CreateRequest{})
+	if _, err := a.s.Pause(t.Context(), c, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	b := newFixtureOn(t, raw, dir, "node-b")
+	own := b.create(t, c, CreateRequest{})
+	b.s.EndNodeSandboxes(t.Context(), "node-b") // itself: nothing
+	b.s.EndNodeSandboxes(t.Context(), "node-a")
+	b.s.EndNodeSandboxes(t.Context(), "node-a") // again: nothing more
+	for id, want := range map[string]string{lost.ID: "ended node_lost", paused.ID: "paused ", own.ID: "running "} {
+		got, err := b.s.Get(t.Context(), c, id)
+		if err != nil || string(got.Status)+" "+got.Reason != want {
+			t.Errorf("%s: %s %q, %v; want %s", id, got.Status, got.Reason, err, want)
+		}
+	}
+	if out, err := b.s.Run(t.Context(), c, own.ID, CommandRequest{Cmd: "echo ok"}, nil); err != nil || out.ExitCode != 0 {
+		t.Errorf("node-b's own sandbox after: %+v, %v", out, err)
+	}
+}
