@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,7 +93,12 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if sbx != nil {
 		nodeStopped = sbx.EndNodeSandboxes
 	}
-	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, logger)
+	// The address other nodes forward this node's sandbox calls to, known
+	// once it listens (config.AdvertiseFor); heartbeats carry it.
+	var advertise atomic.Value
+	advertise.Store("")
+	nodeAddress := func() string { return advertise.Load().(string) }
+	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, nodeAddress, logger)
 	if err != nil {
 		return err
 	}
@@ -100,7 +106,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	srv, err := newAPI(cfg, st, svc, sbx, accounts, images, metrics, logger)
+	srv, err := newAPI(cfg, st, svc, sbx, accounts, images, nodeID, metrics, logger)
 	if err != nil {
 		return err
 	}
@@ -129,6 +135,10 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	// `vertal status` reads the settings in effect from a socket in the
 	// data directory.
 	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driverName, nodeID, cfg.Workers()), logger)()
+	advertise.Store(cfg.AdvertiseFor(ls.addr))
+	if err := svc.Beat(ctx); err != nil {
+		logger.Warn("heartbeat", "error", err)
+	}
 	base := "http://" + ls.addr.String()
 	announce(e, cfg, base, driverName, storeDesc)
 	if cfg.Dev {
@@ -274,7 +284,7 @@ func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID str
 // as the API does.
 // nodeStopped, if set, hears of each stopped node found (execution.Options).
 func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics,
-	nodeStopped func(context.Context, string), logger *slog.Logger) (*execution.Service, error) {
+	nodeStopped func(context.Context, string), nodeAddress func() string, logger *slog.Logger) (*execution.Service, error) {
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
 	return execution.New(execution.Options{
@@ -292,6 +302,7 @@ func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []
 		Render:        api.RenderExecution,
 		NodeTimeout:   cfg.NodeTimeout.D(),
 		NodeStopped:   nodeStopped,
+		NodeAddress:   nodeAddress,
 		Metrics:       metrics,
 		Logger:        logger,
 	})
@@ -313,7 +324,7 @@ func newAccounts(cfg config.Config, st store.Store, logger *slog.Logger) (*accou
 
 // newAPI is the HTTP API over svc, with the MCP server (its tools call
 // svc too), the web pages and the account pages mounted.
-func newAPI(cfg config.Config, st store.Store, svc *execution.Service, sbx *sandboxes.Service, accounts *account.Service, images []config.Image, metrics *api.Metrics, logger *slog.Logger) (*api.Server, error) {
+func newAPI(cfg config.Config, st store.Store, svc *execution.Service, sbx *sandboxes.Service, accounts *account.Service, images []config.Image, nodeID string, metrics *api.Metrics, logger *slog.Logger) (*api.Server, error) {
 	mcpHandler := mcpserver.HTTPHandler(mcpserver.HTTPOptions{
 		Options: mcpserver.Options{Version: version, Logger: logger, Languages: clientLanguages(images[0].Languages), Images: clientImages(images)},
 		Backend: mcpBackend(svc, sbx, metrics, logger),
@@ -330,6 +341,7 @@ func newAPI(cfg config.Config, st store.Store, svc *execution.Service, sbx *sand
 		Pages:      web.NewPages(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger}),
 		PublicURL:  cfg.PublicURL,
 		Version:    version,
+		NodeID:     nodeID,
 		EdgeSecret: cfg.EdgeSecret,
 		Web:        web.Handler(web.Options{OpenAPI: doc, Version: version, APIBase: "/api", Logger: logger, Accounts: true}),
 		MCP:        mcpHandler,

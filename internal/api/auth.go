@@ -28,7 +28,12 @@ type authedFunc func(w http.ResponseWriter, r *http.Request, c *Caller) error
 
 // authed authenticates the bearer key, then counts the request against
 // the tenant's per-minute rate, before h runs.
-func (s *Server) authed(h authedFunc) handlerFunc {
+func (s *Server) authed(h authedFunc) handlerFunc { return s.authedAfter(nil, h) }
+
+// authedAfter is authed with pre run before the rate limit: when pre
+// answered the request itself (done), it is not counted here (a sandbox
+// call forwarded to the node that holds it is counted there).
+func (s *Server) authedAfter(pre func(w http.ResponseWriter, r *http.Request, c *Caller) (done bool, err error), h authedFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		c, err := s.authenticate(r)
 		if err != nil && s.opts.Accounts != nil && len(r.Header.Values("Authorization")) == 0 {
@@ -43,6 +48,11 @@ func (s *Server) authed(h authedFunc) handlerFunc {
 		}
 		if err := tenantConn(w, r, c.Key.Tenant); err != nil {
 			return err
+		}
+		if pre != nil {
+			if done, err := pre(w, r, c); done || err != nil {
+				return err
+			}
 		}
 		if err := s.rateLimit(w, r, c); err != nil {
 			return err

@@ -32,6 +32,8 @@ type requestInfo struct {
 	// after the log line (http.ErrAbortHandler), so the client sees a
 	// broken body rather than a short one that looks whole.
 	abort bool
+	// forwardedTo is the node a sandbox call was proxied to (forward.go).
+	forwardedTo string
 }
 
 type infoKey struct{}

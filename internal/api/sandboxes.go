@@ -49,6 +49,9 @@ type Sandboxes interface {
 	Mkdir(ctx context.Context, c execution.Caller, id, path string) (sandboxes.FileInfo, error)
 	Move(ctx context.Context, c execution.Caller, id, from, to string) (sandboxes.FileInfo, error)
 	Usage(ctx context.Context, c execution.Caller) (sandboxes.Usage, error)
+	// Owner is the base URL of the node holding c's sandbox live when that
+	// is another node, else "".
+	Owner(ctx context.Context, c execution.Caller, id string) (string, error)
 }
 
 var _ Sandboxes = (*sandboxes.Service)(nil)
@@ -80,14 +83,20 @@ type sandboxFunc func(w http.ResponseWriter, r *http.Request, c *Caller, id stri
 
 // sandbox is sandboxesOn for a route of one sandbox: a malformed id is
 // not found.
+// One held live by another node is forwarded there (forward.go).
 func (s *Server) sandbox(h sandboxFunc) handlerFunc {
-	return s.sandboxesOn(func(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	return s.authedAfter(func(w http.ResponseWriter, r *http.Request, c *Caller) (bool, error) {
+		if s.sbx == nil {
+			return true, errSandboxesOff
+		}
 		id := r.PathValue("id")
 		if !sandboxIDPattern.MatchString(id) {
-			return errorf(KindNotFound, "no sandbox %q", clip(id, 80))
+			return true, errorf(KindNotFound, "no sandbox %q", clip(id, 80))
 		}
 		infoFrom(r.Context()).sandboxID = id
-		return h(w, r, c, id)
+		return s.forwardSandbox(w, r, c, id)
+	}, func(w http.ResponseWriter, r *http.Request, c *Caller) error {
+		return h(w, r, c, r.PathValue("id"))
 	})
 }
 

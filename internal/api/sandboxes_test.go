@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -573,7 +574,16 @@ func coverSandboxes(t *testing.T) []*testEnv {
 	for _, r := range all {
 		off.do(r)
 	}
-	return []*testEnv{env, lenv, benv, eenv, off}
+	// 503: every route of a sandbox held by a node that does not answer
+	// (nothing listens on port 1), and a create refused by a full share.
+	fenv, ffake := newSandboxEnv(t)
+	held := fenv.createSandbox(t, `{}`)
+	ffake.Owners = map[string]string{held: "http://127.0.0.1:1"}
+	ffake.Busy = true
+	for _, r := range append(sandboxRequests(held), request{method: "POST", path: "/v1/sandboxes", body: `{}`}) {
+		fenv.do(r)
+	}
+	return []*testEnv{env, lenv, benv, eenv, off, fenv}
 }
 
 // A download that fails after its first bytes cuts the connection: the
@@ -585,12 +595,7 @@ func TestFileDownloadCutShort(t *testing.T) {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}
 	fake.CutReadAfter = 10
-	req, _ := http.NewRequest("GET", env.http.URL+"/v1/sandboxes/"+id+"/files?path=f", nil)
-	req.Header.Set("Authorization", "Bearer "+env.key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := env.download(t, id, "f")
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if res.StatusCode != 200 || err == nil {
@@ -599,4 +604,95 @@ func TestFileDownloadCutShort(t *testing.T) {
 	if string(b) != strings.Repeat("x", 10) {
 		t.Errorf("body %q", b)
 	}
+}
+
+// A call for a sandbox another node holds is proxied there as it came
+// (method, path, body, key), once, with the same request id, streaming,
+// and without counting it against the rate here; an owner that does not
+// answer is a 503 to retry; a call already forwarded is never forwarded
+// again.
+func TestForwardToOwner(t *testing.T) {
+	type seen struct {
+		method, path, auth, body, by, rid string
+	}
+	got := make(chan seen, 4)
+	release := make(chan struct{})
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), string(b), r.Header.Get(forwardedHeader), r.Header.Get("X-Request-ID")}
+		h := w.Header()
+		h.Set("X-Request-ID", r.Header.Get("X-Request-ID"))
+		// The owner counts the call, as a real node's rateLimit does.
+		h.Set("X-RateLimit-Limit", "120")
+		h.Set("X-RateLimit-Remaining", "41")
+		h.Set("X-RateLimit-Reset", "1700000000")
+		if r.Method == "GET" {
+			h.Set("Content-Type", "application/octet-stream")
+			io.WriteString(w, "one,")
+			w.(http.Flusher).Flush()
+			<-release
+			io.WriteString(w, "two")
+			return
+		}
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(404)
+		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"no such file"},"request_id":%q}`, r.Header.Get("X-Request-ID"))
+	}))
+	defer owner.Close()
+	env, fake := newSandboxEnv(t, withOptions(func(o *Options) { o.NodeID = "node-a" }))
+	id := env.createSandbox(t, `{}`)
+	fake.Owners = map[string]string{id: owner.URL}
+
+	// A body, a query and the /api prefix go through as they came.
+	r := env.do(request{method: "POST", path: "/api/v1/sandboxes/" + id + "/files/move?x=1", body: `{"from":"a","to":"b"}`})
+	s := <-got
+	want := seen{"POST", "/api/v1/sandboxes/" + id + "/files/move?x=1", "Bearer " + env.key, `{"from":"a","to":"b"}`, "node-a", r.header.Get("X-Request-ID")}
+	if r.status != 404 || s != want {
+		t.Errorf("answer %d; the owner saw %+v, want %+v", r.status, s, want)
+	}
+	if ids := r.header.Values("X-Request-ID"); len(ids) != 1 {
+		t.Errorf("X-Request-ID %v, want one", ids)
+	}
+	if rl := r.header.Values("X-RateLimit-Remaining"); len(rl) != 1 || rl[0] != "41" {
+		t.Errorf("X-RateLimit-Remaining %v, want the owner's alone (a forwarded call is not counted here)", rl)
+	}
+
+	// The answer streams: the first bytes arrive before the owner ends.
+	res := env.download(t, id, "f")
+	defer res.Body.Close()
+	first := make([]byte, 4)
+	if _, err := io.ReadFull(res.Body, first); err != nil || string(first) != "one," {
+		t.Fatalf("first bytes %q, %v: want the owner's first before it ends", first, err)
+	}
+	close(release)
+	if rest, _ := io.ReadAll(res.Body); string(rest) != "two" {
+		t.Errorf("rest %q", rest)
+	}
+	<-got
+
+	// Already forwarded: this node answers it (here, the fake's own
+	// sandbox), whatever it thinks of the owner.
+	r = env.do(request{path: "/v1/sandboxes/" + id, header: map[string]string{forwardedHeader: "node-b"}})
+	if r.status != 200 || len(got) != 0 {
+		t.Errorf("a forwarded call was forwarded again: %d, %d calls at the owner", r.status, len(got))
+	}
+
+	// The owner is gone.
+	owner.Close()
+	r = env.do(request{path: "/v1/sandboxes/" + id})
+	if r.status != 503 || r.header.Get("Retry-After") != "1" || !strings.Contains(string(r.body), `"unavailable"`) {
+		t.Errorf("owner down: %d %v %s", r.status, r.header, r.body)
+	}
+}
+
+// download GETs a sandbox's file, its answer unread.
+func (e *testEnv) download(t *testing.T, id, path string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.http.URL+"/v1/sandboxes/"+id+"/files?path="+path, nil)
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

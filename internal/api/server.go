@@ -46,6 +46,9 @@ type Options struct {
 	Store store.Store
 	// Version is reported by /health and the OpenAPI document.
 	Version string
+	// NodeID names this node on the sandbox calls it forwards to the node
+	// holding the sandbox (forward.go).
+	NodeID string
 	// EdgeSecret, when set, must arrive in X-Vertal-Edge-Secret on every
 	// request but /health; otherwise 403.
 	EdgeSecret string
@@ -274,6 +277,9 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 // secret, panic recovery, access log and metrics around the routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := &requestInfo{id: newRequestID(), start: s.now()}
+	if id := r.Header.Get("X-Request-ID"); r.Header.Get(forwardedHeader) != "" && requestIDPattern.MatchString(id) {
+		info.id = id // the id the forwarding node gave it (forward.go)
+	}
 	r = cleanAPIPath(r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 	sw := &statusWriter{ResponseWriter: w}
 	h := sw.Header()
@@ -330,6 +336,9 @@ func (s *Server) finish(sw *statusWriter, r *http.Request, info *requestInfo) {
 	}
 	if info.sandboxID != "" {
 		attrs = append(attrs, slog.String("sandbox_id", info.sandboxID))
+	}
+	if info.forwardedTo != "" {
+		attrs = append(attrs, slog.String("forwarded_to", info.forwardedTo))
 	}
 	if info.errCode != "" {
 		attrs = append(attrs, slog.String("error_code", info.errCode))

@@ -77,11 +77,12 @@ const (
 // The defaults that are derived from other settings, each applied by the
 // method named and described by the text its flag's usage shows.
 const (
-	derivedMaxConcurrent = "CPU count, at least 2"                         // Default
-	derivedMaxQueue      = "4 x max-concurrent"                            // QueueSize
-	derivedNodeID        = "derived from the host name and data-dir"       // Node
-	derivedAsyncWorkers  = "half of max-concurrent, at least 1"            // Workers
-	derivedRescueAfter   = "the longest plan timeout + queue-timeout + 2m" // RescueAfter
+	derivedMaxConcurrent = "CPU count, at least 2"                          // Default
+	derivedMaxQueue      = "4 x max-concurrent"                             // QueueSize
+	derivedNodeID        = "derived from the host name and data-dir"        // Node
+	derivedAdvertiseURL  = "http://host:port when listening on one address" // AdvertiseFor
+	derivedAsyncWorkers  = "half of max-concurrent, at least 1"             // Workers
+	derivedRescueAfter   = "the longest plan timeout + queue-timeout + 2m"  // RescueAfter
 )
 
 // QueueSize is MaxQueue, or DefaultQueuePerSlot places per sandbox slot
@@ -217,6 +218,12 @@ type Config struct {
 	// it runs are owned by it); "" derives one from the host name and
 	// DataDir, stable across restarts (Node).
 	NodeID string `json:"node_id"`
+	// AdvertiseURL is the base URL other nodes reach this one at, sent
+	// with its heartbeats: a sandbox call that reaches another node is
+	// forwarded there. "" derives it from the listening address when that
+	// is one address (not all interfaces); without one, calls for this
+	// node's sandboxes that reach another node are 503 (AdvertiseFor).
+	AdvertiseURL string `json:"advertise_url"`
 	// AsyncWorkers is how many async executions this node runs at once
 	// (0: half of MaxConcurrent, at least 1; Workers), so sync requests
 	// always keep the other slots.
@@ -331,6 +338,21 @@ func (c Config) TenantConns() int {
 // Addr is the API listen address.
 func (c Config) Addr() string {
 	return net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
+}
+
+// AdvertiseFor is AdvertiseURL, or when it is empty one derived from the
+// address the server listens at (addr, its port resolved): http://host:port
+// for one address, "" when listening on every interface, which names no
+// address another node could use.
+func (c Config) AdvertiseFor(addr net.Addr) string {
+	if c.AdvertiseURL != "" {
+		return strings.TrimRight(c.AdvertiseURL, "/")
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return ""
+	}
+	return "http://" + tcp.String()
 }
 
 // UsesPostgres reports whether DatabaseURL selects PostgreSQL.

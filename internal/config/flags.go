@@ -176,6 +176,8 @@ var settings = []setting{
 		}},
 	{name: "node-id", env: "VERTAL_NODE_ID", usage: "this server's name among the nodes sharing a database; keep it across restarts", derived: derivedNodeID,
 		set: str(func(c *Config) *string { return &c.NodeID })},
+	{name: "advertise-url", env: "VERTAL_ADVERTISE_URL", usage: "the base URL other nodes reach this one at, to forward calls for the sandboxes it holds", derived: derivedAdvertiseURL,
+		set: str(func(c *Config) *string { return &c.AdvertiseURL })},
 	{name: "async-workers", env: "VERTAL_ASYNC_WORKERS", usage: "async executions this node runs at once, out of max-concurrent", derived: derivedAsyncWorkers,
 		set: integer(func(c *Config) *int { return &c.AsyncWorkers })},
 	{name: "node-timeout", env: "VERTAL_NODE_TIMEOUT", usage: "a node silent this long is taken for stopped and its unfinished executions are settled", def: func(c Config) string { return shortDuration(c.NodeTimeout) },

@@ -37,7 +37,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if timeout <= 0 {
 		timeout = DefaultNodeTimeout
 	}
-	if err := s.store.Heartbeat(ctx, s.opts.NodeID, s.now().UTC()); err != nil {
+	if err := s.Beat(ctx); err != nil {
 		return Internal(err)
 	}
 	s.settle(ctx, s.opts.NodeID, "the server restarted while it was unfinished")
@@ -52,7 +52,7 @@ func (s *Service) Start(ctx context.Context) error {
 				return
 			case <-beat.C:
 			}
-			if err := s.store.Heartbeat(ctx, s.opts.NodeID, s.now().UTC()); err != nil {
+			if err := s.Beat(ctx); err != nil {
 				s.log.Warn("heartbeat", "error", err)
 				continue
 			}
@@ -80,6 +80,17 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// Beat sends one heartbeat now, with the node's address as
+// Options.NodeAddress gives it then (serve calls it once it listens,
+// rather than wait for the next one).
+func (s *Service) Beat(ctx context.Context) error {
+	addr := ""
+	if s.opts.NodeAddress != nil {
+		addr = s.opts.NodeAddress()
+	}
+	return s.store.Heartbeat(ctx, s.opts.NodeID, addr, s.now().UTC())
 }
 
 // settle ends every unfinished execution owned by node as error.

@@ -36,6 +36,7 @@ type Store interface {
 	store.Idempotencies
 	ReserveExecution(ctx context.Context, tenant, day string, limit int64) (int64, error)
 	RefundExecution(ctx context.Context, tenant, day string) error
+	NodeAddress(ctx context.Context, node string) (string, error)
 }
 
 // agentClient is what the service uses of an agent connection;
@@ -150,6 +151,13 @@ func (s *Service) memoryFull(n int64) bool {
 type entry struct {
 	mu sync.Mutex
 	b  *box // nil when not live on this node
+}
+
+// live says whether the entry holds a live sandbox now.
+func (e *entry) live() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.b != nil
 }
 
 // box is one live sandbox.
@@ -772,6 +780,41 @@ func (s *Service) running(ctx context.Context, c execution.Caller, id string) (*
 		return nil, rec, &execution.Error{Kind: execution.KindUnavailable, Msg: "the sandbox is held by another node; retry shortly", RetryAfter: 1}
 	}
 	return e.b, rec, nil
+}
+
+// Owner is the address of the node that holds c's sandbox id, when that
+// is another node: the API forwards the call there (docs/SANDBOXES.md,
+// "Several nodes"). The holder is the node it runs on, or for a paused
+// one whose saved home this node does not see, the node that paused it.
+// It is "" when the call is this node's to answer: the sandbox is live
+// here, paused with its home in reach, ended, or not c's. A holder with
+// no address on record is 503.
+func (s *Service) Owner(ctx context.Context, c execution.Caller, id string) (string, error) {
+	if e := s.knownEntry(id); e != nil && e.live() {
+		return "", nil // no store read for the sandboxes of this node
+	}
+	if !ValidID(id) {
+		return "", nil
+	}
+	rec, err := s.record(ctx, c, id)
+	if err != nil || rec.Node == s.opts.NodeID {
+		return "", nil // the call itself answers the error
+	}
+	switch Status(rec.Status) {
+	case StatusRunning:
+	case StatusPaused:
+		if _, err := os.Stat(rec.ArchivePath); err == nil {
+			return "", nil // any node that sees the home resumes it
+		}
+	default:
+		return "", nil
+	}
+	addr, err := s.store.NodeAddress(ctx, rec.Node)
+	if err != nil || addr == "" {
+		return "", &execution.Error{Kind: execution.KindUnavailable, RetryAfter: 1,
+			Msg: "the sandbox is held by another node, which has no address to forward the call to; retry shortly"}
+	}
+	return addr, nil
 }
 
 // liveOnly returns c's running sandbox id without resuming a paused one

@@ -971,3 +971,68 @@ func TestEndNodeSandboxes(t *testing.T) {
 		t.Errorf("node-b's own sandbox after: %+v, %v", out, err)
 	}
 }
+
+// Owner names the node to forward a call to: the one a sandbox runs on,
+// or the one that paused it when this node does not see its saved home;
+// nobody for this node's own, ended or unseen ones. A holder without an
+// address is 503.
+func TestOwner(t *testing.T) {
+	dir := t.TempDir()
+	raw := openStore(t, filepath.Join(dir, "vertal.db"))
+	a := newFixtureOn(t, raw, dir, "node-a")
+	b := newFixtureOn(t, raw, t.TempDir(), "node-b") // its own data dir
+	ctx := t.Context()
+	c := caller("acme", config.DefaultPlans()["pro"])
+	running := a.create(t, c, CreateRequest{})
+	paused := a.create(t, c, CreateRequest{})
+	if _, err := a.s.Pause(ctx, c, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	own := b.create(t, c, CreateRequest{})
+	_, err := b.s.Owner(ctx, c, running.ID)
+	wantKind(t, "holder without an address", err, execution.KindUnavailable)
+	if err := raw.Heartbeat(ctx, "node-a", "http://10.0.0.1:8080", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	other := caller("globex", config.DefaultPlans()["pro"])
+	// Both nodes run on this machine: b not seeing the home is the
+	// archive moved away while b is asked.
+	rec, err := raw.(Store).Sandbox(ctx, "acme", paused.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(rec.ArchivePath, rec.ArchivePath+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.s.Owner(ctx, c, paused.ID); got != "http://10.0.0.1:8080" || err != nil {
+		t.Errorf("paused by a, home out of b's reach: %q, %v", got, err)
+	}
+	if err := os.Rename(rec.ArchivePath+".away", rec.ArchivePath); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    *fixture
+		c    execution.Caller
+		id   string
+		want string
+	}{
+		{"running on a, asked on b", b, c, running.ID, "http://10.0.0.1:8080"},
+		{"paused by a, home in b's reach (a shared data dir)", b, c, paused.ID, ""},
+		{"b's own", b, c, own.ID, ""},
+		{"live on a, asked on a", a, c, running.ID, ""},
+		{"paused, home in a's reach", a, c, paused.ID, ""},
+		{"another tenant's", b, other, running.ID, ""},
+		{"unknown", b, c, "sbx_00000000000000000000000000000000", ""},
+	} {
+		if got, err := tc.f.s.Owner(ctx, tc.c, tc.id); got != tc.want || err != nil {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := a.s.Kill(ctx, c, running.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.s.Owner(ctx, c, running.ID); got != "" || err != nil {
+		t.Errorf("ended: %q, %v; want this node to answer", got, err)
+	}
+}

@@ -313,8 +313,11 @@ type Idempotencies interface {
 // Nodes keeps the heartbeats of the nodes sharing the database.
 type Nodes interface {
 	// Heartbeat records that node is alive at at (inserting it the first
-	// time).
-	Heartbeat(ctx context.Context, node string, at time.Time) error
+	// time), and the address other nodes reach it at ("" for none).
+	Heartbeat(ctx context.Context, node, address string, at time.Time) error
+	// NodeAddress is the address node last sent with a heartbeat;
+	// ErrNotFound if it has none on record (never seen, or forgotten).
+	NodeAddress(ctx context.Context, node string) (string, error)
 	// StaleNodes lists the nodes whose last heartbeat is before before, by
 	// id.
 	StaleNodes(ctx context.Context, before time.Time) ([]string, error)

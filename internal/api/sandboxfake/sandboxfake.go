@@ -51,6 +51,11 @@ type Fake struct {
 	// CutReadAfter, when set, makes ReadFile fail after that many bytes,
 	// as a read that breaks mid-stream does.
 	CutReadAfter int
+	// Owners maps sandbox ids to the address Owner answers for them, as
+	// if another node held them.
+	Owners map[string]string
+	// Busy makes Create refuse as a full share of the node's slots does.
+	Busy bool
 }
 
 type idem struct {
@@ -107,6 +112,9 @@ func (f *Fake) Create(ctx context.Context, c execution.Caller, idemKey string, r
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.LastCreate, f.LastIdemKey = r, idemKey
+	if f.Busy {
+		return sandboxes.Sandbox{}, execution.Busy()
+	}
 	if idemKey != "" {
 		if prev, ok := f.idem[c.Key.Tenant+"/"+idemKey]; ok {
 			if !reflect.DeepEqual(prev.req, r) {
@@ -653,6 +661,12 @@ func (f *Fake) Move(ctx context.Context, c execution.Caller, id, from, to string
 	b.mkdirAll(path.Dir(dst))
 	fi, _ := b.info(dst)
 	return fi, nil
+}
+
+func (f *Fake) Owner(ctx context.Context, c execution.Caller, id string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Owners[id], nil
 }
 
 func (f *Fake) Usage(ctx context.Context, c execution.Caller) (sandboxes.Usage, error) {

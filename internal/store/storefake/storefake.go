@@ -44,6 +44,7 @@ type Store struct {
 	idem       map[idemKey]store.Idempotency
 	pending    map[string]idemKey // execution id -> the running claim that accepted it
 	nodes      map[string]time.Time
+	nodeAddrs  map[string]string
 	secrets    map[string]secretRec
 	closed     bool
 }
@@ -612,14 +613,26 @@ func (s *Store) UpdateWebhook(_ context.Context, tenant, id string, w store.Webh
 	return nil
 }
 
-func (s *Store) Heartbeat(_ context.Context, node string, at time.Time) error {
+func (s *Store) Heartbeat(_ context.Context, node, address string, at time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.nodes == nil {
 		s.nodes = map[string]time.Time{}
+		s.nodeAddrs = map[string]string{}
 	}
 	s.nodes[node] = ts(at)
+	s.nodeAddrs[node] = address
 	return nil
+}
+
+func (s *Store) NodeAddress(_ context.Context, node string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.nodeAddrs[node]
+	if !ok {
+		return "", store.ErrNotFound
+	}
+	return a, nil
 }
 
 func (s *Store) StaleNodes(_ context.Context, before time.Time) ([]string, error) {
@@ -640,6 +653,7 @@ func (s *Store) ForgetNode(_ context.Context, node string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.nodes, node)
+	delete(s.nodeAddrs, node)
 	return nil
 }
 

@@ -636,19 +636,29 @@ func testHeartbeats(t *testing.T, s store.Store) {
 		}
 	}
 	stale(t0)
-	must(t, "Heartbeat", s.Heartbeat(ctx, "node-c", minute(0)))
-	must(t, "Heartbeat", s.Heartbeat(ctx, "node-a", minute(-3)))
-	must(t, "Heartbeat", s.Heartbeat(ctx, "node-b", minute(-2)))
+	must(t, "Heartbeat", s.Heartbeat(ctx, "node-c", "", minute(0)))
+	must(t, "Heartbeat", s.Heartbeat(ctx, "node-a", "http://10.0.0.1:8080", minute(-3)))
+	must(t, "Heartbeat", s.Heartbeat(ctx, "node-b", "", minute(-2)))
 	stale(minute(-1), "node-a", "node-b")
 	stale(t0, "node-a", "node-b") // a heartbeat exactly at before is fresh
 	stale(minute(-3))
-	must(t, "Heartbeat", s.Heartbeat(ctx, "node-a", minute(0)))
+	must(t, "Heartbeat", s.Heartbeat(ctx, "node-a", "http://10.0.0.2:8080", minute(0)))
 	stale(minute(-1), "node-b")
+	// The address is the last heartbeat's; a node without one has "".
+	if a, err := s.NodeAddress(ctx, "node-a"); a != "http://10.0.0.2:8080" || err != nil {
+		t.Errorf("NodeAddress(node-a) = %q, %v", a, err)
+	}
+	if a, err := s.NodeAddress(ctx, "node-c"); a != "" || err != nil {
+		t.Errorf("NodeAddress(node-c) = %q, %v", a, err)
+	}
 	must(t, "ForgetNode", s.ForgetNode(ctx, "node-b"))
 	stale(minute(1), "node-a", "node-c")
+	if _, err := s.NodeAddress(ctx, "node-b"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("NodeAddress of a forgotten node: %v, want ErrNotFound", err)
+	}
 	must(t, "ForgetNode of an unknown node", s.ForgetNode(ctx, "node-z"))
 	// A forgotten node that beats again is back.
-	must(t, "Heartbeat", s.Heartbeat(ctx, "node-b", minute(-5)))
+	must(t, "Heartbeat", s.Heartbeat(ctx, "node-b", "", minute(-5)))
 	stale(minute(-1), "node-b")
 }
 
