@@ -58,8 +58,11 @@ type FileEntry = wire.FileEntry
 
 // Sandbox is one sandbox that stays, as last seen: the methods that
 // change it (Refresh, Pause, Resume, Kill, SetTimeout) update these
-// fields. Use one Sandbox from one goroutine at a time, or take copies of
-// its fields; its Commands and Files are safe for concurrent use.
+// fields, and nothing else does. A command or file call to a paused
+// sandbox resumes it on the server, and an expiry ends it there, without
+// changing Status here: call Refresh to see where it stands. Use one
+// Sandbox from one goroutine at a time, or take copies of its fields; its
+// Commands and Files are safe for concurrent use.
 type Sandbox struct {
 	ID     string        `json:"id"`
 	Status SandboxStatus `json:"status"`
