@@ -155,3 +155,57 @@ func TestSandboxForgedFramesE2E(t *testing.T) {
 	p := startServer(t, t.TempDir(), nil)
 	forgeAttack(t, p, tenantKey(t, p, "forger", "pro"), true)
 }
+
+// TestSandboxStoppedAgentE2E: code can stop its own agent (SIGSTOP; same
+// uid). A foreground command past its timeout then gives its slot back
+// within the kill grace and its sandbox ends as error; a stopped agent at
+// expiry (on_timeout pause) ends as error once its save times out,
+// without holding up another tenant's sandbox, which is paused on time
+// with its files.
+func TestSandboxStoppedAgentE2E(t *testing.T) {
+	needE2E(t)
+	p, attacker, victim, stopped, _ := twoSandboxes(t, "stopper", "pro", "bystander", "pro")
+
+	// A foreground command that stops its agent.
+	start := time.Now()
+	r := sbxCall(t, p, attacker, "POST", stopped, "/commands", map[string]any{"cmd": "kill -STOP $PPID; sleep 60", "timeout_s": 2})
+	took := time.Since(start)
+	if r.status != 500 || !strings.Contains(r.raw, "stopped answering") {
+		t.Errorf("command that stopped its agent: %d %s after %v", r.status, r.raw, took)
+	}
+	waitPolling(t, func() bool {
+		g := sbxCall(t, p, attacker, "GET", stopped, "", nil)
+		return g.body["status"] == "ended" && g.body["reason"] == "error"
+	})
+	t.Logf("the command answered after %v; its sandbox ended as error", took)
+
+	// At expiry: the attacker's sandbox stops its agent and expires in 2 s;
+	// the bystander's expires in 4 s, to be paused.
+	frozen := createSandbox(t, p, attacker, map[string]any{"timeout_s": 2, "on_timeout": "pause"})
+	kept := createSandbox(t, p, victim, map[string]any{"timeout_s": 4, "on_timeout": "pause"})
+	sbxRun(t, p, victim, kept, "echo survives > kept.txt")
+	if r := sbxCall(t, p, attacker, "POST", frozen, "/commands", map[string]any{"cmd": "sleep 1; kill -STOP $PPID", "background": true}); r.status/100 != 2 {
+		t.Fatalf("background: %d %s", r.status, r.raw)
+	}
+	waitPolling(t, func() bool {
+		return sbxCall(t, p, victim, "GET", kept, "", nil).body["status"] == "paused"
+	})
+	if st, got := sbxRaw(t, p, victim, "GET", kept, "/home/user/kept.txt", nil); st != 200 || string(got) != "survives\n" {
+		t.Errorf("the bystander's file after its pause and resume: %d %q", st, got)
+	}
+	waitPolling(t, func() bool {
+		g := sbxCall(t, p, attacker, "GET", frozen, "", nil)
+		return g.body["status"] == "ended" && g.body["reason"] == "error"
+	})
+}
+
+// waitPolling is waitFor at a pace a plan's rate limit allows (2 calls a
+// second), for up to 90 s.
+func waitPolling(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 90 s")
+		}
+	}
+}

@@ -170,12 +170,35 @@ func (c *Client) send(m *msg) error {
 	return nil
 }
 
+// ReplyTimeout bounds how long the client waits for the agent's next
+// frame of a reply (a request's answer, a download's next chunk): code
+// in the sandbox can stop its agent (SIGSTOP, same uid), and no host
+// call, lock or slot may wait on it for ever. A process's output has no
+// such bound: a command may be silent for as long as it runs.
+const ReplyTimeout = 30 * time.Second
+
+// ErrUnresponsive is a reply that did not come within ReplyTimeout.
+var ErrUnresponsive = errors.New("agent: no answer within the reply timeout (the agent is stopped or hung)")
+
 // recv is the next frame of a request; frames already received are
 // delivered even after the connection closed.
 func (c *Client) recv(ctx context.Context, ch chan *msg) (*msg, error) {
+	return c.recvWithin(ctx, ch, ReplyTimeout)
+}
+
+// recvWithin is recv with its own bound; 0 waits as long as ctx.
+func (c *Client) recvWithin(ctx context.Context, ch chan *msg, within time.Duration) (*msg, error) {
+	var timeout <-chan time.Time
+	if within > 0 {
+		t := time.NewTimer(within)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case m := <-ch:
 		return m, nil
+	case <-timeout:
+		return nil, ErrUnresponsive
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-c.closed:
@@ -254,7 +277,7 @@ func (p *process) forward(ch chan *msg) {
 	defer close(p.events)
 	defer p.c.end(p.id)
 	for {
-		m, err := p.c.recv(context.Background(), ch)
+		m, err := p.c.recvWithin(context.Background(), ch, 0)
 		if err != nil {
 			return
 		}

@@ -133,7 +133,7 @@ func (b *box) forgetFinishedLocked() {
 // each. It kills the command's process group after timeout (if > 0) or
 // when ctx ends. exited is false when the events ended without an exit:
 // the connection to the agent, or the sandbox, went away.
-func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, fn func(Event)) (exit agent.Event, timedOut, exited bool) {
+func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, fn func(Event)) (exit agent.Event, timedOut, exited, stuck bool) {
 	var killed sync.Once
 	kill := func() {
 		killed.Do(func() {
@@ -148,22 +148,37 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 		defer t.Stop()
 		tc = t.C
 	}
+	// Once it is killed, its exit must come within killGrace: an agent
+	// that code stopped (SIGSTOP, same uid) sends nothing, and the caller
+	// holds a slot of the node's. Past that the command counts as not
+	// exited, and the caller ends the sandbox.
+	var grace <-chan time.Time
+	startGrace := func() {
+		if grace == nil {
+			grace = time.After(killGrace)
+		}
+	}
 	done := ctx.Done()
 	events := pr.p.Events()
 	for {
 		select {
 		case <-tc:
 			timedOut, tc = true, nil
+			startGrace()
 			go kill()
 		case <-done:
 			done = nil
+			startGrace()
 			go kill()
+		case <-grace:
+			s.log.Warn("a killed command's exit did not come; its agent is stopped or hung", "pid", pr.cmd.PID)
+			return exit, timedOut, false, true
 		case ev, ok := <-events:
 			if !ok {
 				if !exited {
 					pr.append(Event{Type: "exit", ExitCode: -1}, s.now().UTC())
 				}
-				return exit, timedOut, exited
+				return exit, timedOut, exited, false
 			}
 			var e Event
 			switch ev.Stream {
@@ -182,6 +197,9 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 		}
 	}
 }
+
+// killGrace is how long a killed command's exit may take to arrive.
+const killGrace = 10 * time.Second
 
 // Run runs a foreground command; onEvent, if set, gets its events as they
 // come (for SSE) before Run returns the result. It counts one execution
@@ -220,7 +238,7 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 	}
 	var out [2]strings.Builder
 	truncated := false
-	exit, timedOut, exited := s.follow(ctx, pr, timeout, func(e Event) {
+	exit, timedOut, exited, stuck := s.follow(ctx, pr, timeout, func(e Event) {
 		i := 0
 		switch e.Type {
 		case "stderr":
@@ -246,6 +264,13 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 		if b.ending.Load() {
 			return CommandResult{}, execution.Errorf(execution.KindSandboxNotRunning,
 				"sandbox %s was paused, killed or expired during the command; it was not counted against your quota", rec.ID)
+		}
+		if stuck {
+			// Its agent stopped (code can SIGSTOP it) or hung: the sandbox
+			// is ended, so that nothing of the node's waits on it.
+			go s.endUnresponsive(c, rec.ID, b)
+			return CommandResult{}, &execution.Error{Kind: execution.KindSandboxError,
+				Msg: "the sandbox stopped answering during the command, and was ended; it was not counted against your quota", Err: errors.New("no exit after the kill")}
 		}
 		return CommandResult{}, &execution.Error{Kind: execution.KindSandboxError,
 			Msg: "the sandbox stopped during the command; it was not counted against your quota", Err: errors.New("no exit event")}

@@ -69,6 +69,8 @@ func fileErr(err error, p string) error {
 		return execution.Errorf(execution.KindInvalidRequest, "not a regular file or an invalid path: %s", p)
 	case errors.Is(err, agent.ErrClosed):
 		return execution.Errorf(execution.KindSandboxNotRunning, "the sandbox stopped")
+	case errors.Is(err, agent.ErrUnresponsive):
+		return &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's agent did not answer in time (stopped or hung)", Err: err}
 	}
 	return &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox failed the file operation", Err: err}
 }

@@ -317,21 +317,42 @@ func (s *Service) liveEntries() map[string]*entry {
 	return out
 }
 
-// expireDue ends or pauses the live sandboxes whose expires_at passed.
-func (s *Service) expireDue(ctx context.Context) {
+// expireDue ends or pauses the live sandboxes whose expires_at passed,
+// each in its own goroutine, and returns at once with a wait for them: one
+// whose agent is slow to save its home (or stopped by its code; the
+// agent's replies are bounded, agent.ReplyTimeout) delays no other, nor
+// the next tick. An entry another call holds (an expiry still under way)
+// is left for the next tick.
+func (s *Service) expireDue(ctx context.Context) (wait func()) {
 	now := s.now()
+	var wg sync.WaitGroup
 	for id, e := range s.liveEntries() {
-		e.mu.Lock()
-		if b := e.b; b != nil {
-			rec, err := s.store.Sandbox(ctx, b.tenant, id)
-			if err != nil {
-				s.log.Error("reading a sandbox at expiry", "sandbox_id", id, "error", err)
-			} else if rec.Status == string(StatusRunning) && !now.Before(rec.ExpiresAt) {
-				s.expireLocked(ctx, e, rec)
-			}
+		if !e.mu.TryLock() {
+			continue
 		}
-		e.mu.Unlock()
+		b := e.b
+		if b == nil {
+			e.mu.Unlock()
+			continue
+		}
+		rec, err := s.store.Sandbox(ctx, b.tenant, id)
+		if err != nil {
+			s.log.Error("reading a sandbox at expiry", "sandbox_id", id, "error", err)
+			e.mu.Unlock()
+			continue
+		}
+		if rec.Status != string(StatusRunning) || now.Before(rec.ExpiresAt) {
+			e.mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer e.mu.Unlock()
+			s.expireLocked(ctx, e, rec)
+		}()
 	}
+	return wg.Wait
 }
 
 func (s *Service) expireLocked(ctx context.Context, e *entry, rec store.Sandbox) {
@@ -1016,6 +1037,27 @@ func (s *Service) Kill(ctx context.Context, c execution.Caller, id string) (Sand
 		}
 		return s.view(rec, nil), nil
 	})
+}
+
+// endUnresponsive ends sandbox id as error if b is still its live
+// sandbox: its agent did not send a killed command's exit (stopped by the
+// code, or hung), and a sandbox whose agent does not answer is of no use
+// and must not hold what it holds.
+func (s *Service) endUnresponsive(c execution.Caller, id string, b *box) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := s.locked(ctx, c, id, func(e *entry, rec store.Sandbox) (Sandbox, error) {
+		if e.b != b || rec.Status != string(StatusRunning) {
+			return Sandbox{}, nil // ended or replaced meanwhile
+		}
+		_, err := s.finishLocked(ctx, e, rec, ReasonError, "its agent stopped answering (stopped or hung), so it was ended")
+		return Sandbox{}, err
+	})
+	if err != nil {
+		s.log.Error("ending a sandbox whose agent stopped answering", "sandbox_id", id, "error", err)
+		return
+	}
+	s.log.Warn("ended a sandbox whose agent stopped answering", "sandbox_id", id)
 }
 
 // SetTimeout sets expires_at to now+timeout, refused beyond the plan's

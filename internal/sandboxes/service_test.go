@@ -269,12 +269,12 @@ func TestExpiry(t *testing.T) {
 			sb := f.create(t, c, CreateRequest{TimeoutS: 60, OnTimeout: tc.onTimeout})
 			live := f.starter.last()
 			f.clock.Add(59 * time.Second)
-			f.s.expireDue(t.Context())
+			f.s.expireDue(t.Context())()
 			if got, _ := f.s.Get(t.Context(), c, sb.ID); got.Status != StatusRunning {
 				t.Fatalf("before expires_at: status %s", got.Status)
 			}
 			f.clock.Add(time.Second)
-			f.s.expireDue(t.Context())
+			f.s.expireDue(t.Context())()
 			got, err := f.s.Get(t.Context(), c, sb.ID)
 			if err != nil || got.Status != tc.wantStatus || got.Reason != tc.wantReason {
 				t.Errorf("after expires_at: %+v, %v; want %s %q", got, err, tc.wantStatus, tc.wantReason)
@@ -810,7 +810,7 @@ func TestExpiryPauseOverStorageEnds(t *testing.T) {
 		}
 	}
 	f.clock.Add(time.Minute)
-	f.s.expireDue(ctx)
+	f.s.expireDue(ctx)()
 	got, err := f.s.Get(ctx, c, sb.ID)
 	if err != nil || got.Status != StatusEnded || got.Reason != ReasonError || got.Message == "" {
 		t.Errorf("a sandbox too large to pause at expiry: %+v, %v; want ended error with a message", got, err)
