@@ -110,7 +110,7 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	if err := checkEnv(in.Env); err != nil {
+	if err := CheckEnv(in.Env, true); err != nil {
 		return prepared{}, err
 	}
 	if err := checkArgs(in.Args); err != nil {
@@ -322,7 +322,12 @@ func reservedName(n string) bool {
 	return false
 }
 
-func checkEnv(env map[string]string) error {
+// CheckEnv validates env against the caps every request shares: at most
+// MaxEnv names, MaxEnvBytes in all, names of the shell's form, no NUL in
+// a value. With reserve, the names the runner and interpreters start up
+// with are refused too; a long-lived sandbox's commands are the caller's
+// own shell, so it passes false there.
+func CheckEnv(env map[string]string, reserve bool) error {
 	if len(env) > MaxEnv {
 		return Errorf(KindInvalidRequest, "env has %d names; the limit is %d", len(env), MaxEnv)
 	}
@@ -337,7 +342,7 @@ func checkEnv(env map[string]string) error {
 		switch {
 		case !envName.MatchString(n):
 			return Errorf(KindInvalidRequest, "env[%q]: a name must match [A-Za-z_][A-Za-z0-9_]* and be at most 128 bytes", clip(n, 40))
-		case reservedName(n):
+		case reserve && reservedName(n):
 			return Errorf(KindInvalidRequest, "env[%q]: the name is reserved (PATH, HOME, LANG, PWD, NODE_OPTIONS, VERTAL_*, "+
 				"and the loader and interpreter start-up names: LD_*, MALLOC_*, GLIBC_TUNABLES, GCONV_PATH, PYTHON*PATH-style hooks, NODE_PATH, BASH_ENV, ENV; see docs/SECURITY.md)", n)
 		case strings.ContainsRune(v, 0):

@@ -72,6 +72,9 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 	case r.Cmd != "":
 		argv = []string{"/bin/sh", "-c", r.Cmd}
 	}
+	if err := execution.CheckEnv(r.Env, false); err != nil {
+		return nil, err
+	}
 	cwd := r.Cwd
 	if cwd == "" {
 		cwd = engine.HomeDir

@@ -11,16 +11,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
@@ -422,6 +426,12 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		return Sandbox{}, execution.Errorf(execution.KindInvalidRequest, `on_timeout must be "kill" or "pause"`)
 	}
 	if err := checkFiles(r.Files, p.SandboxHomeBytes(), lim.MaxFileMB<<20); err != nil {
+		return Sandbox{}, err
+	}
+	if err := execution.CheckEnv(r.Env, false); err != nil {
+		return Sandbox{}, err
+	}
+	if err := checkMetadata(r.Metadata); err != nil {
 		return Sandbox{}, err
 	}
 	name := r.Image
@@ -926,36 +936,44 @@ func (s *Service) List(ctx context.Context, c execution.Caller, r ListRequest) (
 			return Page{}, execution.Errorf(execution.KindInvalidRequest, "invalid cursor")
 		}
 	}
+	if len(r.Metadata) > MaxListFilters {
+		return Page{}, execution.Errorf(execution.KindInvalidRequest, "a list filters on at most %d metadata pairs", MaxListFilters)
+	}
 	var out []store.Sandbox
-	more := false
-	for !more {
+	var next *store.Sandbox // the record the next page starts after
+	for scanned := 0; next == nil; {
 		recs, err := s.store.ListSandboxes(ctx, c.Key.Tenant, p)
 		if err != nil {
 			return Page{}, execution.Internal(err)
 		}
-		for _, rec := range recs {
+		for i := range recs {
+			rec := recs[i]
 			if !matches(rec.Metadata, r.Metadata) {
 				continue
 			}
 			if len(out) == limit {
-				more = true
+				next = &out[len(out)-1]
 				break
 			}
 			out = append(out, rec)
 		}
-		if len(recs) < p.Limit {
+		scanned += len(recs)
+		if next != nil || len(recs) < p.Limit {
 			break
 		}
 		last := recs[len(recs)-1]
+		if scanned >= maxListScan {
+			next = &last // a sparse filter: a short page, and the cursor goes on from here
+			break
+		}
 		p.Before, p.BeforeID = last.CreatedAt, last.ID
 	}
 	page := Page{Sandboxes: make([]Sandbox, 0, len(out))}
 	for _, rec := range out {
 		page.Sandboxes = append(page.Sandboxes, s.view(rec, s.liveBox(rec.ID)))
 	}
-	if more {
-		last := out[len(out)-1]
-		page.Next = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(last.CreatedAt.UnixMicro(), 10) + ":" + last.ID))
+	if next != nil {
+		page.Next = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(next.CreatedAt.UnixMicro(), 10) + ":" + next.ID))
 	}
 	return page, nil
 }
@@ -1194,6 +1212,51 @@ func safeMsg(err error) string {
 		return xe.Msg
 	}
 	return "an internal error"
+}
+
+// Caps on a sandbox's metadata, the same on every plan: it is stored
+// with each record and matched by every filtered list.
+const (
+	MaxMetadata      = 50  // pairs
+	MaxMetadataKey   = 64  // bytes
+	MaxMetadataValue = 512 // bytes
+	MaxListFilters   = 10  // metadata pairs in one list's filter
+	// maxListScan is how many records one list call reads at most; a
+	// filter that matches few of a tenant's sandboxes then answers a
+	// short (even empty) page whose cursor goes on from where it stopped.
+	maxListScan = 1000
+)
+
+// checkMetadata validates a create request's metadata: keys of 1 to
+// MaxMetadataKey bytes and values of at most MaxMetadataValue, valid
+// UTF-8 without control characters in either.
+func checkMetadata(md map[string]string) error {
+	if len(md) > MaxMetadata {
+		return execution.Errorf(execution.KindInvalidRequest, "metadata has %d keys; the limit is %d", len(md), MaxMetadata)
+	}
+	for _, k := range slices.Sorted(maps.Keys(md)) { // the first problem by key, every time
+		v := md[k]
+		switch {
+		case k == "" || len(k) > MaxMetadataKey:
+			return execution.Errorf(execution.KindInvalidRequest, "metadata key %q: a key must be 1 to %d bytes", clipKey(k), MaxMetadataKey)
+		case len(v) > MaxMetadataValue:
+			return execution.Errorf(execution.KindInvalidRequest, "metadata[%q]: a value must be at most %d bytes", clipKey(k), MaxMetadataValue)
+		case !printable(k) || !printable(v):
+			return execution.Errorf(execution.KindInvalidRequest, "metadata[%q]: keys and values must be UTF-8 text without control characters", clipKey(k))
+		}
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+func clipKey(k string) string {
+	if len(k) <= 40 {
+		return k
+	}
+	return strings.ToValidUTF8(k[:40], "") + "…"
 }
 
 // checkFiles validates a create request's files.

@@ -159,6 +159,17 @@ func TestCreate(t *testing.T) {
 		{"file outside home", CreateRequest{Files: []File{{Path: "../etc/passwd"}}}, execution.KindInvalidRequest},
 		{"absolute file", CreateRequest{Files: []File{{Path: "/etc/passwd"}}}, execution.KindInvalidRequest},
 		{"file too large", CreateRequest{Files: []File{{Path: "a", Content: make([]byte, 11<<20)}}}, execution.KindPayloadTooLarge},
+		{"too many metadata keys", CreateRequest{Metadata: manyPairs(MaxMetadata + 1)}, execution.KindInvalidRequest},
+		{"empty metadata key", CreateRequest{Metadata: map[string]string{"": "x"}}, execution.KindInvalidRequest},
+		{"long metadata key", CreateRequest{Metadata: map[string]string{strings.Repeat("k", MaxMetadataKey+1): "x"}}, execution.KindInvalidRequest},
+		{"long metadata value", CreateRequest{Metadata: map[string]string{"k": strings.Repeat("v", MaxMetadataValue+1)}}, execution.KindInvalidRequest},
+		{"NUL in metadata", CreateRequest{Metadata: map[string]string{"k": "a\x00b"}}, execution.KindInvalidRequest},
+		{"control in metadata key", CreateRequest{Metadata: map[string]string{"a\nb": "x"}}, execution.KindInvalidRequest},
+		{"bad UTF-8 in metadata", CreateRequest{Metadata: map[string]string{"k": "\xff"}}, execution.KindInvalidRequest},
+		{"too many env names", CreateRequest{Env: manyPairs(execution.MaxEnv + 1)}, execution.KindInvalidRequest},
+		{"env too large", CreateRequest{Env: map[string]string{"A": strings.Repeat("v", execution.MaxEnvBytes)}}, execution.KindInvalidRequest},
+		{"bad env name", CreateRequest{Env: map[string]string{"A=B": "x"}}, execution.KindInvalidRequest},
+		{"NUL in env", CreateRequest{Env: map[string]string{"A": "a\x00b"}}, execution.KindInvalidRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := f.s.Create(t.Context(), c, "", tc.r)
@@ -168,6 +179,23 @@ func TestCreate(t *testing.T) {
 	if n := f.used(t, "acme"); n != 1 {
 		t.Errorf("quota used after refusals = %d, want 1", n)
 	}
+	// At the caps is accepted, and a sandbox's own shell may set the
+	// names an execution reserves.
+	full := manyPairs(MaxMetadata)
+	full["k"] = strings.Repeat("é", MaxMetadataValue/2)
+	delete(full, "K0")
+	if _, err := f.s.Create(t.Context(), c, "", CreateRequest{Metadata: full, Env: map[string]string{"PATH": "/x", "PYTHONPATH": "/y"}}); err != nil {
+		t.Errorf("metadata at the caps and reserved env names: %v", err)
+	}
+}
+
+// manyPairs is n pairs K0=v … K(n-1)=v.
+func manyPairs(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprintf("K%d", i)] = "v"
+	}
+	return m
 }
 
 func TestTenantIsolation(t *testing.T) {
@@ -670,6 +698,10 @@ func TestBackground(t *testing.T) {
 	wantKind(t, "stdin to a finished command", f.s.SendStdin(ctx, c, sb.ID, cat.PID, []byte("x"), false), execution.KindProcessFinished)
 	wantKind(t, "signal to a finished command", f.s.Signal(ctx, c, sb.ID, cat.PID, "TERM"), execution.KindProcessFinished)
 	wantKind(t, "unknown pid", f.s.Signal(ctx, c, sb.ID, 9999, "TERM"), execution.KindNotFound)
+	_, err = f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "env", Env: map[string]string{"A": "a\x00b"}, Background: true})
+	wantKind(t, "NUL in a command's env", err, execution.KindInvalidRequest)
+	_, err = f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "env", Env: manyPairs(execution.MaxEnv + 1), Background: true})
+	wantKind(t, "too many env names in a command", err, execution.KindInvalidRequest)
 	wantKind(t, "unknown signal", f.s.Signal(ctx, c, sb.ID, sleep.PID, "BOOM"), execution.KindInvalidRequest)
 
 	// Follow a running one, then signal it.
@@ -773,6 +805,55 @@ func TestList(t *testing.T) {
 	}
 	_, err = f.s.List(ctx, c, ListRequest{Cursor: "!!"})
 	wantKind(t, "bad cursor", err, execution.KindInvalidRequest)
+	_, err = f.s.List(ctx, c, ListRequest{Metadata: manyPairs(MaxListFilters + 1)})
+	wantKind(t, "too many filters", err, execution.KindInvalidRequest)
+}
+
+// TestListSparseFilterBounded: a filter that matches one sandbox among
+// thousands reads at most maxListScan records a call, answering short
+// pages whose cursors still reach every match.
+func TestListSparseFilterBounded(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	ctx := t.Context()
+	base := f.clock.Now()
+	const total = 2*maxListScan + 50
+	var want []string
+	for i := range total {
+		rec := store.Sandbox{ID: fmt.Sprintf("sbx_%032x", i), Tenant: "acme", KeyID: "key_acme", Status: "ended", Reason: "killed",
+			Image: "default", Limits: []byte("{}"), OnTimeout: "kill", CreatedAt: base.Add(time.Duration(i) * time.Millisecond),
+			Metadata: map[string]string{"n": fmt.Sprint(i)}}
+		if i == 10 || i == total-10 {
+			rec.Metadata["rare"] = "yes"
+			want = append([]string{rec.ID}, want...)
+		}
+		if err := f.st.CreateSandbox(ctx, rec, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	calls := 0
+	r := ListRequest{Metadata: map[string]string{"rare": "yes"}, Limit: 100}
+	for {
+		calls++
+		page, err := f.s.List(ctx, c, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range page.Sandboxes {
+			got = append(got, sb.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		r.Cursor = page.Next
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("matches = %v, want %v", got, want)
+	}
+	if calls != 3 {
+		t.Errorf("%d calls for %d records, want 3 (at most %d records read per call)", calls, total, maxListScan)
+	}
 }
 
 func TestPauseOverStorage(t *testing.T) {
