@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -274,12 +276,40 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request, c *Caller, 
 	return s.writeSandbox(w, r, http.StatusOK, sb, err)
 }
 
+// noBody reads the body of a route that takes none: nothing, or an empty
+// JSON object as generated clients send; anything else is a 400 rather
+// than a silently ignored option.
+func (s *Server) noBody(w http.ResponseWriter, r *http.Request) error {
+	body, release, err := s.readBody(w, r, smallBodyBytes)
+	defer release()
+	if err != nil || len(bytes.TrimSpace(body)) == 0 {
+		return err
+	}
+	if err := checkJSONText(body); err != nil {
+		return err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+		return errorf(KindInvalidRequest, "this route takes no body; send none or {}")
+	}
+	if len(obj) > 0 {
+		return errorf(KindInvalidRequest, "unknown field %q; this route takes no body", clip(slices.Sorted(maps.Keys(obj))[0], 40))
+	}
+	return nil
+}
+
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, c *Caller, id string) error {
+	if err := s.noBody(w, r); err != nil {
+		return err
+	}
 	sb, err := s.sbx.Pause(r.Context(), *c, id)
 	return s.writeSandbox(w, r, http.StatusOK, sb, err)
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, c *Caller, id string) error {
+	if err := s.noBody(w, r); err != nil {
+		return err
+	}
 	sb, err := s.sbx.Resume(r.Context(), *c, id)
 	return s.writeSandbox(w, r, http.StatusOK, sb, err)
 }

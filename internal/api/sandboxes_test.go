@@ -100,7 +100,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if got := decode(t, env.do(request{method: "POST", path: "/v1/sandboxes/" + id + "/timeout", body: `{"timeout_s":1200}`})); got["expires_at"] != "2026-03-14T15:29:27Z" {
 		t.Errorf("timeout %v", got)
 	}
-	if got := decode(t, env.do(request{method: "POST", path: "/v1/sandboxes/" + id + "/pause"})); got["status"] != "paused" {
+	if got := decode(t, env.do(request{method: "POST", path: "/v1/sandboxes/" + id + "/pause", body: ` {} `})); got["status"] != "paused" {
 		t.Errorf("pause %v", got)
 	}
 	if got := decode(t, env.do(request{method: "POST", path: "/v1/sandboxes/" + id + "/resume"})); got["status"] != "running" {
@@ -192,6 +192,10 @@ func TestSandboxBadRequests(t *testing.T) {
 		{request{path: "/v1/sandboxes?limit=500"}, "invalid_request", "limit"},
 		{request{path: "/v1/sandboxes?owner=me"}, "invalid_request", `unknown query parameter "owner"`},
 		{request{path: "/v1/sandboxes?cursor=zz"}, "invalid_request", "cursor"},
+		{request{method: "POST", path: b + "/pause", body: `{"force":true}`}, "invalid_request", `unknown field "force"; this route takes no body`},
+		{request{method: "POST", path: b + "/resume", body: `[1]`}, "invalid_request", "takes no body"},
+		{request{method: "POST", path: b + "/resume", body: `null`}, "invalid_request", "takes no body"},
+		{request{method: "POST", path: b + "/pause", body: "{\"a\xff\":1}"}, "invalid_json", "UTF-8"},
 		{request{method: "POST", path: b + "/timeout", body: `{}`}, "invalid_timeout", "required"},
 		{request{method: "POST", path: b + "/timeout", body: `{"timeout_s":999999}`}, "invalid_timeout", "lifetime"},
 		{request{method: "POST", path: b + "/commands", body: `{"cmd":"ls","argv":["ls"]}`}, "invalid_request", "exactly one"},
@@ -519,6 +523,7 @@ func coverSandboxes(t *testing.T) []*testEnv {
 		{method: "POST", path: missing + "/timeout", body: `{"timeout_s":60}`}, {method: "POST", path: e + "/timeout", body: `{"timeout_s":60}`},
 		{method: "POST", path: missing + "/pause"}, {method: "POST", path: e + "/pause"},
 		{method: "POST", path: missing + "/resume"}, {method: "POST", path: e + "/resume"},
+		{method: "POST", path: b + "/pause", body: `{"x":1}`}, {method: "POST", path: b + "/resume", body: `{"x":1}`},
 		{method: "POST", path: b + "/commands", body: `{"cmd":"echo 1"}`},
 		{method: "POST", path: b + "/commands", body: `{"cmd":"echo 1"}`, header: map[string]string{"Accept": "text/event-stream"}},
 		{method: "POST", path: b + "/commands", body: `{}`}, {method: "POST", path: missing + "/commands", body: `{"cmd":"ls"}`},
