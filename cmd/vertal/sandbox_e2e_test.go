@@ -341,6 +341,7 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 			if len(lines) != 4 || lines[0] == "0" || lines[1] != "kept" || lines[2] != "1" || !strings.HasSuffix(lines[3], "0000000000000000") {
 				t.Fatalf("inside the sandbox: %q (stderr %q)", out["stdout"], out["stderr"])
 			}
+			homeFullStillRuns(t, p, key, id)
 			data := make([]byte, 64<<10)
 			_, _ = rand.Read(data)
 			if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/blob", data); st/100 != 2 {

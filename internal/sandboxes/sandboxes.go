@@ -80,6 +80,12 @@ type Limits struct {
 	PausedMB      int64   `json:"paused_storage_mb"` // the largest saved home of a pause
 }
 
+// cgroupBytes is the memory limit of a live sandbox with l: the home is a
+// tmpfs, whose pages the kernel charges to the sandbox's memory cgroup, so
+// it comes on top of MemoryMB. Filling the home then leaves the processes
+// their MemoryMB instead of ending them out of memory.
+func (l Limits) cgroupBytes() int64 { return (l.MemoryMB + l.HomeMB) << 20 }
+
 // Sandbox is the record of one sandbox.
 type Sandbox struct {
 	ID           string            `json:"id"`

@@ -479,7 +479,7 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		Limits: limits, Metadata: r.Metadata, Env: r.Env, OnTimeout: onTimeout, TimeoutS: int(timeout / time.Second),
 		Node: s.opts.NodeID, CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(timeout),
 	}
-	if s.memoryFull(lim.MemoryMB << 20) {
+	if s.memoryFull(lim.cgroupBytes()) {
 		refund()
 		release()
 		return Sandbox{}, errMemoryBudget()
@@ -580,7 +580,7 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 		ID:    rec.ID,
 		Image: driverImage,
 		Limits: engine.Limits{
-			MemoryBytes: lim.MemoryMB << 20, CPUs: lim.CPUs, Pids: lim.Pids, FileSizeBytes: lim.FileSizeBytes,
+			MemoryBytes: lim.cgroupBytes(), CPUs: lim.CPUs, Pids: lim.Pids, FileSizeBytes: lim.FileSizeBytes,
 			TmpBytes: lim.TmpMB << 20, OutputBytes: lim.OutputBytes,
 			Lifetime: time.Duration(lim.MaxLifetimeS)*time.Second + deadlineGrace,
 			// A live sandbox has no CodeDir and returns no files; the

@@ -137,7 +137,7 @@ func TestCreate(t *testing.T) {
 	}
 	spec := f.starter.specs[0]
 	if spec.ID != sb.ID || spec.Image != "/images/default/rootfs" || spec.HomeBytes != 256<<20 || spec.Agent != "/usr/libexec/vertal-agent" ||
-		fmt.Sprint(spec.Env) != "[A=1 B=2]" || !spec.Deadline.Equal(sb.ExpiresAt.Add(deadlineGrace)) || spec.Limits.Lifetime != time.Hour+deadlineGrace {
+		fmt.Sprint(spec.Env) != "[A=1 B=2]" || spec.Limits.MemoryBytes != (512+256)<<20 || !spec.Deadline.Equal(sb.ExpiresAt.Add(deadlineGrace)) || spec.Limits.Lifetime != time.Hour+deadlineGrace {
 		t.Errorf("LiveSpec %+v", spec)
 	}
 	if got := f.starter.last().ag.files[engine.HomeDir+"/data/in.csv"]; string(got) != "a,b\n" {
@@ -928,8 +928,8 @@ func TestLiveDiesAtItsDeadline(t *testing.T) {
 // with Retry-After, counts nothing, and fits again once one is gone.
 func TestMemoryBudget(t *testing.T) {
 	f := newFixture(t)
-	p := config.DefaultPlans()["pro"] // 512 MB each
-	f.s.opts.MemoryBudget = 2 * 512 << 20
+	p := config.DefaultPlans()["pro"] // 512 MB of memory and a 256 MB home each
+	f.s.opts.MemoryBudget = 2 * (512 + 256) << 20
 	a, b := caller("a", p), caller("b", p)
 	first := f.create(t, a, CreateRequest{})
 	f.create(t, b, CreateRequest{})
