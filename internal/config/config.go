@@ -21,6 +21,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -340,6 +341,14 @@ func (c Config) Addr() string {
 	return net.JoinHostPort(c.Host, fmt.Sprint(c.Port))
 }
 
+// clipValue shortens a configured value quoted in an error.
+func clipValue(v string) string {
+	if len(v) <= 80 {
+		return v
+	}
+	return v[:80] + "…"
+}
+
 // AdvertiseFor is AdvertiseURL, or when it is empty one derived from the
 // address the server listens at (addr, its port resolved): http://host:port
 // for one address, "" when listening on every interface, which names no
@@ -449,6 +458,18 @@ func (c Config) Validate() error {
 	}
 	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		bad("public-url %q must start with http:// or https://", c.PublicURL)
+	}
+	if c.AdvertiseURL != "" {
+		// Checked here, not at the first forwarded call: a node whose
+		// address others cannot use would otherwise start and answer 503
+		// for its sandboxes on every other node.
+		u, err := url.Parse(c.AdvertiseURL)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "":
+			bad("advertise-url %q must be an http:// or https:// URL with a host, e.g. http://10.0.0.5:8080", clipValue(c.AdvertiseURL))
+		case u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+			bad("advertise-url %q must hold no user, query or fragment", clipValue(c.AdvertiseURL))
+		}
 	}
 	if c.SMTPURL != "" && !strings.HasPrefix(c.SMTPURL, "smtp://") {
 		bad("smtp-url must start with smtp://")

@@ -153,6 +153,11 @@ func TestInvalid(t *testing.T) {
 		{"per-ip not a number", nil, map[string]string{"VERTAL_MAX_CONNS_PER_IP": "many"}, "", "VERTAL_MAX_CONNS_PER_IP"},
 		{"zero idle timeout", []string{"--idle-timeout", "0"}, nil, "", "idle-timeout"},
 		{"long idle timeout in file", nil, nil, `{"idle_timeout": "1h"}`, "idle-timeout 1h0m0s"},
+		{"advertise url without scheme", []string{"--advertise-url", "10.0.0.5:8080"}, nil, "", "advertise-url"},
+		{"advertise url ftp", nil, map[string]string{"VERTAL_ADVERTISE_URL": "ftp://10.0.0.5"}, "", "advertise-url"},
+		{"advertise url without host", []string{"--advertise-url", "http://:8080"}, nil, "", "with a host"},
+		{"advertise url with user", []string{"--advertise-url", "http://u:p@10.0.0.5:8080"}, nil, "", "no user"},
+		{"advertise url with query", nil, nil, `{"advertise_url": "http://10.0.0.5:8080/?x=1"}`, "no user, query"},
 		// Mailed links come from public-url only, never from a request's Host.
 		{"smtp without public url", []string{"--smtp-url", "smtp://127.0.0.1:25?from=a@b.c"}, nil, "", "smtp-url needs public-url"},
 		{"smtp in env without public url", nil, map[string]string{"VERTAL_SMTP_URL": "smtp://127.0.0.1:25"}, "", "set --public-url"},
