@@ -28,7 +28,7 @@ const (
 	// MaxFrame is the largest frame either side accepts.
 	MaxFrame = 1 << 20
 	// chunkSize is the most data one frame carries.
-	chunkSize = 32 << 10
+	chunkSize = MaxChunk
 	// window is how many data frames of one stream may be in flight.
 	window = 16
 )
@@ -203,3 +203,6 @@ func fileInfo(fi fs.FileInfo) FileInfo {
 	}
 	return FileInfo{Name: fi.Name(), Type: t, Size: fi.Size(), Mode: fi.Mode().Perm(), ModTime: fi.ModTime()}
 }
+
+// MaxChunk is the most data one frame of a stream carries.
+const MaxChunk = 32 << 10

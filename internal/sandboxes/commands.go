@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
@@ -25,7 +27,8 @@ const (
 
 // proc is one command of a live sandbox.
 type proc struct {
-	p agent.Process
+	p   agent.Process
+	out *rate.Limiter // its sandbox's (box.out)
 
 	mu      sync.Mutex
 	cmd     Command
@@ -87,7 +90,7 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 	if err != nil {
 		return nil, spawnErr(err, argv[0], cwd)
 	}
-	pr := &proc{p: p, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
+	pr := &proc{p: p, out: b.out, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
 	b.mu.Lock()
 	b.procs[pr.cmd.PID] = pr
 	b.forgetFinishedLocked()
@@ -163,8 +166,14 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 	}
 	done := ctx.Done()
 	events := pr.p.Events()
+	// Output is read at the sandbox's output rate: while paced is nil
+	// the next frame waits in the agent's window, and the agent's reader
+	// on its full pipe.
+	read, paced := events, (<-chan time.Time)(nil)
 	for {
 		select {
+		case <-paced:
+			read, paced = events, nil
 		case <-tc:
 			timedOut, tc = true, nil
 			startGrace()
@@ -176,7 +185,7 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 		case <-grace:
 			s.log.Warn("a killed command's exit did not come; its agent is stopped or hung", "pid", pr.cmd.PID)
 			return exit, timedOut, false, true
-		case ev, ok := <-events:
+		case ev, ok := <-read:
 			if !ok {
 				if !exited {
 					pr.append(Event{Type: "exit", ExitCode: -1}, s.now().UTC())
@@ -197,8 +206,24 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 			if fn != nil {
 				fn(e)
 			}
+			if d := pace(pr.out, len(ev.Data)); d > 0 {
+				read, paced = nil, time.After(d)
+			}
 		}
 	}
+}
+
+// pace takes n bytes from l and says how long to wait before reading
+// more; a nil l paces nothing.
+func pace(l *rate.Limiter, n int) time.Duration {
+	if l == nil || n == 0 {
+		return 0
+	}
+	r := l.ReserveN(time.Now(), min(n, l.Burst()))
+	if !r.OK() {
+		return 0
+	}
+	return r.Delay()
 }
 
 // killGrace is how long a killed command's exit may take to arrive.

@@ -26,6 +26,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/time/rate"
+
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -86,11 +88,30 @@ type Options struct {
 	MemoryBudget int64
 	// Admit, if set, admits commands to the node's sandbox slots (admit.go).
 	Admit Admitter
+	// OutputRate bounds, in bytes a second, the output the server relays
+	// from one live sandbox's commands taken together (default
+	// DefaultOutputRate, with a burst of as much). Reading, logging and
+	// dropping output costs the server's own CPU, outside the sandbox's
+	// cgroup; past the rate (after a burst of outputBurst seconds of it)
+	// the server reads more slowly, and the sandbox's writers wait on
+	// their full pipes, as on a slow terminal.
+	OutputRate int
 	// Tick is how often expiries are looked at (default 1 s).
 	Tick   time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
 }
+
+// DefaultOutputRate is Options.OutputRate's default: far above what a
+// person or an agent reads, far below what `yes` writes. Relaying 2 MiB a
+// second costs the server about a tenth of a core on the 2 vCPU test host
+// (TestSandboxOutputFloodE2E logs it); unpaced, two `yes` kept one of its
+// cores busy.
+const DefaultOutputRate = 2 << 20
+
+// outputBurst is how many seconds of the rate a quiet sandbox saves up:
+// a command that prints a few MiB at once is not slowed.
+const outputBurst = 4
 
 // DefaultTimeout is a sandbox's timeout when the request names none,
 // capped by the plan's lifetime.
@@ -173,6 +194,7 @@ type box struct {
 	ending   atomic.Bool // set when the service ends it, so its Done is not a failure
 	mem      int64       // its share of Options.MemoryBudget
 	released atomic.Bool // mem given back
+	out      *rate.Limiter // paces the output relayed from its commands (Options.OutputRate)
 
 	mu    sync.Mutex
 	procs map[int]*proc
@@ -192,6 +214,9 @@ func New(opts Options) (*Service, error) {
 	}
 	if s.opts.Tick <= 0 {
 		s.opts.Tick = time.Second
+	}
+	if s.opts.OutputRate <= 0 {
+		s.opts.OutputRate = DefaultOutputRate
 	}
 	s.connect = func(l engine.Live) agentClient { return agent.NewClient(l.Conn()) }
 	return s, nil
@@ -600,7 +625,8 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 		s.releaseMemory(spec.Limits.MemoryBytes)
 		return nil, err
 	}
-	b := &box{tenant: rec.Tenant, live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes}
+	b := &box{tenant: rec.Tenant, live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes,
+		out: rate.NewLimiter(rate.Limit(s.opts.OutputRate), max(outputBurst*s.opts.OutputRate, agent.MaxChunk))}
 	if err := b.ag.Ping(ctx); err != nil {
 		s.discard(b)
 		return nil, fmt.Errorf("reaching the agent: %w", err)

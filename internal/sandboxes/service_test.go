@@ -1117,3 +1117,30 @@ func TestOwner(t *testing.T) {
 		t.Errorf("ended: %q, %v; want this node to answer", got, err)
 	}
 }
+
+// TestOutputPaced: the server relays a sandbox's output at its output
+// rate; a command that writes as fast as it can is read no faster, so it
+// cannot spend the server's CPU for it.
+func TestOutputPaced(t *testing.T) {
+	f := newFixture(t)
+	f.s.opts.OutputRate = 4000 // bytes a second; the burst (4 s of it) is below one agent chunk, so one chunk
+	c := caller("acme", freePlan())
+	sb := f.create(t, c, CreateRequest{})
+	const total = 2 * 200000
+	cmd, err := f.s.StartCommand(t.Context(), c, sb.ID, CommandRequest{Cmd: "big 200000", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	relayed := 0
+	_ = f.s.Events(ctx, c, sb.ID, cmd.PID, 0, func(e Event) error { relayed += len(e.Data); return nil })
+	// At most the burst, the rate over the time waited and one frame.
+	if most := 32<<10 + 4000*2 + 1000; relayed == 0 || relayed > most {
+		t.Errorf("relayed %d of %d bytes in a second, want 1..%d", relayed, total, most)
+	}
+	if _, err := f.s.Kill(t.Context(), c, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
