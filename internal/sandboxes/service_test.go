@@ -189,6 +189,25 @@ func TestCreate(t *testing.T) {
 	}
 }
 
+// listAll follows r's pages to the end: the ids, and the calls it took.
+func (f *fixture) listAll(t *testing.T, c execution.Caller, r ListRequest) (ids []string, calls int) {
+	t.Helper()
+	for {
+		calls++
+		page, err := f.s.List(t.Context(), c, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range page.Sandboxes {
+			ids = append(ids, sb.ID)
+		}
+		if page.Next == "" {
+			return ids, calls
+		}
+		r.Cursor = page.Next
+	}
+}
+
 // manyPairs is n pairs K0=v … K(n-1)=v.
 func manyPairs(n int) map[string]string {
 	m := map[string]string{}
@@ -773,22 +792,7 @@ func TestList(t *testing.T) {
 	if _, err := f.s.Pause(ctx, c, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	r := ListRequest{Limit: 3}
-	for {
-		page, err := f.s.List(ctx, c, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sb := range page.Sandboxes {
-			got = append(got, sb.ID)
-		}
-		if page.Next == "" {
-			break
-		}
-		r.Cursor = page.Next
-	}
-	if fmt.Sprint(got) != fmt.Sprint(ids) {
+	if got, _ := f.listAll(t, c, ListRequest{Limit: 3}); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Errorf("pages = %v, want %v", got, ids)
 	}
 	page, err := f.s.List(ctx, c, ListRequest{Metadata: map[string]string{"parity": "0"}, Limit: 2})
@@ -831,23 +835,7 @@ func TestListSparseFilterBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var got []string
-	calls := 0
-	r := ListRequest{Metadata: map[string]string{"rare": "yes"}, Limit: 100}
-	for {
-		calls++
-		page, err := f.s.List(ctx, c, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sb := range page.Sandboxes {
-			got = append(got, sb.ID)
-		}
-		if page.Next == "" {
-			break
-		}
-		r.Cursor = page.Next
-	}
+	got, calls := f.listAll(t, c, ListRequest{Metadata: map[string]string{"rare": "yes"}, Limit: 100})
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("matches = %v, want %v", got, want)
 	}
