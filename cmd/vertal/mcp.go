@@ -13,9 +13,12 @@ import (
 func cmdMCP(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "mcp", `mcp [flags]
 
-Serves the Model Context Protocol on stdin/stdout with two tools, run_code
-and get_usage. The tools call the Vertal Run API at KUBO_API_URL with
-KUBO_API_KEY, so the key's quota, rate limit and metering apply. Configure
+Serves the Model Context Protocol on stdin/stdout with the tools run_code
+and get_usage, and, when the API offers sandboxes, create_sandbox,
+run_command, read_file, write_file, list_files, pause_sandbox,
+resume_sandbox and kill_sandbox. The tools call the Vertal Run API at
+KUBO_API_URL with KUBO_API_KEY, so the key's quota, rate limit and metering
+apply. Configure
 it in an MCP client as the command "vertal" with the argument "mcp".`)
 	var cf clientFlags
 	cf.register(fs)

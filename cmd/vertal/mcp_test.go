@@ -102,8 +102,8 @@ func TestMCPStdioAnswersBeforeExit(t *testing.T) {
 
 // TestMCPServersAgreeE2E: `vertal mcp` (stdio, calling the API) and the
 // server's own /mcp answer initialize alike (protocol version,
-// capabilities, server info, instructions) and list the same tools, but
-// for the sandbox tools only /mcp has.
+// capabilities, server info, instructions) and list the same tools, the
+// sandbox tools too; through vertal mcp an agent's calls share a sandbox.
 func TestMCPServersAgreeE2E(t *testing.T) {
 	needE2E(t)
 	p := startServer(t, t.TempDir(), nil, "--dev")
@@ -128,8 +128,42 @@ func TestMCPServersAgreeE2E(t *testing.T) {
 	if init := stdio.InitializeResult(); init.ServerInfo == nil || init.ServerInfo.Version != version {
 		t.Errorf("vertal mcp initialize: %+v, want server info with version %s", init, version)
 	}
-	// Over HTTP the server also offers its sandbox tools; the stdio
-	// server does not have them yet.
-	mcptest.AgreeExcept(t, stdio, remote, "create_sandbox", "kill_sandbox", "list_files", "pause_sandbox",
-		"read_file", "resume_sandbox", "run_command", "write_file")
+	// Both offer the sandbox tools of a server that has sandboxes.
+	mcptest.Agree(t, stdio, remote)
+
+	// An agent's successive calls through vertal mcp share one sandbox.
+	tool := func(name string, args map[string]any) (string, map[string]any) {
+		t.Helper()
+		res, err := stdio.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var text strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text.WriteString(tc.Text)
+			}
+		}
+		if res.IsError {
+			t.Fatalf("%s: tool error %s", name, text.String())
+		}
+		structured, _ := res.StructuredContent.(map[string]any)
+		return text.String(), structured
+	}
+	_, sb := tool("create_sandbox", map[string]any{"timeout_s": 120})
+	id, _ := sb["id"].(string)
+	if !strings.HasPrefix(id, "sbx_") || sb["status"] != "running" {
+		t.Fatalf("create_sandbox: %v", sb)
+	}
+	tool("run_command", map[string]any{"sandbox_id": id, "cmd": "echo kept > state.txt"})
+	tool("write_file", map[string]any{"sandbox_id": id, "path": "note.txt", "content": "from the agent"})
+	if _, out := tool("run_command", map[string]any{"sandbox_id": id, "cmd": "cat state.txt note.txt"}); out["stdout"] != "kept\nfrom the agent" {
+		t.Errorf("state across calls: %v", out)
+	}
+	if text, _ := tool("read_file", map[string]any{"sandbox_id": id, "path": "state.txt"}); !strings.Contains(text, "kept") {
+		t.Errorf("read_file: %q", text)
+	}
+	if _, ended := tool("kill_sandbox", map[string]any{"sandbox_id": id}); ended["status"] != "ended" {
+		t.Errorf("kill_sandbox: %v", ended)
+	}
 }

@@ -195,7 +195,7 @@ func TestLanguagesFetchedFromAPI(t *testing.T) {
 	if d := res.Tools[0].Description + res.Tools[1].Description; !strings.Contains(d, "python 3.11.2") {
 		t.Errorf("descriptions do not carry the API's versions:\n%s", d)
 	}
-	if diff := cmp.Diff([]string{"GET /v1/languages kubo_sk_alice"}, f.seen()); diff != "" {
+	if diff := cmp.Diff([]string{"GET /v1/languages kubo_sk_alice", "GET /v1/sandboxes kubo_sk_alice"}, f.seen()); diff != "" {
 		t.Errorf("API calls (-want +got):\n%s", diff)
 	}
 }

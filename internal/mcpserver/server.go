@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -183,13 +184,33 @@ func New(ctx context.Context, c *client.Client, opts Options) *mcp.Server {
 	if images == nil {
 		images = fetchImages(ctx, c)
 	}
+	// The stdio server calls the API through the Go SDK, sandboxes too
+	// when the API offers them.
+	var b Backend = clientBackend{c}
+	withSandboxes := offersSandboxes(ctx, c, opts.logger())
+	if withSandboxes {
+		b = clientSandboxes{clientBackend{c}}
+	}
 	t := &tools{
-		backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return clientBackend{c}, nil },
+		backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return b, nil },
 		log:        opts.logger(),
 	}
-	// The stdio server calls the API through the Go SDK, which offers
-	// no sandbox tools yet.
-	return newServer(t, langs, images, opts.Version, false)
+	return newServer(t, langs, images, opts.Version, withSandboxes)
+}
+
+// offersSandboxes asks the API whether it serves sandboxes that stay. Only
+// a server that says it does not (404) loses the sandbox tools: one that
+// cannot be reached now keeps them, and their calls say what is wrong.
+func offersSandboxes(ctx context.Context, c *client.Client, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := c.ListSandboxes(ctx, client.ListParams{Limit: 1})
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.StatusCode == http.StatusNotFound {
+		log.Info("the server does not offer sandboxes; serving run_code and get_usage only")
+		return false
+	}
+	return true
 }
 
 // fetchLanguages asks the API which languages it runs. It gives up quickly:
