@@ -100,11 +100,19 @@ type Client struct {
 	calls  map[uint64]chan *msg
 	closed chan struct{}
 	once   sync.Once
+
+	stuck     chan struct{} // closed at the first ErrUnresponsive
+	stuckOnce sync.Once
 }
+
+// Unresponsive is closed the first time a reply does not come within
+// ReplyTimeout: the agent is stopped (code can SIGSTOP it) or hung, and
+// every later call would wait as long.
+func (c *Client) Unresponsive() <-chan struct{} { return c.stuck }
 
 // NewClient speaks the protocol over conn (the sandbox's Live.Conn).
 func NewClient(conn io.ReadWriteCloser) *Client {
-	c := &Client{conn: conn, calls: map[uint64]chan *msg{}, closed: make(chan struct{})}
+	c := &Client{conn: conn, calls: map[uint64]chan *msg{}, closed: make(chan struct{}), stuck: make(chan struct{})}
 	go c.readLoop()
 	return c
 }
@@ -198,6 +206,7 @@ func (c *Client) recvWithin(ctx context.Context, ch chan *msg, within time.Durat
 	case m := <-ch:
 		return m, nil
 	case <-timeout:
+		c.stuckOnce.Do(func() { close(c.stuck) })
 		return nil, ErrUnresponsive
 	case <-ctx.Done():
 		return nil, ctx.Err()

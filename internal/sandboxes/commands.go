@@ -295,7 +295,8 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 		}
 		if stuck {
 			// Its agent stopped (code can SIGSTOP it) or hung: the sandbox
-			// is ended, so that nothing of the node's waits on it.
+			// is ended, so that nothing of the node's waits on it. (A reply
+			// that times out does the same through watch.)
 			go s.endUnresponsive(c, rec.ID, b)
 			return CommandResult{}, &execution.Error{Kind: execution.KindSandboxError,
 				Msg: "the sandbox stopped answering during the command, and was ended; it was not counted against your quota", Err: errors.New("no exit after the kill")}

@@ -87,6 +87,7 @@ type fakeAgent struct {
 	closed   bool
 	saved    []byte // the last SaveHome archive
 	restored []byte // the last RestoreHome archive
+	stuck    chan struct{}
 }
 
 func newFakeAgent(deadline time.Time) *fakeAgent {
@@ -94,6 +95,28 @@ func newFakeAgent(deadline time.Time) *fakeAgent {
 }
 
 func (a *fakeAgent) Ping(context.Context) error { return nil }
+
+// Unresponsive is closed by stall.
+func (a *fakeAgent) Unresponsive() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stuck == nil {
+		a.stuck = make(chan struct{})
+	}
+	return a.stuck
+}
+
+// stall makes the agent as one whose reply timed out.
+func (a *fakeAgent) stall() {
+	a.Unresponsive()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-a.stuck:
+	default:
+		close(a.stuck)
+	}
+}
 func (a *fakeAgent) Close() error {
 	a.mu.Lock()
 	a.closed = true

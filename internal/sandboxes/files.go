@@ -70,7 +70,7 @@ func fileErr(err error, p string) error {
 	case errors.Is(err, agent.ErrClosed):
 		return execution.Errorf(execution.KindSandboxNotRunning, "the sandbox stopped")
 	case errors.Is(err, agent.ErrUnresponsive):
-		return &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's agent did not answer in time (stopped or hung)", Err: err}
+		return &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's agent did not answer in time (stopped or hung), so the sandbox was ended", Err: err}
 	}
 	return &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox failed the file operation", Err: err}
 }

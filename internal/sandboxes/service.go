@@ -60,6 +60,8 @@ type agentClient interface {
 	SaveHome(ctx context.Context, max int64, w io.Writer) (int64, error)
 	RestoreHome(ctx context.Context, r io.Reader) error
 	SetDeadline(ctx context.Context, t time.Time) error
+	// Unresponsive is closed once a reply has not come in time.
+	Unresponsive() <-chan struct{}
 	Close() error
 }
 
@@ -401,9 +403,17 @@ func (s *Service) expireLocked(ctx context.Context, e *entry, rec store.Sandbox)
 	}
 }
 
-// watch records a live sandbox that ended on its own.
+// watch records a live sandbox that ended on its own, and ends one whose
+// agent stopped answering: whichever call met the silence first (a
+// command, a file call, a save), the sandbox is of no use from then on,
+// and must not hold its memory and slot until it expires.
 func (s *Service) watch(id string, b *box) {
-	<-b.live.Done()
+	select {
+	case <-b.live.Done():
+	case <-b.ag.Unresponsive():
+		s.endUnresponsive(execution.Caller{Key: store.Key{Tenant: b.tenant}}, id, b)
+		return
+	}
 	if b.ending.Load() {
 		return
 	}
@@ -707,6 +717,10 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, rec store.Sandbox) 
 	n, err := saveFile(final, func(w io.Writer) (int64, error) { return b.ag.SaveHome(ctx, lim.PausedMB<<20, w) })
 	if errors.Is(err, agent.ErrTooLarge) {
 		return rec, execution.Errorf(execution.KindPayloadTooLarge, "the home is larger than the plan's paused storage of %d MB; the sandbox keeps running", lim.PausedMB)
+	}
+	if errors.Is(err, agent.ErrUnresponsive) {
+		// watch ends it once this lock is let go.
+		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's agent did not answer in time (stopped or hung), so its home could not be saved and the sandbox was ended", Err: err}
 	}
 	if err != nil {
 		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's home could not be saved; it keeps running", Err: err}

@@ -1132,3 +1132,23 @@ func TestOutputPaced(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnresponsiveAgentEnds: a reply that times out, on any call, ends
+// the sandbox as error, and gives its memory back.
+func TestUnresponsiveAgentEnds(t *testing.T) {
+	f := newFixture(t)
+	f.s.opts.MemoryBudget = (512 + 256) << 20 // one pro sandbox
+	c := caller("acme", config.DefaultPlans()["pro"])
+	sb := f.create(t, c, CreateRequest{})
+	f.starter.last().ag.stall()
+	waitUntil(t, func() bool {
+		got, err := f.s.Get(t.Context(), c, sb.ID)
+		return err == nil && got.Status == StatusEnded && got.Reason == ReasonError
+	})
+	if got, _ := f.s.Get(t.Context(), c, sb.ID); !strings.Contains(got.Message, "stopped answering") {
+		t.Errorf("message %q", got.Message)
+	}
+	if _, err := f.s.Create(t.Context(), c, "", CreateRequest{}); err != nil {
+		t.Errorf("a create after it ended (its memory given back): %v", err)
+	}
+}
