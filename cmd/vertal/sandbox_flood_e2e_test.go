@@ -26,18 +26,27 @@ func cpuSeconds(t *testing.T, pid int) float64 {
 // TestSandboxOutputFloodE2E: background commands that write output as
 // fast as they can, with nobody reading it, cost the server little CPU:
 // it reads a sandbox's output at its output rate, and the writers wait on
-// their pipes. Unpaced, the same flood kept one of this host's cores busy
-// in the server alone.
+// their pipes. Unpaced, two yes kept one of this host's cores busy in the
+// server alone; paced by bytes only, a writer of single bytes still cost
+// it 2.5 CPU-s in 5 s, hence frameCost.
 func TestSandboxOutputFloodE2E(t *testing.T) {
 	needE2E(t)
 	p := startServer(t, t.TempDir(), nil)
 	key := tenantKey(t, p, "attacker", "pro")
-	id := createSandbox(t, p, key, map[string]any{"timeout_s": 120})
-	for range 2 {
-		if r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"cmd": "yes flood-flood-flood-flood", "background": true}); r.status != 201 {
+	// In one sandbox bulk writes; in another single bytes, one write each
+	// (a frame each, were they relayed as they come).
+	bulk := createSandbox(t, p, key, map[string]any{"timeout_s": 120})
+	tiny := createSandbox(t, p, key, map[string]any{"timeout_s": 120})
+	for _, c := range []struct{ id, cmd string }{
+		{bulk, "yes flood-flood-flood-flood"}, {bulk, "yes flood-flood-flood-flood >&2"},
+		{tiny, `python3 -c "import os
+while True: os.write(1, b'x')"`},
+	} {
+		if r := sbxCall(t, p, key, "POST", c.id, "/commands", map[string]any{"cmd": c.cmd, "background": true}); r.status != 201 {
 			t.Fatalf("background: %d %s", r.status, r.raw)
 		}
 	}
+	id := tiny
 	time.Sleep(3 * time.Second) // past the burst
 	pid := p.cmd.Process.Pid
 	before := cpuSeconds(t, pid)
@@ -52,7 +61,9 @@ func TestSandboxOutputFloodE2E(t *testing.T) {
 	if out := sbxRun(t, p, key, id, "echo still-here"); out["stdout"] != "still-here\n" {
 		t.Errorf("a command beside the flood: %v", out)
 	}
-	if r := sbxCall(t, p, key, "DELETE", id, "", nil); r.status != 200 {
-		t.Fatalf("delete: %d %s", r.status, r.raw)
+	for _, id := range []string{bulk, tiny} {
+		if r := sbxCall(t, p, key, "DELETE", id, "", nil); r.status != 200 {
+			t.Fatalf("delete: %d %s", r.status, r.raw)
+		}
 	}
 }

@@ -213,13 +213,21 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 	}
 }
 
-// pace takes n bytes from l and says how long to wait before reading
-// more; a nil l paces nothing.
+// frameCost is the least a frame of output is charged against the output
+// rate: a frame costs the server about as much to relay whatever it
+// carries, so a writer of single bytes, one frame each, would otherwise
+// pass the byte rate at thousands of frames a second. Paced, the agent
+// waits for credit while the pipe fills, and its next read takes up to a
+// whole chunk: tiny writes coalesce into few frames.
+const frameCost = 16 << 10
+
+// pace takes a frame of n bytes from l and says how long to wait before
+// reading more; a nil l paces nothing.
 func pace(l *rate.Limiter, n int) time.Duration {
-	if l == nil || n == 0 {
+	if l == nil || n == 0 { // an exit
 		return 0
 	}
-	r := l.ReserveN(time.Now(), min(n, l.Burst()))
+	r := l.ReserveN(time.Now(), min(max(n, frameCost), l.Burst()))
 	if !r.OK() {
 		return 0
 	}
