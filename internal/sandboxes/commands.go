@@ -3,6 +3,7 @@ package sandboxes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -66,23 +67,35 @@ func (pr *proc) snapshot() Command {
 	return pr.cmd
 }
 
-// spawn starts r in b and registers it.
-func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin bool) (*proc, error) {
-	argv := r.Argv
+// commandLine is r's argv and working directory, or the request's error:
+// checked before anything is admitted or counted.
+func commandLine(r CommandRequest) (argv []string, cwd string, err error) {
+	argv = r.Argv
 	switch {
 	case r.Cmd != "" && len(r.Argv) > 0, r.Cmd == "" && len(r.Argv) == 0:
-		return nil, execution.Errorf(execution.KindInvalidRequest, "give exactly one of cmd and argv")
+		return nil, "", execution.Errorf(execution.KindInvalidRequest, "give exactly one of cmd and argv")
 	case r.Cmd != "":
 		argv = []string{"/bin/sh", "-c", r.Cmd}
 	}
-	if err := execution.CheckEnv(r.Env, false); err != nil {
-		return nil, err
+	if err := checkArgv(argv, r.Cmd != ""); err != nil {
+		return nil, "", err
 	}
-	cwd := r.Cwd
+	if err := execution.CheckEnv(r.Env, false); err != nil {
+		return nil, "", err
+	}
+	cwd = r.Cwd
 	if cwd == "" {
 		cwd = engine.HomeDir
 	}
-	cwd, err := homePath(cwd)
+	if cwd, err = homePath(cwd); err != nil {
+		return nil, "", err
+	}
+	return argv, cwd, nil
+}
+
+// spawn starts r in b and registers it.
+func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin bool) (*proc, error) {
+	argv, cwd, err := commandLine(r)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +114,49 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 		}
 	}
 	return pr, nil
+}
+
+// Caps on a command's argv (or cmd, run as /bin/sh -c cmd), from the
+// kernel's: execve refuses one string over 128 KiB (MAX_ARG_STRLEN), and
+// the arguments and environment together over a quarter of the stack
+// limit; 512 KiB keeps well inside it beside env's 32 KiB.
+const (
+	maxArgBytes  = 128<<10 - 1
+	maxArgvBytes = 512 << 10
+	maxArgs      = 4096
+)
+
+// checkArgv refuses what execve would, with the reason; fromCmd says argv
+// is sh -c and the request's cmd.
+func checkArgv(argv []string, fromCmd bool) error {
+	if len(argv) > maxArgs {
+		return execution.Errorf(execution.KindInvalidRequest, "argv has %d entries; the limit is %d", len(argv), maxArgs)
+	}
+	if argv[0] == "" {
+		return execution.Errorf(execution.KindInvalidRequest, "argv[0], the program, must not be empty")
+	}
+	total := 0
+	for i, a := range argv {
+		switch {
+		case strings.ContainsRune(a, 0):
+			return execution.Errorf(execution.KindInvalidRequest, "%s must not contain a NUL byte", argName(i, fromCmd))
+		case len(a) > maxArgBytes:
+			return execution.Errorf(execution.KindInvalidRequest, "%s is %d bytes; one argument may be at most %d (the kernel's limit): pass big input as stdin or a file", argName(i, fromCmd), len(a), maxArgBytes)
+		}
+		total += len(a) + 1
+	}
+	if total > maxArgvBytes {
+		return execution.Errorf(execution.KindInvalidRequest, "the command's arguments are %d bytes; the limit is %d: pass big input as stdin or a file", total, maxArgvBytes)
+	}
+	return nil
+}
+
+// argName names argv[i] as the request gave it: a cmd is argv[2] of sh -c.
+func argName(i int, fromCmd bool) string {
+	if fromCmd {
+		return "cmd"
+	}
+	return fmt.Sprintf("argv[%d]", i)
 }
 
 // spawnErr is the error of a command the agent could not start: a
@@ -244,6 +300,9 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 	if r.TimeoutS < 0 {
 		return CommandResult{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
 	}
+	if _, _, err := commandLine(r); err != nil {
+		return CommandResult{}, err // not counted: nothing ran
+	}
 	b, rec, err := s.running(ctx, c, id)
 	if err != nil {
 		return CommandResult{}, err
@@ -333,6 +392,9 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id string, r CommandRequest) (Command, error) {
 	if r.TimeoutS < 0 {
 		return Command{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
+	}
+	if _, _, err := commandLine(r); err != nil {
+		return Command{}, err // not counted: nothing ran
 	}
 	b, _, err := s.running(ctx, c, id)
 	if err != nil {

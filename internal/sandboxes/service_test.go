@@ -717,6 +717,30 @@ func TestBackground(t *testing.T) {
 	wantKind(t, "stdin to a finished command", f.s.SendStdin(ctx, c, sb.ID, cat.PID, []byte("x"), false), execution.KindProcessFinished)
 	wantKind(t, "signal to a finished command", f.s.Signal(ctx, c, sb.ID, cat.PID, "TERM"), execution.KindProcessFinished)
 	wantKind(t, "unknown pid", f.s.Signal(ctx, c, sb.ID, 9999, "TERM"), execution.KindNotFound)
+	before := f.used(t, "acme")
+	for _, tc := range []struct {
+		r   CommandRequest
+		msg string
+	}{
+		{CommandRequest{Cmd: "echo a\x00b"}, "cmd must not contain a NUL"},
+		{CommandRequest{Argv: []string{"echo", "a\x00b"}}, "argv[1] must not contain a NUL"},
+		{CommandRequest{Argv: []string{""}}, "argv[0], the program, must not be empty"},
+		{CommandRequest{Cmd: "echo " + strings.Repeat("x", 140000)}, "cmd is 140005 bytes"},
+		{CommandRequest{Argv: []string{"echo", strings.Repeat("x", 100000), strings.Repeat("x", 100000), strings.Repeat("x", 100000),
+			strings.Repeat("x", 100000), strings.Repeat("x", 100000), strings.Repeat("x", 100000)}}, "arguments are 600011 bytes"},
+		{CommandRequest{Argv: make([]string, maxArgs+1)}, "argv has 4097 entries"},
+	} {
+		_, err := f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: tc.r.Cmd, Argv: tc.r.Argv, Background: true})
+		wantKind(t, tc.msg, err, execution.KindInvalidRequest)
+		if err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("error %v, want it to say %q", err, tc.msg)
+		}
+	}
+	_, err = f.s.Run(ctx, c, sb.ID, CommandRequest{Argv: []string{""}}, nil)
+	wantKind(t, "a foreground command with an empty program", err, execution.KindInvalidRequest)
+	if n := f.used(t, "acme"); n != before {
+		t.Errorf("refused commands were counted: %d executions, %d before", n, before)
+	}
 	_, err = f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "env", Env: map[string]string{"A": "a\x00b"}, Background: true})
 	wantKind(t, "NUL in a command's env", err, execution.KindInvalidRequest)
 	_, err = f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "env", Env: manyPairs(execution.MaxEnv + 1), Background: true})
