@@ -208,7 +208,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *Caller
 
 // listSandboxes is GET /v1/sandboxes?status=&metadata.KEY=VALUE&limit=&cursor=.
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, c *Caller) error {
-	req, err := listQuery(r.URL.Query())
+	q, err := strictQuery(r)
+	if err != nil {
+		return err
+	}
+	req, err := listQuery(q)
 	if err != nil {
 		return err
 	}
@@ -492,9 +496,24 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request, c *Caller
 	})
 }
 
+// strictQuery is r's query, or a 400 when any part of it is malformed:
+// url.Values silently drops a pair it cannot decode, which would turn a
+// filter into none, or ?path=a%zz&path=b into path b.
+func strictQuery(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errorf(KindInvalidRequest, "the query string is malformed (a bad %%-escape, or a ';'): %s", clip(err.Error(), 80))
+	}
+	return q, nil
+}
+
 // filePath is the ?path= of a files route.
 func filePath(r *http.Request, name string) (string, error) {
-	vs := r.URL.Query()[name]
+	q, err := strictQuery(r)
+	if err != nil {
+		return "", err
+	}
+	vs := q[name]
 	if len(vs) != 1 || vs[0] == "" {
 		return "", errorf(KindInvalidRequest, "give the query parameter %s once, e.g. ?%s=/home/user/data.csv", name, name)
 	}
