@@ -722,6 +722,10 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, rec store.Sandbox) 
 		// watch ends it once this lock is let go.
 		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's agent did not answer in time (stopped or hung), so its home could not be saved and the sandbox was ended", Err: err}
 	}
+	if errors.Is(err, agent.ErrClosed) {
+		// watch records the end once this lock is let go.
+		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox stopped while its home was being saved (its agent was killed, e.g. out of memory), so it has ended and its files are lost", Err: err}
+	}
 	if err != nil {
 		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's home could not be saved; it keeps running", Err: err}
 	}
