@@ -451,7 +451,7 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 	case r.TimeoutS == 0:
 		timeout = min(DefaultTimeout, lifetime)
 	case timeout > lifetime:
-		return Sandbox{}, execution.Errorf(execution.KindSandboxLimit, "timeout_s %d is beyond the plan's maximum lifetime of %d s", r.TimeoutS, lim.MaxLifetimeS)
+		return Sandbox{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s %d is beyond the plan's maximum lifetime of %d s", r.TimeoutS, lim.MaxLifetimeS)
 	}
 	onTimeout := r.OnTimeout
 	if onTimeout == "" {
@@ -1146,7 +1146,7 @@ func (s *Service) setTimeoutLocked(ctx context.Context, e *entry, rec store.Sand
 		start = now // a resume starts a new period
 	}
 	if bound := start.Add(time.Duration(lim.MaxLifetimeS) * time.Second); exp.After(bound) {
-		return Sandbox{}, execution.Errorf(execution.KindSandboxLimit, "the plan's maximum lifetime of %d s ends at %s", lim.MaxLifetimeS, bound.Format(time.RFC3339))
+		return Sandbox{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s goes past the plan's maximum lifetime of %d s, which ends at %s", lim.MaxLifetimeS, bound.Format(time.RFC3339))
 	}
 	if b := e.b; b != nil {
 		if err := b.ag.SetDeadline(ctx, exp.Add(deadlineGrace)); err != nil {

@@ -152,7 +152,7 @@ func TestCreate(t *testing.T) {
 		r    CreateRequest
 		kind execution.Kind
 	}{
-		{"beyond lifetime", CreateRequest{TimeoutS: 3601}, execution.KindSandboxLimit},
+		{"beyond lifetime", CreateRequest{TimeoutS: 3601}, execution.KindInvalidTimeout},
 		{"negative timeout", CreateRequest{TimeoutS: -1}, execution.KindInvalidTimeout},
 		{"bad on_timeout", CreateRequest{OnTimeout: "sleep"}, execution.KindInvalidRequest},
 		{"unknown image", CreateRequest{Image: "nope"}, execution.KindInvalidRequest},
@@ -443,7 +443,7 @@ func TestSetTimeout(t *testing.T) {
 	}{
 		{"within the lifetime", 8 * time.Minute, 0},
 		{"to the end of the lifetime", 8 * time.Minute, 0},
-		{"beyond the lifetime", 8*time.Minute + time.Second, execution.KindSandboxLimit},
+		{"beyond the lifetime", 8*time.Minute + time.Second, execution.KindInvalidTimeout},
 		{"zero", 0, execution.KindInvalidTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
