@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,16 +21,24 @@ import (
 // The bounds of a command's event log (for Events' replay) and of the
 // finished commands a sandbox remembers.
 const (
-	maxLogEvents   = 1024
-	maxLogBytes    = 1 << 20
+	maxLogEvents = 1024
+	maxLogBytes  = 1 << 20
+	// A sandbox's logs together: past it, a command that logs more keeps
+	// only its newest minLogBytes, and finished commands are forgotten
+	// oldest first. The logs are the server's memory, outside every
+	// cgroup and the node's sandbox memory budget.
+	maxBoxLogBytes = 8 << 20
+	minLogBytes    = 64 << 10
 	keepFinished   = 64
 	defaultCommand = 60 * time.Second // a foreground command's timeout when it names none
 )
 
 // proc is one command of a live sandbox.
 type proc struct {
-	p   agent.Process
-	out *rate.Limiter // its sandbox's (box.out)
+	p       agent.Process
+	out     *rate.Limiter // its sandbox's (box.out)
+	boxLogs *atomic.Int64 // its sandbox's logs' bytes (box.logBytes)
+	box     *box
 
 	mu      sync.Mutex
 	cmd     Command
@@ -47,8 +56,11 @@ func (pr *proc) append(e Event, at time.Time) Event {
 	e.Seq = pr.seq
 	pr.events = append(pr.events, e)
 	pr.bytes += len(e.Data)
-	for len(pr.events) > maxLogEvents || (pr.bytes > maxLogBytes && len(pr.events) > 1) {
+	pr.boxLogs.Add(int64(len(e.Data)))
+	for len(pr.events) > maxLogEvents || (pr.bytes > maxLogBytes && len(pr.events) > 1) ||
+		(pr.boxLogs.Load() > maxBoxLogBytes && pr.bytes > minLogBytes && len(pr.events) > 1) {
 		pr.bytes -= len(pr.events[0].Data)
+		pr.boxLogs.Add(-int64(len(pr.events[0].Data)))
 		pr.events = pr.events[1:]
 	}
 	if e.Type == "exit" {
@@ -103,7 +115,7 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 	if err != nil {
 		return nil, spawnErr(err, argv[0], cwd)
 	}
-	pr := &proc{p: p, out: b.out, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
+	pr := &proc{p: p, out: b.out, boxLogs: &b.logBytes, box: b, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
 	b.mu.Lock()
 	b.procs[pr.cmd.PID] = pr
 	b.forgetFinishedLocked()
@@ -174,7 +186,8 @@ func spawnErr(err error, program, cwd string) error {
 	return fileErr(err, cwd)
 }
 
-// forgetFinishedLocked keeps the keepFinished newest finished commands.
+// forgetFinishedLocked keeps the keepFinished newest finished commands,
+// and fewer while the sandbox's logs are over maxBoxLogBytes.
 func (b *box) forgetFinishedLocked() {
 	var done []*proc
 	for _, pr := range b.procs {
@@ -182,12 +195,16 @@ func (b *box) forgetFinishedLocked() {
 			done = append(done, pr)
 		}
 	}
-	if len(done) <= keepFinished {
-		return
-	}
 	sort.Slice(done, func(i, j int) bool { return done[i].snapshot().EndedAt.Before(*done[j].snapshot().EndedAt) })
-	for _, pr := range done[:len(done)-keepFinished] {
+	for i, pr := range done {
+		if len(done)-i <= keepFinished && b.logBytes.Load() <= maxBoxLogBytes {
+			return
+		}
 		delete(b.procs, pr.cmd.PID)
+		pr.mu.Lock()
+		b.logBytes.Add(-int64(pr.bytes))
+		pr.bytes, pr.events = 0, nil
+		pr.mu.Unlock()
 	}
 }
 
@@ -257,6 +274,12 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 				e = Event{Type: "stdout", Data: string(ev.Data)}
 			default:
 				e = Event{Type: "stderr", Data: string(ev.Data)}
+			}
+			if pr.box != nil && pr.boxLogs.Load()+int64(len(e.Data)) > maxBoxLogBytes {
+				// Finished commands' logs go first, oldest first.
+				pr.box.mu.Lock()
+				pr.box.forgetFinishedLocked()
+				pr.box.mu.Unlock()
 			}
 			e = pr.append(e, s.now().UTC())
 			if fn != nil {

@@ -1176,3 +1176,37 @@ func TestUnresponsiveAgentEnds(t *testing.T) {
 		t.Errorf("a create after it ended (its memory given back): %v", err)
 	}
 }
+
+// TestLogsBoundedPerSandbox: the commands' logs of one sandbox stay
+// within maxBoxLogBytes taken together, however many commands log.
+func TestLogsBoundedPerSandbox(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	ctx := t.Context()
+	f.s.opts.OutputRate = 1 << 40 // the fake's frames are small; the pace is not what this tests
+	sb := f.create(t, c, CreateRequest{})
+	b := f.s.liveBox(sb.ID)
+	var last Command
+	for range 20 {
+		cmd, err := f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "big 600000", Background: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.s.Events(ctx, c, sb.ID, cmd.PID, 0, func(Event) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		last = cmd
+		if n := b.logBytes.Load(); n > maxBoxLogBytes+maxLogBytes {
+			t.Fatalf("the sandbox's logs hold %d bytes, over %d", n, maxBoxLogBytes+maxLogBytes)
+		}
+	}
+	cmds, err := f.s.Commands(ctx, c, sb.ID)
+	if err != nil || len(cmds) >= 20 || len(cmds) < 2 {
+		t.Errorf("%d commands remembered (%v), want fewer than 20 and at least 2", len(cmds), err)
+	}
+	// The newest keeps its whole log (1 MiB): the finished ones' went first.
+	got := 0
+	if err := f.s.Events(ctx, c, sb.ID, last.PID, 0, func(e Event) error { got += len(e.Data); return nil }); err != nil || got < 1000*1000 {
+		t.Errorf("the newest command's log: %d bytes, %v", got, err)
+	}
+}
