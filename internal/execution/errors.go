@@ -32,7 +32,7 @@ const (
 	// Sandboxes that stay (package sandboxes).
 	KindSandboxNotRunning // the sandbox is paused or ended and the call needs it running
 	KindProcessFinished   // stdin or a signal for a command that has already exited
-	KindSandboxLimit      // the tenant holds its plan's number of sandboxes, or a lifetime beyond the plan's
+	KindSandboxLimit      // the tenant holds its plan's number of sandboxes, or a sandbox its processes
 )
 
 // Error is a failure on its way to a client. Msg is safe to show; Err is

@@ -28,6 +28,8 @@ const (
 	// oldest first. The logs are the server's memory, outside every
 	// cgroup and the node's sandbox memory budget.
 	maxBoxLogBytes = 8 << 20
+	// maxFollowers is how many …/events streams one sandbox may have open.
+	maxFollowers   = 8
 	minLogBytes    = 64 << 10
 	keepFinished   = 64
 	defaultCommand = 60 * time.Second // a foreground command's timeout when it names none
@@ -534,6 +536,14 @@ func (s *Service) Events(ctx context.Context, c execution.Caller, id string, pid
 	if err != nil {
 		return err
 	}
+	// Each follower costs the server its own encoding and writing of the
+	// same output, so a sandbox has a few at once, not one per connection.
+	if n := pr.box.followers.Add(1); n > maxFollowers {
+		pr.box.followers.Add(-1)
+		return &execution.Error{Kind: execution.KindRateLimited, RetryAfter: 5,
+			Msg: fmt.Sprintf("sandbox %s already has %d event streams open, the most it may have at once; close one first", id, maxFollowers)}
+	}
+	defer pr.box.followers.Add(-1)
 	for {
 		pr.mu.Lock()
 		var next []Event

@@ -189,15 +189,16 @@ func (e *entry) live() bool {
 
 // box is one live sandbox.
 type box struct {
-	tenant   string
-	live     engine.Live
-	ag       agentClient
-	since    time.Time     // when this live period began, for metering
-	ending   atomic.Bool   // set when the service ends it, so its Done is not a failure
-	mem      int64         // its share of Options.MemoryBudget
-	released atomic.Bool   // mem given back
-	out      *rate.Limiter // paces the output relayed from its commands (Options.OutputRate)
-	logBytes atomic.Int64  // its commands' logs together (maxBoxLogBytes)
+	tenant    string
+	live      engine.Live
+	ag        agentClient
+	since     time.Time     // when this live period began, for metering
+	ending    atomic.Bool   // set when the service ends it, so its Done is not a failure
+	mem       int64         // its share of Options.MemoryBudget
+	released  atomic.Bool   // mem given back
+	out       *rate.Limiter // paces the output relayed from its commands (Options.OutputRate)
+	logBytes  atomic.Int64  // its commands' logs together (maxBoxLogBytes)
+	followers atomic.Int32  // open Events streams (maxFollowers)
 
 	mu    sync.Mutex
 	procs map[int]*proc

@@ -1210,3 +1210,38 @@ func TestLogsBoundedPerSandbox(t *testing.T) {
 		t.Errorf("the newest command's log: %d bytes, %v", got, err)
 	}
 }
+
+// TestFollowersBounded: a sandbox serves at most maxFollowers event
+// streams at once; one more is refused with Retry-After until one closes.
+func TestFollowersBounded(t *testing.T) {
+	f := newFixture(t)
+	c := caller("acme", config.DefaultPlans()["pro"])
+	sb := f.create(t, c, CreateRequest{})
+	cmd, err := f.s.StartCommand(t.Context(), c, sb.ID, CommandRequest{Cmd: "sleep", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range maxFollowers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = f.s.Events(ctx, c, sb.ID, cmd.PID, 0, func(Event) error { return nil })
+		}()
+	}
+	b := f.s.liveBox(sb.ID)
+	waitUntil(t, func() bool { return b.followers.Load() == maxFollowers })
+	err = f.s.Events(t.Context(), c, sb.ID, cmd.PID, 0, func(Event) error { return nil })
+	wantKind(t, "one stream too many", err, execution.KindRateLimited)
+	cancel()
+	wg.Wait()
+	if n := b.followers.Load(); n != 0 {
+		t.Errorf("%d followers counted after all closed", n)
+	}
+	short, stop := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer stop()
+	if err := f.s.Events(short, c, sb.ID, cmd.PID, 0, func(Event) error { return nil }); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a stream after the others closed: %v", err)
+	}
+}
