@@ -157,6 +157,13 @@ func (s *Service) WriteFile(ctx context.Context, c execution.Caller, id, p strin
 
 // Remove removes a path (a directory with everything in it).
 func (s *Service) Remove(ctx context.Context, c execution.Caller, id, p string) error {
+	full, err := homePath(p)
+	if err != nil {
+		return err
+	}
+	if full == engine.HomeDir {
+		return execution.Errorf(execution.KindInvalidRequest, "the home directory %s itself cannot be removed; remove what is in it, or kill the sandbox", engine.HomeDir)
+	}
 	b, _, full, err := s.files(ctx, c, id, p)
 	if err != nil {
 		return err

@@ -1294,8 +1294,13 @@ func checkMetadata(md map[string]string) error {
 	return nil
 }
 
+// printable: valid UTF-8 without control characters, nor the invisible
+// ones that make a key look like another (format characters such as
+// U+200B and the bidi overrides, and the line and paragraph separators).
 func printable(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+	})
 }
 
 func clipKey(k string) string {

@@ -166,6 +166,9 @@ func TestCreate(t *testing.T) {
 		{"NUL in metadata", CreateRequest{Metadata: map[string]string{"k": "a\x00b"}}, execution.KindInvalidRequest},
 		{"control in metadata key", CreateRequest{Metadata: map[string]string{"a\nb": "x"}}, execution.KindInvalidRequest},
 		{"bad UTF-8 in metadata", CreateRequest{Metadata: map[string]string{"k": "\xff"}}, execution.KindInvalidRequest},
+		{"zero-width key", CreateRequest{Metadata: map[string]string{"\u200b": "x"}}, execution.KindInvalidRequest},
+		{"bidi override in metadata", CreateRequest{Metadata: map[string]string{"k": "a\u202eb"}}, execution.KindInvalidRequest},
+		{"line separator in metadata", CreateRequest{Metadata: map[string]string{"k": "a\u2028b"}}, execution.KindInvalidRequest},
 		{"too many env names", CreateRequest{Env: manyPairs(execution.MaxEnv + 1)}, execution.KindInvalidRequest},
 		{"env too large", CreateRequest{Env: map[string]string{"A": strings.Repeat("v", execution.MaxEnvBytes)}}, execution.KindInvalidRequest},
 		{"bad env name", CreateRequest{Env: map[string]string{"A=B": "x"}}, execution.KindInvalidRequest},
@@ -799,6 +802,13 @@ func TestFiles(t *testing.T) {
 	wantKind(t, "a relative path out of the home", err, execution.KindInvalidRequest)
 	if err := f.s.Remove(ctx, c, sb.ID, "b.txt"); err != nil {
 		t.Error(err)
+	}
+	for _, home := range []string{".", "/home/user", "/home/user/"} {
+		err := f.s.Remove(ctx, c, sb.ID, home)
+		wantKind(t, "Remove "+home, err, execution.KindInvalidRequest)
+		if err == nil || !strings.Contains(err.Error(), "home directory") {
+			t.Errorf("Remove %q: %v, want it to name the home directory", home, err)
+		}
 	}
 }
 
