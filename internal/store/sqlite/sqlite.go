@@ -112,11 +112,37 @@ func open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
 
-	s, err := sqlstore.Open(ctx, dialect, w, r, migrationFiles)
+	s, err := openStore(ctx, w, r)
 	if err != nil {
 		r.Close()
 		w.Close()
 		return nil, err
 	}
 	return &Store{Store: s, w: w}, nil
+}
+
+// openStore migrates and opens the store, retrying while the database is
+// busy. Processes opening a fresh file at once can meet SQLITE_BUSY
+// without the busy timeout being applied (the first connection switching
+// the file to WAL; TestTwoStoresOneFile met it under -race), so Open
+// waits as the busy timeout would, in short steps, before it gives up.
+func openStore(ctx context.Context, w, r *sql.DB) (*sqlstore.Store, error) {
+	deadline := time.Now().Add(busyTimeout)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		s, err := sqlstore.Open(ctx, dialect, w, r, migrationFiles)
+		if err == nil || !busy(err) || time.Now().Add(wait).After(deadline) {
+			return s, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// busy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func busy(err error) bool {
+	var se *sqlitedriver.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
