@@ -441,7 +441,13 @@ func (c *Client) upload(ctx context.Context, m *msg, r io.Reader, max int64) (in
 		k, rerr := r.Read(buf)
 		if k > 0 {
 			if n+int64(k) > max {
-				c.send(&msg{Op: "cancel", Ref: ref})
+				// Sent anyway: the agent refuses it at the same cap and
+				// removes the partial file before it answers, so nothing of
+				// it is left when this returns. A cancel stops an agent
+				// that did not refuse it.
+				if _, err := c.call(ctx, &msg{Op: "chunk", Ref: ref, Data: buf[:k]}); err == nil {
+					c.send(&msg{Op: "cancel", Ref: ref})
+				}
 				return n, fmt.Errorf("over %d bytes: %w", max, ErrTooLarge)
 			}
 			if _, err := c.call(ctx, &msg{Op: "chunk", Ref: ref, Data: buf[:k]}); err != nil {
