@@ -120,7 +120,7 @@ func (s *Service) spawn(ctx context.Context, b *box, r CommandRequest, keepStdin
 	pr := &proc{p: p, out: b.out, boxLogs: &b.logBytes, box: b, changed: make(chan struct{}), cmd: Command{PID: p.PID(), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: s.now().UTC()}}
 	b.mu.Lock()
 	b.procs[pr.cmd.PID] = pr
-	b.forgetFinishedLocked()
+	b.forgetFinishedLocked(0)
 	b.mu.Unlock()
 	if r.Stdin != "" {
 		if err := p.Write(ctx, []byte(r.Stdin)); err == nil {
@@ -189,8 +189,9 @@ func spawnErr(err error, program, cwd string) error {
 }
 
 // forgetFinishedLocked keeps the keepFinished newest finished commands,
-// and fewer while the sandbox's logs are over maxBoxLogBytes.
-func (b *box) forgetFinishedLocked() {
+// and fewer while the sandbox's logs with need more bytes would be over
+// maxBoxLogBytes.
+func (b *box) forgetFinishedLocked(need int64) {
 	var done []*proc
 	for _, pr := range b.procs {
 		if c := pr.snapshot(); !c.Running {
@@ -199,7 +200,7 @@ func (b *box) forgetFinishedLocked() {
 	}
 	sort.Slice(done, func(i, j int) bool { return done[i].snapshot().EndedAt.Before(*done[j].snapshot().EndedAt) })
 	for i, pr := range done {
-		if len(done)-i <= keepFinished && b.logBytes.Load() <= maxBoxLogBytes {
+		if len(done)-i <= keepFinished && b.logBytes.Load()+need <= maxBoxLogBytes {
 			return
 		}
 		delete(b.procs, pr.cmd.PID)
@@ -280,7 +281,7 @@ func (s *Service) follow(ctx context.Context, pr *proc, timeout time.Duration, f
 			if pr.box != nil && pr.boxLogs.Load()+int64(len(e.Data)) > maxBoxLogBytes {
 				// Finished commands' logs go first, oldest first.
 				pr.box.mu.Lock()
-				pr.box.forgetFinishedLocked()
+				pr.box.forgetFinishedLocked(int64(len(e.Data)))
 				pr.box.mu.Unlock()
 			}
 			e = pr.append(e, s.now().UTC())
