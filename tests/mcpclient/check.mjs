@@ -3,7 +3,8 @@
 //   node check.mjs stdio COMMAND [ARG...]   (KUBO_API_URL / KUBO_API_KEY pass through)
 //   node check.mjs http URL KEY [files]     (Streamable HTTP, Authorization: Bearer KEY)
 //
-// With stdio, MCPCHECK_FILES=1 in the environment does what "files" does for http.
+// With stdio, MCPCHECK_FILES=1 in the environment does what "files" does for http;
+// MCPCHECK_SANDBOXES=1 requires the sandbox tools, in either mode.
 //
 // It lists the tools, runs print(6*7) and expects 42, runs a failing
 // program and expects a tool error (not a protocol error), and reads the
@@ -46,10 +47,12 @@ try {
 
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
-  // An API server with sandboxes that stay also lists their tools (over
-  // HTTP only: the stdio server has none yet).
+  // A server whose API has sandboxes that stay also lists their tools (the
+  // API server's /mcp and vertal mcp; the Python stdio server has none).
+  // MCPCHECK_SANDBOXES=1 requires them.
   const sandboxTools = ['create_sandbox', 'get_usage', 'kill_sandbox', 'list_files', 'pause_sandbox', 'read_file', 'resume_sandbox', 'run_code', 'run_command', 'write_file'];
-  const withSandboxes = mode === 'http' && JSON.stringify(names) === JSON.stringify(sandboxTools);
+  const withSandboxes = JSON.stringify(names) === JSON.stringify(sandboxTools);
+  if (process.env.MCPCHECK_SANDBOXES === '1' && !withSandboxes) fail('the sandbox tools are missing', names);
   if (!withSandboxes && JSON.stringify(names) !== JSON.stringify(['get_usage', 'run_code'])) fail('unexpected tools', names);
   const runCode = tools.find((t) => t.name === 'run_code');
   for (const phrase of ['no network', 'cannot be installed', '16 MB', '64 KB']) {

@@ -405,19 +405,24 @@ func TestMCPStdio(t *testing.T) {
 	env := []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + key,
 		"PYTHONPATH=" + filepath.Join(e2e.repo, "sdk", "python"), "MCPCHECK_FILES=1"}
 	t.Run("vertal mcp", func(t *testing.T) {
-		checkMCP(t, env, "stdio", e2e.bin, "mcp")
+		// The API has sandboxes: vertal mcp offers their tools, and the
+		// TypeScript client keeps state across them.
+		if s := checkMCP(t, append(env, "MCPCHECK_SANDBOXES=1"), "stdio", e2e.bin, "mcp"); s["sandbox"] == nil {
+			t.Errorf("vertal mcp: the sandbox tools were not exercised: %v", s)
+		}
 	})
 	t.Run("python -m vertal2kubo.mcp", func(t *testing.T) {
 		checkMCP(t, env, "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp")
 	})
-	// Both servers went through the API with the same key: 3 + 3 runs.
+	// Both servers went through the API with the same key: 3 + 3 runs, and
+	// vertal mcp's create_sandbox and the one run_command that ran.
 	c, _ := client.New(e2e.url, key)
 	u, err := c.Usage(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Today.Executions != 6 {
-		t.Errorf("the key shows %d executions, want 6 (metered through the API)", u.Today.Executions)
+	if u.Today.Executions != 8 {
+		t.Errorf("the key shows %d executions, want 8 (metered through the API)", u.Today.Executions)
 	}
 }
 
