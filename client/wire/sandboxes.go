@@ -178,3 +178,69 @@ type SandboxUsage struct {
 	Running        int     `json:"running"`
 	Paused         int     `json:"paused"`
 }
+
+// ContextRequest is the body of POST /v1/sandboxes/{id}/contexts: a code
+// context, an interpreter that keeps its state from one cell to the next.
+// Language is python (the default) or javascript; Cwd defaults to the home.
+type ContextRequest struct {
+	Language *string `json:"language,omitempty"`
+	Cwd      *string `json:"cwd,omitempty"`
+}
+
+// Context is one code context of a sandbox. Default marks a language's
+// default context, used by a run that names no context_id.
+type Context struct {
+	ID        string    `json:"id"`
+	Language  string    `json:"language"`
+	Cwd       string    `json:"cwd"`
+	Default   bool      `json:"default"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ContextList is the answer to GET /v1/sandboxes/{id}/contexts.
+type ContextList struct {
+	Contexts []Context `json:"contexts"`
+}
+
+// RunCodeRequest is the body of POST /v1/sandboxes/{id}/run: Code runs
+// in ContextID, or else in Language's default context.
+type RunCodeRequest struct {
+	Code      *string           `json:"code"`
+	ContextID *string           `json:"context_id,omitempty"`
+	Language  *string           `json:"language,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	TimeoutS  *float64          `json:"timeout_s,omitempty"`
+}
+
+// CodeOutput is one result of a cell, a MIME bundle: Data always has
+// text/plain, and may have text/html, image/png (base64), image/svg+xml,
+// text/markdown, text/latex, application/json. Main marks the value of
+// the cell's last expression; the others are figures it displayed.
+type CodeOutput struct {
+	Main bool              `json:"main"`
+	Data map[string]string `json:"data"`
+}
+
+// CodeError is what a cell raised or threw.
+type CodeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// RunCodeResult is a cell's outcome: Status is succeeded, failed (Error
+// says what it raised) or timed_out (it was interrupted; the context
+// stays).
+type RunCodeResult struct {
+	ContextID      string       `json:"context_id"`
+	Status         string       `json:"status"`
+	Stdout         string       `json:"stdout"`
+	Stderr         string       `json:"stderr"`
+	Results        []CodeOutput `json:"results"`
+	Error          *CodeError   `json:"error"`
+	ExecutionCount int          `json:"execution_count"`
+	DurationMS     int64        `json:"duration_ms"`
+	Truncated      bool         `json:"truncated"`
+	Usage          CommandUsage `json:"usage"`
+	RequestID      string       `json:"request_id"`
+}

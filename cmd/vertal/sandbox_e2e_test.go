@@ -342,6 +342,7 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 				t.Fatalf("inside the sandbox: %q (stderr %q)", out["stdout"], out["stderr"])
 			}
 			homeFullStillRuns(t, p, key, id)
+			contextsWork(t, p, key, id)
 			data := make([]byte, 64<<10)
 			_, _ = rand.Read(data)
 			if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/blob", data); st/100 != 2 {

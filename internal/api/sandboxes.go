@@ -50,6 +50,11 @@ type Sandboxes interface {
 	Remove(ctx context.Context, c execution.Caller, id, path string) error
 	Mkdir(ctx context.Context, c execution.Caller, id, path string) (sandboxes.FileInfo, error)
 	Move(ctx context.Context, c execution.Caller, id, from, to string) (sandboxes.FileInfo, error)
+	CreateContext(ctx context.Context, c execution.Caller, id string, r sandboxes.ContextRequest) (sandboxes.CodeContext, error)
+	Contexts(ctx context.Context, c execution.Caller, id string) ([]sandboxes.CodeContext, error)
+	DeleteContext(ctx context.Context, c execution.Caller, id, cid string) error
+	RestartContext(ctx context.Context, c execution.Caller, id, cid string) (sandboxes.CodeContext, error)
+	RunCode(ctx context.Context, c execution.Caller, id string, r sandboxes.RunCodeRequest, onEvent func(sandboxes.CodeEvent)) (sandboxes.CodeResult, error)
 	Usage(ctx context.Context, c execution.Caller) (sandboxes.Usage, error)
 	// Owner is the base URL of the node holding c's sandbox live when that
 	// is another node, else "".

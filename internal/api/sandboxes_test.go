@@ -132,6 +132,9 @@ func sandboxRequests(id string) []request {
 		{method: "DELETE", path: b + "/files?path=a.txt"},
 		{method: "POST", path: b + "/files/mkdir", body: `{"path":"d"}`},
 		{method: "POST", path: b + "/files/move", body: `{"from":"a.txt","to":"b.txt"}`},
+		{method: "POST", path: b + "/contexts", body: `{}`}, {path: b + "/contexts"},
+		{method: "DELETE", path: b + "/contexts/ctx_00000000000000000000000000000101"}, {method: "POST", path: b + "/contexts/ctx_00000000000000000000000000000101/restart"},
+		{method: "POST", path: b + "/run", body: `{"code":"1"}`},
 	}
 }
 
@@ -514,6 +517,7 @@ func coverSandboxes(t *testing.T) []*testEnv {
 	done := decode(t, env.do(request{method: "POST", path: b + "/commands", body: `{"cmd":"cat","background":true}`}))
 	d := fmt.Sprintf("%s/commands/%d", b, int(done["pid"].(float64)))
 	env.do(request{method: "POST", path: d + "/stdin", body: `{"eof":true}`})
+	cid := decode(t, env.do(request{method: "POST", path: b + "/contexts", body: `{"language":"javascript"}`}))["id"].(string)
 	for _, r := range []request{
 		{method: "POST", path: "/v1/sandboxes", body: `{"timeout_s":0.5}`},
 		{method: "POST", path: "/v1/sandboxes", body: `{}`, header: map[string]string{"Idempotency-Key": "k"}},
@@ -551,6 +555,16 @@ func coverSandboxes(t *testing.T) []*testEnv {
 		{method: "POST", path: missing + "/files/mkdir", body: `{"path":"d"}`}, {method: "POST", path: e + "/files/mkdir", body: `{"path":"d"}`},
 		{method: "POST", path: b + "/files/move", body: `{"from":"a.txt","to":"b.txt"}`}, {method: "POST", path: b + "/files/move", body: `{}`},
 		{method: "POST", path: b + "/files/move", body: `{"from":"gone","to":"b"}`}, {method: "POST", path: e + "/files/move", body: `{"from":"a","to":"b"}`},
+		{method: "POST", path: b + "/contexts", body: `{"language":"cobol"}`}, {method: "POST", path: missing + "/contexts", body: `{}`},
+		{method: "POST", path: e + "/contexts", body: `{}`}, {path: b + "/contexts"}, {path: missing + "/contexts"}, {path: e + "/contexts"},
+		{method: "POST", path: b + "/contexts/" + cid + "/restart"}, {method: "POST", path: b + "/contexts/" + cid + "/restart", body: `{"x":1}`},
+		{method: "POST", path: b + "/contexts/ctx_00000000000000000000000000000999/restart"}, {method: "POST", path: e + "/contexts/ctx_00000000000000000000000000000999/restart"},
+		{method: "DELETE", path: b + "/contexts/" + cid}, {method: "DELETE", path: b + "/contexts/" + cid}, {method: "DELETE", path: e + "/contexts/" + cid},
+		{method: "POST", path: b + "/run", body: `{"code":"x = 1"}`}, {method: "POST", path: b + "/run", body: `{"code":"x"}`, header: map[string]string{"Accept": "text/event-stream"}},
+		{method: "POST", path: b + "/run", body: `{"code":"raise ValueError"}`, header: map[string]string{"Accept": "text/event-stream"}},
+		{method: "POST", path: b + "/run", body: `{"code":"print(hi)"}`, header: map[string]string{"Accept": "text/event-stream"}},
+		{method: "POST", path: b + "/run", body: `{}`}, {method: "POST", path: missing + "/run", body: `{"code":"1"}`},
+		{method: "POST", path: e + "/run", body: `{"code":"1"}`}, {method: "POST", path: b + "/run", body: jsonBody(map[string]any{"code": overBody})},
 	} {
 		env.do(r)
 	}

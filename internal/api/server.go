@@ -206,6 +206,11 @@ func (s *Server) routes() {
 		s.handle("DELETE "+p+"/v1/sandboxes/{id}/files", s.sandbox(s.removeFile))
 		s.handle("POST "+p+"/v1/sandboxes/{id}/files/mkdir", s.sandbox(s.mkdir))
 		s.handle("POST "+p+"/v1/sandboxes/{id}/files/move", s.sandbox(s.moveFile))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/contexts", s.sandbox(s.createContext))
+		s.handle("GET "+p+"/v1/sandboxes/{id}/contexts", s.sandbox(s.listContexts))
+		s.handle("DELETE "+p+"/v1/sandboxes/{id}/contexts/{cid}", s.sandbox(s.deleteContext))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/contexts/{cid}/restart", s.sandbox(s.restartContext))
+		s.handle("POST "+p+"/v1/sandboxes/{id}/run", s.sandbox(s.runCode))
 		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
 // The bounds of a command's event log (for Events' replay) and of the
@@ -333,20 +334,11 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 	if err != nil {
 		return CommandResult{}, err
 	}
-	timeout := time.Duration(r.TimeoutS) * time.Second
-	if timeout == 0 {
-		timeout = defaultCommand
-	}
-	timeout = min(timeout, max(time.Second, rec.ExpiresAt.Sub(s.now())))
-	release, err := s.admit(ctx, c)
+	timeout, release, refund, err := s.foreground(ctx, c, rec, r.TimeoutS)
 	if err != nil {
 		return CommandResult{}, err
 	}
 	defer release()
-	refund, err := s.reserve(ctx, c)
-	if err != nil {
-		return CommandResult{}, err
-	}
 	lim := parseLimits(rec)
 	cpu0 := b.live.Usage().CPUSeconds
 	start := s.now()
@@ -411,6 +403,26 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 		res.Status = "failed"
 	}
 	return res, nil
+}
+
+// foreground admits a foreground call (a command or a cell) of c's to rec
+// and counts it toward the daily quota: its timeout (timeoutS, 0 for the
+// default, capped by the sandbox's expiry), the node slot's release and
+// the quota's refund.
+func (s *Service) foreground(ctx context.Context, c execution.Caller, rec store.Sandbox, timeoutS int) (timeout time.Duration, release, refund func(), err error) {
+	timeout = time.Duration(timeoutS) * time.Second
+	if timeout == 0 {
+		timeout = defaultCommand
+	}
+	timeout = min(timeout, max(time.Second, rec.ExpiresAt.Sub(s.now())))
+	if release, err = s.admit(ctx, c); err != nil {
+		return 0, nil, nil, err
+	}
+	if refund, err = s.reserve(ctx, c); err != nil {
+		release()
+		return 0, nil, nil, err
+	}
+	return timeout, release, refund, nil
 }
 
 // StartCommand starts a background command and answers at once. It counts

@@ -200,8 +200,9 @@ type box struct {
 	logBytes  atomic.Int64  // its commands' logs together (maxBoxLogBytes)
 	followers atomic.Int32  // open Events streams (maxFollowers)
 
-	mu    sync.Mutex
-	procs map[int]*proc
+	mu       sync.Mutex
+	procs    map[int]*proc
+	contexts map[string]*kernel // code contexts (contexts.go)
 }
 
 // New returns a Service; call Start before serving.

@@ -69,6 +69,8 @@ type box struct {
 	cmds   []*command
 	files  map[string][]byte
 	dirs   map[string]bool
+	// code contexts by id
+	contexts map[string]*fakeContext
 }
 
 type command struct {
@@ -686,4 +688,168 @@ func (f *Fake) Usage(ctx context.Context, c execution.Caller) (sandboxes.Usage, 
 		}
 	}
 	return u, nil
+}
+
+// Code contexts. A cell is scripted by its text, with state per context:
+//
+//	"NAME = VALUE"  stores VALUE; no result
+//	"print(TEXT)"   stdout "TEXT\n"
+//	"raise NAME"    fails with error NAME, value "boom"
+//	"crash"         the platform fails
+//	anything else   the stored value of that name, or the text, as text/plain
+type fakeContext struct {
+	info  sandboxes.CodeContext
+	vars  map[string]string
+	count int
+}
+
+func (f *Fake) contextsOf(b *box) map[string]*fakeContext {
+	if b.contexts == nil {
+		b.contexts = map[string]*fakeContext{}
+	}
+	return b.contexts
+}
+
+func (f *Fake) newContext(b *box, lang string, dflt bool) *fakeContext {
+	f.n++
+	cc := &fakeContext{vars: map[string]string{}, info: sandboxes.CodeContext{ID: fmt.Sprintf("ctx_%032x", f.n), Language: lang,
+		Cwd: "/home/user", Default: dflt, CreatedAt: Start.Add(time.Duration(f.n) * time.Second)}}
+	f.contextsOf(b)[cc.info.ID] = cc
+	return cc
+}
+
+func fakeLanguage(l string) (string, error) {
+	switch l {
+	case "", "python":
+		return "python", nil
+	case "javascript", "js":
+		return "javascript", nil
+	}
+	return "", execution.Errorf(execution.KindUnsupportedLanguage, "code contexts run python or javascript, not %q", l)
+}
+
+func (f *Fake) CreateContext(ctx context.Context, c execution.Caller, id string, r sandboxes.ContextRequest) (sandboxes.CodeContext, error) {
+	lang, err := fakeLanguage(r.Language)
+	if err != nil {
+		return sandboxes.CodeContext{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.running(c, id)
+	if err != nil {
+		return sandboxes.CodeContext{}, err
+	}
+	cc := f.newContext(b, lang, false)
+	if r.Cwd != "" {
+		cc.info.Cwd = resolve(r.Cwd)
+	}
+	return cc.info, nil
+}
+
+func (f *Fake) Contexts(ctx context.Context, c execution.Caller, id string) ([]sandboxes.CodeContext, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.running(c, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandboxes.CodeContext
+	for _, cc := range b.contexts {
+		out = append(out, cc.info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (f *Fake) context(c execution.Caller, id, cid string) (*box, *fakeContext, error) {
+	b, err := f.running(c, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	cc := b.contexts[cid]
+	if cc == nil {
+		return nil, nil, notFound("code context")
+	}
+	return b, cc, nil
+}
+
+func (f *Fake) DeleteContext(ctx context.Context, c execution.Caller, id, cid string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, _, err := f.context(c, id, cid)
+	if err != nil {
+		return err
+	}
+	delete(b.contexts, cid)
+	return nil
+}
+
+func (f *Fake) RestartContext(ctx context.Context, c execution.Caller, id, cid string) (sandboxes.CodeContext, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, cc, err := f.context(c, id, cid)
+	if err != nil {
+		return sandboxes.CodeContext{}, err
+	}
+	cc.vars, cc.count = map[string]string{}, 0
+	return cc.info, nil
+}
+
+func (f *Fake) RunCode(ctx context.Context, c execution.Caller, id string, r sandboxes.RunCodeRequest, onEvent func(sandboxes.CodeEvent)) (sandboxes.CodeResult, error) {
+	lang, err := fakeLanguage(r.Language)
+	if err != nil {
+		return sandboxes.CodeResult{}, err
+	}
+	f.mu.Lock()
+	b, err := f.running(c, id)
+	var cc *fakeContext
+	if err == nil && r.ContextID != "" {
+		_, cc, err = f.context(c, id, r.ContextID)
+	} else if err == nil {
+		for _, x := range f.contextsOf(b) {
+			if x.info.Default && x.info.Language == lang {
+				cc = x
+			}
+		}
+		if cc == nil {
+			cc = f.newContext(b, lang, true)
+		}
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return sandboxes.CodeResult{}, err
+	}
+	cc.count++
+	res := sandboxes.CodeResult{ContextID: cc.info.ID, Status: "succeeded", ExecutionCount: cc.count, DurationMS: 3}
+	var events []sandboxes.CodeEvent
+	code := strings.TrimSpace(r.Code)
+	switch name, value, isSet := strings.Cut(code, " = "); {
+	case code == "crash":
+		f.mu.Unlock()
+		return sandboxes.CodeResult{}, execution.Errorf(execution.KindSandboxError, "the sandbox failed")
+	case isSet:
+		cc.vars[name] = value
+	case strings.HasPrefix(code, "print(") && strings.HasSuffix(code, ")"):
+		res.Stdout = code[len("print("):len(code)-1] + "\n"
+		events = append(events, sandboxes.CodeEvent{Type: "stdout", Data: res.Stdout})
+	case strings.HasPrefix(code, "raise "):
+		res.Status = "failed"
+		res.Error = &sandboxes.CodeError{Name: strings.TrimPrefix(code, "raise "), Value: "boom", Traceback: "Traceback (most recent call last):\n  File \"<cell>\", line 1\n"}
+		events = append(events, sandboxes.CodeEvent{Type: "error", Error: res.Error})
+	default:
+		v, ok := cc.vars[code]
+		if !ok {
+			v = code
+		}
+		o := sandboxes.CodeOutput{Main: true, Data: map[string]string{"text/plain": v}}
+		res.Results = append(res.Results, o)
+		events = append(events, sandboxes.CodeEvent{Type: "result", Result: &o})
+	}
+	f.mu.Unlock()
+	for _, e := range events {
+		if onEvent != nil {
+			onEvent(e)
+		}
+	}
+	return res, nil
 }
