@@ -87,6 +87,8 @@ type Sandbox struct {
 	// files.
 	Commands *Commands `json:"-"`
 	Files    *Files    `json:"-"`
+	// Contexts manages its code contexts, in which RunCode runs cells.
+	Contexts *Contexts `json:"-"`
 
 	c *Client
 }
@@ -104,6 +106,7 @@ func (c *Client) newSandbox(w wire.Sandbox) *Sandbox {
 	sb.set(w)
 	sb.Commands = &Commands{c: c, id: w.ID}
 	sb.Files = &Files{c: c, id: w.ID}
+	sb.Contexts = &Contexts{c: c, id: w.ID}
 	return sb
 }
 

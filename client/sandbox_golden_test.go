@@ -23,10 +23,21 @@ func TestSandboxRequestBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sb := &Sandbox{ID: "sbx_0123456789abcdef0123456789abcdef"}
+	cell, err := sb.codeCall("x + 1", []CodeOption{InContext("ctx_0123456789abcdef0123456789abcdef"), WithCodeEnv(map[string]string{"X": "y"}), WithCodeTimeout(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := sb.codeCall("", []CodeOption{WithCodeLanguage("javascript")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkGolden(t, "testdata/sandbox_requests.json", map[string]any{
 		"create":         create.request(),
 		"create_default": SandboxParams{}.request(),
 		"command":        json.RawMessage(fg),
 		"background":     json.RawMessage(bg),
+		"run_code":       json.RawMessage(cell.body),
+		"run_code_empty": json.RawMessage(js.body),
 	})
 }

@@ -41,6 +41,7 @@ const MaxRunning = 3
 type Fake struct {
 	mu        sync.Mutex
 	n         int
+	contextN  int             // code contexts made
 	sandboxes map[string]*box // by id
 	idem      map[string]idem
 	// Last is what the last call was given, for tests to check.
@@ -711,9 +712,9 @@ func (f *Fake) contextsOf(b *box) map[string]*fakeContext {
 }
 
 func (f *Fake) newContext(b *box, lang string, dflt bool) *fakeContext {
-	f.n++
-	cc := &fakeContext{vars: map[string]string{}, info: sandboxes.CodeContext{ID: fmt.Sprintf("ctx_%032x", f.n), Language: lang,
-		Cwd: "/home/user", Default: dflt, CreatedAt: Start.Add(time.Duration(f.n) * time.Second)}}
+	f.contextN++
+	cc := &fakeContext{vars: map[string]string{}, info: sandboxes.CodeContext{ID: fmt.Sprintf("ctx_%032x", f.contextN), Language: lang,
+		Cwd: "/home/user", Default: dflt, CreatedAt: Start.Add(time.Duration(f.contextN) * time.Second)}}
 	f.contextsOf(b)[cc.info.ID] = cc
 	return cc
 }
