@@ -125,16 +125,17 @@ type CodeError = wire.CodeError
 // CodeResult is a cell's outcome. A cell that raises or times out is a
 // result (check Status and Error), not an error.
 type CodeResult struct {
-	ContextID      string
-	Status         Status // succeeded, failed, timed_out
-	Stdout, Stderr string
-	Results        []CodeOutput
-	Error          *CodeError
-	ExecutionCount int
-	DurationMS     int64
-	Truncated      bool
-	CPUSeconds     float64
-	RequestID      string
+	ContextID      string       `json:"context_id"`
+	Status         Status       `json:"status"` // succeeded, failed, timed_out
+	Stdout         string       `json:"stdout"`
+	Stderr         string       `json:"stderr"`
+	Results        []CodeOutput `json:"results"`
+	Error          *CodeError   `json:"error"`
+	ExecutionCount int          `json:"execution_count"`
+	DurationMS     int64        `json:"duration_ms"`
+	Truncated      bool         `json:"truncated"`
+	CPUSeconds     float64      `json:"cpu_seconds"`
+	RequestID      string       `json:"request_id"`
 }
 
 // Text is the text/plain of the cell's main result (its last

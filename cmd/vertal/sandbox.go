@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,10 +22,11 @@ import (
 // sandboxes that stay, through the Go SDK.
 func cmdSandbox(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(e.Stderr, "usage: vertal sandbox create|ls|exec|cp|pause|resume|rm [flags]\n\n"+
-			"  create  start a sandbox that stays and print its id\n"+
-			"  ls      list the key's sandboxes\n"+
-			"  exec    run a command in a sandbox, mirroring its output and exit code\n"+
+		fmt.Fprintln(e.Stderr, "usage: vertal sandbox create|ls|exec|run-code|cp|pause|resume|rm [flags]\n\n"+
+			"  create    start a sandbox that stays and print its id\n"+
+			"  ls        list the key's sandboxes\n"+
+			"  exec      run a command in a sandbox, mirroring its output and exit code\n"+
+			"  run-code  run a cell of Python or JavaScript in a code context that keeps its state\n"+
 			"  cp      copy a file into a sandbox (FILE sbx_ID:PATH) or out of one (sbx_ID:PATH FILE)\n"+
 			"  pause   pause sandboxes (their files are kept, their processes end)\n"+
 			"  resume  resume paused sandboxes\n"+
@@ -40,12 +43,14 @@ func cmdSandbox(ctx context.Context, e *env, args []string) error {
 		return cmdSandboxList(ctx, e, args[1:])
 	case "exec":
 		return cmdSandboxExec(ctx, e, args[1:])
+	case "run-code":
+		return cmdSandboxRunCode(ctx, e, args[1:])
 	case "cp":
 		return cmdSandboxCopy(ctx, e, args[1:])
 	case "pause", "resume", "rm":
 		return cmdSandboxEach(ctx, e, args[0], args[1:])
 	}
-	fmt.Fprintf(e.Stderr, "vertal sandbox: unknown subcommand %q (want create, ls, exec, cp, pause, resume or rm)\n", args[0])
+	fmt.Fprintf(e.Stderr, "vertal sandbox: unknown subcommand %q (want create, ls, exec, run-code, cp, pause, resume or rm)\n", args[0])
 	return exitCode(exitUsage)
 }
 
@@ -250,6 +255,121 @@ command's. If the API refuses or cannot be reached, the exit status is 125.
 	}
 	fmt.Fprintln(e.Stderr, "vertal sandbox exec: the stream ended without a result")
 	return exitCode(exitAPIFailed)
+}
+
+func cmdSandboxRunCode(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "sandbox run-code", `sandbox run-code [flags] ID CODE|-
+
+Runs one cell of code in a code context of the sandbox ID (Python's
+default context unless --language or --context says otherwise), where
+variables, imports and open files stay from one cell to the next. CODE is
+the code itself, or - for standard input. The cell's stdout and stderr are
+mirrored as they come, then the text of its last expression's value on
+stdout and any error's traceback on stderr. Exit status: 0 when the cell
+succeeded, 1 when it raised, 124 when it timed out (the context stays), 125
+when the API refused or could not be reached. --json prints the whole
+outcome instead (results as MIME bundles, images base64).
+
+  vertal sandbox run-code sbx_0123... 'import pandas as pd; df = pd.read_csv("data.csv")'
+  vertal sandbox run-code sbx_0123... 'df.describe()'
+  vertal sandbox run-code --language javascript sbx_0123... 'const xs = [1, 2, 3]; xs.length'`)
+	var (
+		cf         clientFlags
+		contextID  string
+		language   string
+		timeout    time.Duration
+		jsonOutput bool
+	)
+	cf.register(fs)
+	fs.StringVar(&contextID, "context", "", "the code context (ctx_...) to run in (default: the language's default context)")
+	fs.StringVar(&language, "language", "", "python or javascript (default python)")
+	fs.DurationVar(&timeout, "timeout", 0, "interrupt the cell after this long (default 60s)")
+	fs.BoolVar(&jsonOutput, "json", false, "print the whole outcome as JSON")
+	env := keyValues(fs, "env", "environment variable for this cell, K=V (repeatable)")
+	positional, _, err := parseInterspersed(fs, args)
+	if err != nil {
+		return parseError(err)
+	}
+	if len(positional) != 2 {
+		fmt.Fprintln(e.Stderr, "vertal sandbox run-code: want ID and CODE (or - for standard input); see vertal sandbox run-code -h")
+		return exitCode(exitUsage)
+	}
+	code := positional[1]
+	if code == "-" {
+		b, err := io.ReadAll(e.Stdin)
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "vertal sandbox run-code: reading standard input: %v\n", err)
+			return exitCode(exitUsage)
+		}
+		code = string(b)
+	}
+	c, err := cf.client(e)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "vertal sandbox run-code: %v\n", err)
+		return exitCode(exitUsage)
+	}
+	sb := c.Sandbox(positional[0])
+	opts := []client.CodeOption{client.InContext(contextID), client.WithCodeLanguage(language), client.WithCodeEnv(env), client.WithCodeTimeout(timeout)}
+	var res *client.CodeResult
+	if jsonOutput {
+		if res, err = sb.RunCode(ctx, code, opts...); err != nil {
+			return reportClientError(e, "sandbox run-code", c, err)
+		}
+		enc := json.NewEncoder(e.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		for ev, err := range sb.StreamCode(ctx, code, opts...) {
+			if err != nil {
+				return reportClientError(e, "sandbox run-code", c, err)
+			}
+			switch ev.Type {
+			case client.EventStdout:
+				fmt.Fprint(e.Stdout, ev.Text)
+			case client.EventStderr:
+				fmt.Fprint(e.Stderr, ev.Text)
+			case client.EventResult:
+				printCodeOutput(e, ev.Result)
+			case client.EventError:
+				fmt.Fprint(e.Stderr, strings.TrimSuffix(cmp.Or(ev.CodeError.Traceback, ev.CodeError.Name+": "+ev.CodeError.Value), "\n")+"\n")
+			case client.EventEnd:
+				res = ev.End
+			}
+		}
+		if res == nil {
+			fmt.Fprintln(e.Stderr, "vertal sandbox run-code: the stream ended without the cell's outcome")
+			return exitCode(exitAPIFailed)
+		}
+	}
+	switch res.Status {
+	case client.StatusSucceeded:
+		return nil
+	case client.StatusTimedOut:
+		if !jsonOutput {
+			fmt.Fprintln(e.Stderr, "vertal sandbox run-code: timed_out (the cell was interrupted; the context stays)")
+		}
+		return exitCode(124)
+	}
+	return exitCode(1)
+}
+
+// printCodeOutput shows a result for a terminal: its text, and for what
+// has no text worth showing (a figure), what it holds.
+func printCodeOutput(e *env, o *client.CodeOutput) {
+	if o.Main {
+		fmt.Fprintln(e.Stdout, o.Data["text/plain"])
+		return
+	}
+	var kinds []string
+	for mime := range o.Data {
+		if mime != "text/plain" {
+			kinds = append(kinds, mime)
+		}
+	}
+	sort.Strings(kinds)
+	fmt.Fprintf(e.Stderr, "[%s: %s; --json has the data]\n", o.Data["text/plain"], strings.Join(kinds, ", "))
 }
 
 // sandboxRef splits "sbx_ID:PATH"; ok is false for a local path.

@@ -70,6 +70,29 @@ func TestSandboxCLI(t *testing.T) {
 	if got := runCLI(t, cmdUsage, environ, ""); !strings.Contains(got.Stdout, "\nsandboxes  1 running, 0 paused; today 0.000 seconds alive") {
 		t.Errorf("usage: %+v", got)
 	}
+	// Cells in a code context keep their state; failures and timeouts
+	// have their own exit statuses.
+	if got := run("", "run-code", id, "x = 41"); got.Exit != 0 || got.Stdout != "" {
+		t.Errorf("run-code set: %+v", got)
+	}
+	if got := run("", "run-code", id, "x"); got.Exit != 0 || got.Stdout != "41\n" {
+		t.Errorf("run-code state: %+v", got)
+	}
+	if got := run("print(hi)", "run-code", id, "-"); got.Exit != 0 || got.Stdout != "hi\n" {
+		t.Errorf("run-code from stdin: %+v", got)
+	}
+	if got := run("", "run-code", id, "raise ValueError"); got.Exit != 1 || !strings.Contains(got.Stderr, "Traceback") {
+		t.Errorf("run-code raise: %+v", got)
+	}
+	if got := run("", "run-code", "--json", "--language", "javascript", id, "x"); got.Exit != 0 || !strings.Contains(got.Stdout, `"text/plain": "x"`) || !strings.Contains(got.Stdout, `"context_id": "ctx_`) {
+		t.Errorf("run-code --json in another context: %+v", got)
+	}
+	if got := run("", "run-code", "--context", "ctx_00000000000000000000000000000999", id, "x"); got.Exit != exitAPIFailed || !strings.Contains(got.Stderr, "not_found") {
+		t.Errorf("run-code in an unknown context: %+v", got)
+	}
+	if got := run("", "run-code", id); got.Exit != exitUsage {
+		t.Errorf("run-code without code: %+v", got)
+	}
 	if got := run("", "pause", id); got.Stdout != id+"\tpaused\n" {
 		t.Errorf("pause: %+v", got)
 	}
@@ -90,7 +113,7 @@ func TestSandboxCLI(t *testing.T) {
 	if got := run("", "exec", id); got.Exit != exitUsage {
 		t.Errorf("exec without a command: %+v", got)
 	}
-	if got := run(""); got.Exit != exitUsage || !strings.Contains(got.Stderr, "create|ls|exec|cp|pause|resume|rm") {
+	if got := run(""); got.Exit != exitUsage || !strings.Contains(got.Stderr, "create|ls|exec|run-code|cp|pause|resume|rm") {
 		t.Errorf("no subcommand: %+v", got)
 	}
 }
