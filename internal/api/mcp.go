@@ -38,6 +38,7 @@ type MCPSandboxes interface {
 	ListDir(ctx context.Context, c execution.Caller, id, path string) ([]sandboxes.FileInfo, error)
 	ReadFile(ctx context.Context, c execution.Caller, id, path string, w io.Writer) (int64, error)
 	WriteFile(ctx context.Context, c execution.Caller, id, path string, r io.Reader) (sandboxes.FileInfo, error)
+	RunCode(ctx context.Context, c execution.Caller, id string, r sandboxes.RunCodeRequest, onEvent func(sandboxes.CodeEvent)) (sandboxes.CodeResult, error)
 }
 
 // MCPBackendWithSandboxes is MCPBackend whose tools also serve sandboxes
@@ -152,6 +153,11 @@ func (b mcpSandboxBackend) CreateSandbox(ctx context.Context, req sandboxes.Crea
 
 func (b mcpSandboxBackend) RunCommand(ctx context.Context, id string, req sandboxes.CommandRequest) (sandboxes.CommandResult, error) {
 	out, err := b.s.sbx.Run(ctx, *b.c, id, req, nil)
+	return out, b.sandboxError(err)
+}
+
+func (b mcpSandboxBackend) RunCell(ctx context.Context, id string, req sandboxes.RunCodeRequest) (sandboxes.CodeResult, error) {
+	out, err := b.s.sbx.RunCode(ctx, *b.c, id, req, nil)
 	return out, b.sandboxError(err)
 }
 

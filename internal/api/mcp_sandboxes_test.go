@@ -127,3 +127,10 @@ func TestMCPSandboxTools(t *testing.T) {
 		}
 	}
 }
+
+func (f *mcpFakeSandboxes) RunCode(_ context.Context, c execution.Caller, id string, r sandboxes.RunCodeRequest, _ func(sandboxes.CodeEvent)) (sandboxes.CodeResult, error) {
+	if err := f.saw(c, id); err != nil {
+		return sandboxes.CodeResult{}, err
+	}
+	return sandboxes.CodeResult{ContextID: "ctx_1", Status: "succeeded", Results: []sandboxes.CodeOutput{{Main: true, Data: map[string]string{"text/plain": r.Code}}}}, nil
+}

@@ -55,6 +55,26 @@ func (b clientSandboxes) RunCommand(ctx context.Context, id string, req sandboxe
 		ExitCode: res.ExitCode, DurationMS: res.DurationMS, Truncated: res.Truncated, CPUSeconds: res.CPUSeconds}, nil
 }
 
+func (b clientSandboxes) RunCell(ctx context.Context, id string, req sandboxes.RunCodeRequest) (sandboxes.CodeResult, error) {
+	opts := []client.CodeOption{client.InContext(req.ContextID), client.WithCodeLanguage(req.Language), client.WithCodeEnv(req.Env)}
+	if req.TimeoutS > 0 {
+		opts = append(opts, client.WithCodeTimeout(time.Duration(req.TimeoutS)*time.Second))
+	}
+	res, err := b.c.Sandbox(id).RunCode(ctx, req.Code, opts...)
+	if err != nil {
+		return sandboxes.CodeResult{}, err
+	}
+	out := sandboxes.CodeResult{ContextID: res.ContextID, Status: string(res.Status), Stdout: res.Stdout, Stderr: res.Stderr,
+		ExecutionCount: res.ExecutionCount, DurationMS: res.DurationMS, Truncated: res.Truncated, CPUSeconds: res.CPUSeconds}
+	for _, o := range res.Results {
+		out.Results = append(out.Results, sandboxes.CodeOutput{Main: o.Main, Data: o.Data})
+	}
+	if e := res.Error; e != nil {
+		out.Error = &sandboxes.CodeError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+	}
+	return out, nil
+}
+
 func (b clientSandboxes) ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error) {
 	return b.c.Sandbox(id).Files.ReadTo(ctx, path, w)
 }

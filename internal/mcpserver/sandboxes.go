@@ -24,6 +24,9 @@ type SandboxBackend interface {
 	Backend
 	CreateSandbox(ctx context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error)
 	RunCommand(ctx context.Context, id string, req sandboxes.CommandRequest) (sandboxes.CommandResult, error)
+	// RunCell runs code in a code context of the sandbox (run_code with a
+	// sandbox_id).
+	RunCell(ctx context.Context, id string, req sandboxes.RunCodeRequest) (sandboxes.CodeResult, error)
 	// ReadFile writes the file's content to w.
 	ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error)
 	WriteFile(ctx context.Context, id, path string, r io.Reader) (sandboxes.FileInfo, error)
@@ -49,7 +52,7 @@ const (
 // context is no place for more.
 const readFileCap = 256 << 10
 
-const sandboxInstructions = " With create_sandbox you get a sandbox that stays across calls (files, installed state and processes persist until it ends): run shell commands in it with run_command, move files with read_file, write_file and list_files, and end it with kill_sandbox when done."
+const sandboxInstructions = " With create_sandbox you get a sandbox that stays across calls (files, installed state and processes persist until it ends): run shell commands in it with run_command, run Python or JavaScript that keeps its variables from one call to the next with run_code and its sandbox_id, move files with read_file, write_file and list_files, and end it with kill_sandbox when done."
 
 // addSandboxTools adds the sandbox tools to s.
 func addSandboxTools(s *mcp.Server, t *tools) {

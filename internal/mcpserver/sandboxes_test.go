@@ -34,6 +34,41 @@ type fakeSandboxes struct {
 type fakeBox struct {
 	sb    sandboxes.Sandbox
 	files map[string][]byte
+	vars  map[string]string // its code context's
+	cells int
+}
+
+// RunCell is a context of one variable store: "NAME = VALUE" sets,
+// "plot" shows a figure and a DataFrame, "raise" fails, and anything else
+// is the value of that name.
+func (f *fakeSandboxes) RunCell(_ context.Context, id string, req sandboxes.RunCodeRequest) (sandboxes.CodeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := f.box(id, true)
+	if err != nil {
+		return sandboxes.CodeResult{}, err
+	}
+	if b.vars == nil {
+		b.vars = map[string]string{}
+	}
+	b.cells++
+	res := sandboxes.CodeResult{ContextID: "ctx_" + req.Language, Status: "succeeded", ExecutionCount: b.cells, DurationMS: 2}
+	name, value, set := strings.Cut(req.Code, " = ")
+	switch {
+	case set:
+		b.vars[name] = value
+	case req.Code == "plot":
+		res.Results = []sandboxes.CodeOutput{
+			{Main: true, Data: map[string]string{"text/plain": "   a\n0  1", "text/html": "<table><tr><td>1</td></tr></table>"}},
+			{Data: map[string]string{"text/plain": "<Figure>", "image/png": "iVBORw0KGgo="}},
+		}
+	case req.Code == "raise":
+		res.Status = "failed"
+		res.Error = &sandboxes.CodeError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback (most recent call last):\nZeroDivisionError: division by zero\n"}
+	default:
+		res.Results = []sandboxes.CodeOutput{{Main: true, Data: map[string]string{"text/plain": b.vars[req.Code]}}}
+	}
+	return res, nil
 }
 
 func newFakeSandboxes() *fakeSandboxes { return &fakeSandboxes{boxes: map[string]*fakeBox{}} }
@@ -472,3 +507,75 @@ func TestSandboxToolArguments(t *testing.T) {
 	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", nil))
 	mustOK(t, "write_file", call(t, cs, "write_file", map[string]any{"sandbox_id": "sbx_1", "path": "empty", "content": ""}))
 }
+
+// TestRunCodeCells: run_code with a sandbox_id runs cells that keep state;
+// a DataFrame comes back as HTML beside its text, a figure as an image, an
+// exception as a tool error with its traceback.
+func TestRunCodeCells(t *testing.T) {
+	fake := newFakeSandboxes()
+	cs := sandboxSession(t, fake)
+	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", nil))
+	cell := func(code string, extra ...any) *mcp.CallToolResult {
+		args := map[string]any{"sandbox_id": "sbx_1", "language": "python", "code": code}
+		for i := 0; i < len(extra); i += 2 {
+			args[extra[i].(string)] = extra[i+1]
+		}
+		return call(t, cs, "run_code", args)
+	}
+	mustOK(t, "run_code", cell("x = 41"))
+	res := cell("x")
+	out := mustOK(t, "run_code", res)
+	if !strings.Contains(out, "context_id: ctx_python\nexecution_count: 2\n") || !strings.Contains(out, "--- result ---\n41\n") {
+		t.Errorf("cell text:\n%s", out)
+	}
+	if sc, _ := res.StructuredContent.(map[string]any); sc["context_id"] != "ctx_python" || sc["exit_code"] != float64(0) || sc["sandbox_id"] != "sbx_1" {
+		t.Errorf("cell structured content: %+v", res.StructuredContent)
+	}
+	res = cell("plot")
+	mustOK(t, "run_code", res)
+	var image *mcp.ImageContent
+	var html *mcp.EmbeddedResource
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.ImageContent:
+			image = c
+		case *mcp.EmbeddedResource:
+			html = c
+		}
+	}
+	if image == nil || image.MIMEType != "image/png" || string(image.Data[:4]) != "\x89PNG" {
+		t.Errorf("figure content: %+v", image)
+	}
+	if html == nil || html.Resource.MIMEType != "text/html" || !strings.Contains(html.Resource.Text, "<table>") || !strings.HasPrefix(html.Resource.URI, "vertal://sandboxes/sbx_1/contexts/ctx_python/results/") {
+		t.Errorf("html content: %+v", html)
+	}
+	if sc, _ := res.StructuredContent.(map[string]any); strings.Contains(fmt.Sprint(sc["results"]), "iVBOR") {
+		t.Errorf("structured results carry the image: %v", sc["results"])
+	}
+	res = cell("raise")
+	if !res.IsError || !strings.Contains(text(res), "--- error: ZeroDivisionError ---\nTraceback") {
+		t.Errorf("raise: %v %s", res.IsError, text(res))
+	}
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"sandbox_id": "sbx_1", "language": "python", "code": "1", "files": []any{map[string]any{"path": "a", "content": "b"}}}, "do not apply"},
+		{map[string]any{"context_id": "ctx_1", "language": "python", "code": "1"}, "needs sandbox_id"},
+		{map[string]any{"sandbox_id": "sbx_9", "language": "python", "code": "1"}, "not found"},
+	} {
+		if res := call(t, cs, "run_code", tc.args); !res.IsError || !strings.Contains(text(res), tc.want) {
+			t.Errorf("%v: %v %s", tc.args, res.IsError, text(res))
+		}
+	}
+	// Without sandboxes there is nothing to run a cell in.
+	plain := connect(t, newServer(&tools{backendFor: func(context.Context, *mcp.CallToolRequest) (Backend, error) { return noSandboxes{}, nil }, log: Options{}.logger()}, testLanguages, testImages, "test", false))
+	if res := call(t, plain, "run_code", map[string]any{"sandbox_id": "sbx_1", "language": "python", "code": "1"}); !res.IsError || !strings.Contains(text(res), "does not offer sandboxes") {
+		t.Errorf("cell without sandboxes: %s", text(res))
+	}
+}
+
+type noSandboxes struct{}
+
+func (noSandboxes) RunCode(context.Context, RunRequest) (*client.Execution, error) { return nil, nil }
+func (noSandboxes) Usage(context.Context) (*client.Usage, error)                  { return nil, nil }

@@ -161,7 +161,7 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 	// By name, as GET /v1/languages lists them: the stdio server reads
 	// that list, the HTTP one gets the server's configuration order.
 	langs = slices.SortedFunc(slices.Values(langs), func(a, b client.Language) int { return strings.Compare(a.Name, b.Name) })
-	s.AddTool(runCodeTool(langs, images), t.runCode)
+	s.AddTool(runCodeTool(langs, images, withSandboxes), t.runCode)
 	s.AddTool(getUsageTool(), t.getUsage)
 	if withSandboxes {
 		addSandboxTools(s, t)
@@ -237,6 +237,9 @@ type runArgs struct {
 	Env         map[string]string `json:"env"`
 	Args        []string          `json:"args"`
 	ReturnFiles []string          `json:"return_files"`
+	// A cell in a sandbox that stays (servers with sandboxes only).
+	SandboxID string `json:"sandbox_id"`
+	ContextID string `json:"context_id"`
 }
 
 // fileArg is one entry of run_code's files.
@@ -294,6 +297,9 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 	b, err := t.backendFor(ctx, req)
 	if err != nil {
 		return errorResult(err.Error()), nil
+	}
+	if args.SandboxID != "" || args.ContextID != "" {
+		return t.runCell(ctx, b, args)
 	}
 	ex, err := b.RunCode(ctx, args.request())
 	var bad *argError

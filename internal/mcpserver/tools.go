@@ -97,7 +97,7 @@ const getUsageDescription = `Show today's usage of this Vertal Run API key (exec
 // hold the very same documents.
 type obj = map[string]any
 
-func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
+func runCodeTool(langs []client.Language, images []client.Image, withSandboxes bool) *mcp.Tool {
 	if len(langs) == 0 {
 		langs = defaultLanguages
 	}
@@ -105,7 +105,7 @@ func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
 	for i, l := range langs {
 		names[i] = l.Name
 	}
-	return &mcp.Tool{
+	tool := &mcp.Tool{
 		Name:        toolRunCode,
 		Title:       "Run code in a sandbox",
 		Description: runCodeDescription(langs, images),
@@ -165,6 +165,32 @@ func runCodeTool(langs []client.Language, images []client.Image) *mcp.Tool {
 			"required": []any{"id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"},
 		},
 	}
+	if withSandboxes {
+		withCells(tool)
+	}
+	return tool
+}
+
+// cellDescription is what run_code's description adds when the server
+// has sandboxes that stay: cells with state.
+const cellDescription = `
+
+Keeping state between calls: pass sandbox_id (from create_sandbox) and the code runs as a cell in an interpreter that stays in that sandbox, Python or JavaScript (language), instead of a fresh program. Variables, imports, loaded data and open files are kept from one call to the next, so send only the new step (load a CSV once, then inspect it, then plot it). The value of the cell's last expression comes back as its result (a pandas DataFrame also as an HTML table, where the image has pandas), and every matplotlib figure left open comes back as an image. A cell that times out is interrupted (KeyboardInterrupt) and the state stays. Each language has one default interpreter per sandbox; context_id picks another one made over the API. With sandbox_id, files, stdin, args, return_files and image do not apply: the sandbox's own files stay in its home directory (use write_file and read_file).`
+
+// withCells extends run_code's schemas with sandbox_id and context_id.
+func withCells(tool *mcp.Tool) {
+	tool.Description += cellDescription
+	in := tool.InputSchema.(obj)["properties"].(obj)
+	in["sandbox_id"] = obj{"type": "string", "description": "A sandbox from create_sandbox (sbx_...): run the code as a cell that keeps state between calls. Optional."}
+	in["context_id"] = obj{"type": "string", "description": "With sandbox_id: the code context (ctx_...) to run in. Default: the language's default context. Optional."}
+	out := tool.OutputSchema.(obj)["properties"].(obj)
+	out["id"] = obj{"type": "string", "description": "Execution id (exe_...); for a cell, its code context's id (ctx_...)."}
+	out["sandbox_id"] = obj{"type": "string", "description": "For a cell: its sandbox."}
+	out["context_id"] = obj{"type": "string", "description": "For a cell: the code context that ran it; pass it back to keep using it."}
+	out["execution_count"] = obj{"type": "integer", "description": "For a cell: its number in its context."}
+	out["results"] = obj{"type": "array", "description": "For a cell: its results, MIME bundles without their images (those are in the content).",
+		"items": obj{"type": "object"}}
+	out["error"] = obj{"type": []any{"object", "null"}, "description": "For a cell: what it raised (name, value, traceback)."}
 }
 
 func getUsageTool() *mcp.Tool {

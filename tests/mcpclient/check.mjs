@@ -106,11 +106,34 @@ try {
     if (cat.isError || cat.structuredContent?.stdout !== 'hi from ts\n') fail('run_command did not see the file written', cat);
     const read = await client.callTool({ name: 'read_file', arguments: { sandbox_id: id, path: 'hello.txt' } });
     if (read.isError || read.structuredContent?.content !== 'hi from ts\nmore\n') fail('read_file did not see the command\'s write', read);
+    // run_code with the sandbox_id: cells that keep their state across
+    // three calls, and a value with a PNG form that comes back as an image.
+    const cell = (code) => client.callTool({ name: 'run_code', arguments: { sandbox_id: id, language: 'python', code } });
+    const c1 = await cell('rows = open("hello.txt").read().splitlines()');
+    if (c1.isError) fail('run_code cell 1 failed', c1);
+    const c2 = await cell('rows.append("third")\nlen(rows)');
+    if (c2.isError || !textOf(c2).includes('--- result ---\n3\n')) fail('run_code cell 2 did not see cell 1\'s rows', c2);
+    const png = [
+      'import struct, zlib',
+      'def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)',
+      'class Chart:',
+      '    def _repr_png_(self):',
+      '        raw = b"".join(b"\\x00" + b"\\x10\\x20\\x30" * len(rows) for _ in range(2))',
+      '        return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", len(rows), 2, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")',
+      'Chart()',
+    ].join('\n');
+    const c3 = await cell(png);
+    const chart = (c3.content ?? []).find((c) => c.type === 'image');
+    const chartPNG = chart ? Buffer.from(chart.data, 'base64') : Buffer.alloc(0);
+    if (c3.isError || !chart || chart.mimeType !== 'image/png' || chartPNG.readUInt32BE(0) !== 0x89504e47 || chartPNG.readUInt32BE(16) !== 3 ||
+        c3.structuredContent?.execution_count !== 3 || !c3.structuredContent?.context_id?.startsWith('ctx_')) {
+      fail('run_code cell 3 did not give back the chart of the three rows as an image', c3);
+    }
     const killed = await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } });
     if (killed.isError || killed.structuredContent?.status !== 'ended') fail('kill_sandbox failed', killed);
     const after = await client.callTool({ name: 'run_command', arguments: { sandbox_id: id, cmd: 'true' } });
     if (!after.isError || !textOf(after).includes('sandbox_not_running')) fail('run_command in a killed sandbox should be a sandbox_not_running tool error', after);
-    sandbox = { id, stdout: cat.structuredContent.stdout };
+    sandbox = { id, stdout: cat.structuredContent.stdout, cells: c3.structuredContent.execution_count, chart: chart.mimeType };
   }
 
   const usage = await client.callTool({ name: 'get_usage', arguments: {} });

@@ -415,14 +415,15 @@ func TestMCPStdio(t *testing.T) {
 		checkMCP(t, env, "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp")
 	})
 	// Both servers went through the API with the same key: 3 + 3 runs, and
-	// vertal mcp's create_sandbox and the one run_command that ran.
+	// vertal mcp's create_sandbox, the one run_command that ran and its three
+	// cells.
 	c, _ := client.New(e2e.url, key)
 	u, err := c.Usage(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Today.Executions != 8 {
-		t.Errorf("the key shows %d executions, want 8 (metered through the API)", u.Today.Executions)
+	if u.Today.Executions != 11 {
+		t.Errorf("the key shows %d executions, want 11 (metered through the API)", u.Today.Executions)
 	}
 }
 
@@ -457,11 +458,12 @@ func TestMCPHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 3 run_code calls per path, and the sandbox tools' create_sandbox and
-	// one run_command that ran (the one in the killed sandbox is refused):
-	// 10 also says the TypeScript client went through the sandbox tools.
-	if u.Today.Executions != 10 {
-		t.Errorf("the caller's key shows %d executions, want 10 (its own key reached the API, and the sandbox tools ran)", u.Today.Executions)
+	// 3 run_code calls per path, and the sandbox tools' create_sandbox, one
+	// run_command that ran (the one in the killed sandbox is refused) and
+	// three cells of run_code with the sandbox_id: 16 also says the
+	// TypeScript client went through the sandbox tools.
+	if u.Today.Executions != 16 {
+		t.Errorf("the caller's key shows %d executions, want 16 (its own key reached the API, and the sandbox tools ran)", u.Today.Executions)
 	}
 }
 
