@@ -578,4 +578,4 @@ func TestRunCodeCells(t *testing.T) {
 type noSandboxes struct{}
 
 func (noSandboxes) RunCode(context.Context, RunRequest) (*client.Execution, error) { return nil, nil }
-func (noSandboxes) Usage(context.Context) (*client.Usage, error)                  { return nil, nil }
+func (noSandboxes) Usage(context.Context) (*client.Usage, error)                   { return nil, nil }
