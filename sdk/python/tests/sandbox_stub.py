@@ -30,6 +30,7 @@ class FakeSandboxes:
         self.signals = []
         self.uploads = []  # (path, raw bytes, content type)
         self.idempotency = {}
+        self.contexts = {}  # id -> {cid: {"info", "vars", "count"}}
         api.fallback = self.handle
 
     def record(self, sid):
@@ -86,7 +87,70 @@ class FakeSandboxes:
             return 200, {}, {"ok": True, "request_id": "req_ack"}
         if rest.startswith("files"):
             return self.file_op(sid, method, rest, query, headers, body, raw)
+        if rest == "run" and method == "POST":
+            return self.run_cell(sid, headers, body)
+        if rest == "contexts":
+            ctxs = self.contexts.setdefault(sid, {})
+            if method == "GET":
+                return 200, {}, {"contexts": [c["info"] for c in ctxs.values()]}
+            if body.get("language") not in ("python", "javascript"):
+                return error(400, "unsupported_language", "code contexts run python or javascript")
+            return 201, {}, self.new_context(sid, body["language"], False)["info"]
+        m = re.fullmatch(r"contexts/(ctx_[0-9a-f]+)(/restart)?", rest)
+        if m:
+            ctx = self.contexts.get(sid, {}).get(m.group(1))
+            if ctx is None:
+                return error(404, "not_found", f"no code context {m.group(1)!r}")
+            if m.group(2):
+                ctx["vars"], ctx["count"] = {}, 0
+                return 200, {}, ctx["info"]
+            del self.contexts[sid][m.group(1)]
+            return 200, {}, {"ok": True, "request_id": "req_ack"}
         return None
+
+    def new_context(self, sid, language, default):
+        ctxs = self.contexts.setdefault(sid, {})
+        cid = "ctx_%032x" % (len(ctxs) + 1)
+        ctxs[cid] = {"info": {"id": cid, "language": language, "cwd": ROOT, "default": default,
+                              "created_at": "2026-12-02T15:00:00Z"}, "vars": {}, "count": 0}
+        return ctxs[cid]
+
+    def run_cell(self, sid, headers, body):
+        """A cell: "NAME = VALUE" sets, "print(TEXT)" prints, "raise NAME"
+        fails, anything else is the value of that name (or the text)."""
+        ctxs = self.contexts.setdefault(sid, {})
+        if body.get("context_id"):
+            ctx = ctxs.get(body["context_id"])
+            if ctx is None:
+                return error(404, "not_found", "no code context")
+        else:
+            lang = body.get("language") or "python"
+            ctx = next((c for c in ctxs.values() if c["info"]["default"] and c["info"]["language"] == lang), None)
+            ctx = ctx or self.new_context(sid, lang, True)
+        ctx["count"] += 1
+        code = body["code"].strip()
+        res = {"context_id": ctx["info"]["id"], "status": "succeeded", "stdout": "", "stderr": "", "results": [],
+               "error": None, "execution_count": ctx["count"], "duration_ms": 2, "truncated": False,
+               "usage": {"cpu_seconds": 0.0}, "request_id": "req_cell"}
+        events = []
+        name, sep, value = code.partition(" = ")
+        if sep:
+            ctx["vars"][name] = value
+        elif code.startswith("print(") and code.endswith(")"):
+            res["stdout"] = code[6:-1] + "\n"
+            events.append(sse_event("1", "stdout", {"text": res["stdout"]}))
+        elif code.startswith("raise "):
+            res["status"] = "failed"
+            res["error"] = {"name": code[6:], "value": "boom", "traceback": "Traceback (most recent call last):\n"}
+            events.append(sse_event("1", "error", res["error"]))
+        else:
+            out = {"main": True, "data": {"text/plain": ctx["vars"].get(code, code)}}
+            res["results"].append(out)
+            events.append(sse_event("1", "result", out))
+        if headers.get("accept") == "text/event-stream":
+            events.append(sse_event("end", "end", res))
+            return 200, {}, events
+        return 200, {}, res
 
     def collection(self, method, headers, query, body):
         if method == "POST":

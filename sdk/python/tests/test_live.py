@@ -276,6 +276,17 @@ class LiveTest(unittest.TestCase):
             sbx.files.write("/etc/passwd", b"x")
         self.assertEqual(cm.exception.status // 100, 4)
 
+        # Code contexts: cells keep state; a timeout interrupts and keeps it.
+        r = sbx.run_code("rows = open('seed.txt').read().splitlines()\nlen(rows)")
+        self.assertEqual((r["status"], r["results"][0]["data"]["text/plain"]), ("succeeded", "1"), r)
+        r = sbx.run_code("import time\nrows.append('more')\nwhile True: time.sleep(0.1)", timeout_s=2)
+        self.assertEqual((r["status"], r["error"]["name"]), ("timed_out", "KeyboardInterrupt"), r)
+        self.assertEqual(sbx.run_code("rows")["results"][0]["data"]["text/plain"], "['seeded', 'more']")
+        events = list(sbx.stream_code("const n = 6; console.log('js'); n * 7", language="javascript"))
+        self.assertEqual([e["type"] for e in events], ["stdout", "result", "end"], events)
+        self.assertEqual(events[1]["result"]["data"]["text/plain"], "42")
+        self.assertEqual(sorted(x["language"] for x in sbx.contexts.list()), ["javascript", "python"])
+
         self.assertEqual(sbx.pause().status, "paused")
         self.assertEqual(c.get_sandbox(sbx.id).status, "paused")
         self.assertEqual(sbx.resume().status, "running")

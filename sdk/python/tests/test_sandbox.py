@@ -325,3 +325,53 @@ class SandboxCLITest(unittest.TestCase):
         code, _, err = self.cli("sandbox", "rm", "sbx_00")
         self.assertEqual(code, 125)
         self.assertIn("not_found", err)
+
+
+class CodeContextTest(unittest.TestCase):
+    """run_code, stream_code and contexts against the stub."""
+
+    def setUp(self):
+        self.api = StubAPI().__enter__()
+        self.addCleanup(self.api.__exit__)
+        self.fake = FakeSandboxes(self.api)
+        self.client = client_for(self.api, "/api")
+        self.sbx = self.client.create_sandbox()
+
+    def test_cells_keep_state(self):
+        first = self.sbx.run_code("x = 41", timeout_s=5)
+        method, path, headers, body = self.api.requests[-1]
+        self.assertEqual((method, path), ("POST", f"/v1/sandboxes/{self.sbx.id}/run"))
+        self.assertEqual(json.loads(body), {"code": "x = 41", "timeout_s": 5})
+        self.assertEqual(first["status"], "succeeded")
+        second = self.sbx.run_code("x")
+        self.assertEqual(second["results"], [{"main": True, "data": {"text/plain": "41"}}])
+        self.assertEqual((second["context_id"], second["execution_count"]), (first["context_id"], 2))
+        failed = self.sbx.run_code("raise ValueError")
+        self.assertEqual((failed["status"], failed["error"]["name"]), ("failed", "ValueError"))
+
+    def test_contexts(self):
+        js = self.sbx.contexts.create("javascript")
+        self.assertEqual((js["language"], js["default"]), ("javascript", False))
+        self.assertEqual(self.sbx.run_code("x", context_id=js["id"])["results"][0]["data"]["text/plain"], "x")
+        self.assertEqual([c["id"] for c in self.sbx.contexts.list()], [js["id"]])
+        self.sbx.run_code("y = 1", context_id=js["id"])
+        self.sbx.contexts.restart(js["id"])
+        self.assertEqual(self.sbx.run_code("y", context_id=js["id"])["results"][0]["data"]["text/plain"], "y")
+        self.sbx.contexts.delete(js["id"])
+        with self.assertRaises(KuboError) as cm:
+            self.sbx.run_code("1", context_id=js["id"])
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        with self.assertRaises(KuboError) as cm:
+            self.sbx.contexts.create("cobol")
+        self.assertEqual(cm.exception.code, "unsupported_language")
+
+    def test_stream_code(self):
+        events = list(self.sbx.stream_code("print(hi)"))
+        self.assertEqual([e["type"] for e in events], ["stdout", "end"])
+        self.assertEqual(events[0]["text"], "hi\n")
+        self.assertEqual(events[-1]["result"]["stdout"], "hi\n")
+        events = list(self.sbx.stream_code("raise KeyError"))
+        self.assertEqual(events[0]["error"]["name"], "KeyError")
+        self.assertEqual(events[-1]["result"]["status"], "failed")
+        _, _, headers, _ = self.api.requests[-1]
+        self.assertEqual(header(headers, "Accept"), "text/event-stream")

@@ -10,7 +10,9 @@ files, pause and resume (the /v1/sandboxes routes). Standard library only.
     for event in sbx.commands.stream("for i in 1 2 3; do echo $i; sleep 1; done"):
         if event["type"] == "stdout":
             print(event["text"], end="")
-    sbx.pause()       # files under /home/user are kept; processes are not
+    sbx.run_code("import statistics; xs = [3, 1, 4]")   # a code context keeps state
+    print(sbx.run_code("statistics.mean(xs)")["results"][0]["data"]["text/plain"])
+    sbx.pause()       # files under /home/user are kept; processes (and code contexts) are not
     sbx.resume()
     sbx.kill()
 
@@ -33,11 +35,13 @@ from .client import _EVENT_STREAM, _MAX_RESPONSE_BYTES, Files, KuboError, _encod
 if TYPE_CHECKING:
     from .client import KuboClient
 
-__all__ = ["Sandbox", "Commands", "SandboxFiles"]
+__all__ = ["Sandbox", "Commands", "SandboxFiles", "Contexts"]
 
 _BASE = "/v1/sandboxes"
 # The events a command's stream carries; others (from a newer server) are skipped.
 _COMMAND_EVENTS = ("stdout", "stderr", "exit", "result", "error")
+# The events of a cell's stream (POST .../run).
+_CODE_EVENTS = ("stdout", "stderr", "result", "error", "end")
 
 
 class _Wire:
@@ -107,6 +111,36 @@ class _Wire:
         return event
 
 
+    @staticmethod
+    def code_event(sse_id: str, name: str, data: str, request_id: Optional[str]) -> Optional[dict]:
+        """One server-sent event of a cell as a dict: stdout/stderr with
+        "text", result with "result" (a MIME bundle: main, data), error
+        with "error" (name, value, traceback: what the cell raised), end
+        with "result" (the whole outcome). The platform's failure (an
+        error event with id "end") raises KuboError; an unknown event is
+        None."""
+        if name not in _CODE_EVENTS:
+            return None
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            raise KuboError(0, "invalid_response", f"the {name} event is not JSON") from None
+        if not isinstance(payload, dict):
+            raise KuboError(0, "invalid_response", f"the {name} event is not an object")
+        event: dict[str, Any] = {"type": name, "id": sse_id}
+        if name in ("stdout", "stderr"):
+            event["text"] = payload.get("text", "")
+        elif name in ("result", "end"):
+            event["result"] = payload
+        elif sse_id == "end":
+            err = payload.get("error") or {}
+            raise KuboError(0, err.get("code") or "stream_error", err.get("message", ""),
+                            payload.get("request_id") or request_id)
+        else:
+            event["error"] = payload
+        return event
+
+
 def _quote(part: Any) -> str:
     return urllib.parse.quote(str(part), safe="")
 
@@ -124,6 +158,7 @@ class Sandbox:
         self.id: str = info["id"]
         self.commands = Commands(self)
         self.files = SandboxFiles(self)
+        self.contexts = Contexts(self)
 
     def __repr__(self) -> str:
         return f"Sandbox({self.id!r}, status={self.status!r})"
@@ -159,6 +194,95 @@ class Sandbox:
         """Make it expire timeout_s seconds from now (up to the plan's lifetime)."""
         return self._update(self._client._call("POST", self._path("/timeout"), {"timeout_s": timeout_s},
                                                retry="always"))
+
+
+    @staticmethod
+    def _code_body(code, context_id, language, env, timeout_s) -> dict:
+        if not isinstance(code, str):
+            raise TypeError("code must be a str")
+        body: dict[str, Any] = {"code": code}
+        if context_id:
+            body["context_id"] = context_id
+        if language:
+            body["language"] = language
+        if env:
+            body["env"] = dict(env)
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        return body
+
+    def run_code(self, code: str, *, context_id: Optional[str] = None, language: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None, timeout_s: Optional[int] = None) -> dict:
+        """Run one cell in a code context, an interpreter in the sandbox
+        that keeps its variables, imports and open files between cells:
+        context_id, or else the default context of language (python
+        unless given; or javascript). Returns context_id, status
+        (succeeded, failed, timed_out), stdout, stderr, results (MIME
+        bundles: {"main", "data": {"text/plain", "text/html",
+        "image/png" (base64), ...}}), error ({name, value, traceback} or
+        None), execution_count, duration_ms, truncated, usage. A cell that
+        raises or times out is a normal result; a timeout interrupts it
+        and keeps the context."""
+        body = self._code_body(code, context_id, language, env, timeout_s)
+        c = self._client
+        wait = c.timeout if c.timeout is not None else float(timeout_s or 60) + 120.0
+        # Not idempotent: only a 429 (refused before anything ran) is retried.
+        return c._call("POST", self._path("/run"), body, retry="rate_limit_only", timeout=wait)
+
+    def stream_code(self, code: str, *, context_id: Optional[str] = None, language: Optional[str] = None,
+                    env: Optional[Mapping[str, str]] = None, timeout_s: Optional[int] = None) -> Iterator[dict]:
+        """Run a cell like run_code(), yielding its events as they come:
+        ``{"type": "stdout"|"stderr", "text"}``, ``{"type": "result",
+        "result"}`` (a MIME bundle), ``{"type": "error", "error"}`` (what
+        the cell raised), then last ``{"type": "end", "result"}`` with what
+        run_code() returns. The platform's failure raises KuboError; a lost
+        connection raises connection_failed (the cell is not run twice)."""
+        body = self._code_body(code, context_id, language, env, timeout_s)
+        c = self._client
+        data = json.dumps(body).encode("utf-8")
+        wait = c.timeout if c.timeout is not None else float(timeout_s or 60) + 120.0
+
+        def events() -> Iterator[dict]:
+            resp = c._with_retries(lambda: c._open("POST", self._path("/run"), data, {}, wait, _EVENT_STREAM),
+                                   "rate_limit_only")
+            try:
+                for event in _read_sse(resp, "", _Wire.code_event):
+                    yield event
+                    if event["type"] == "end":
+                        return
+            except (OSError, http.client.HTTPException) as err:
+                raise KuboError(0, "connection_failed", f"reading the cell's stream: {err}") from err
+            finally:
+                resp.close()
+            raise KuboError(0, "connection_failed", "the cell's stream ended before its outcome")
+        return events()
+
+
+class Contexts:
+    """The code contexts of a sandbox: ``create``, ``list``, ``restart``
+    and ``delete``. Cells run in them with ``Sandbox.run_code``."""
+
+    def __init__(self, sandbox: Sandbox):
+        self._sbx = sandbox
+
+    def create(self, language: str = "python", cwd: Optional[str] = None) -> dict:
+        """Start an interpreter (python or javascript); returns the
+        context: id (ctx_...), language, cwd, default, created_at."""
+        body: dict[str, Any] = {"language": language}
+        if cwd:
+            body["cwd"] = cwd
+        return self._sbx._client._call("POST", self._sbx._path("/contexts"), body, retry="rate_limit_only")
+
+    def list(self) -> list:
+        return _Wire._items(self._sbx._client._call("GET", self._sbx._path("/contexts"), retry="always"), "contexts")
+
+    def restart(self, context_id: str) -> dict:
+        """Start the context's interpreter afresh, without its state."""
+        return self._sbx._client._call("POST", self._sbx._path(f"/contexts/{_quote(context_id)}/restart"), {},
+                                       retry="rate_limit_only")
+
+    def delete(self, context_id: str) -> None:
+        self._sbx._client._call("DELETE", self._sbx._path(f"/contexts/{_quote(context_id)}"), retry="always")
 
 
 class Commands:
@@ -375,8 +499,10 @@ def _content_type(resp: Any) -> str:
     return (resp.headers.get("Content-Type") or "").split(";")[0].strip().lower()
 
 
-def _read_sse(resp: Any, last_id: str) -> Iterator[dict]:
-    """The command events of one event-stream response."""
+def _read_sse(resp: Any, last_id: str, decode=None) -> Iterator[dict]:
+    """The command events (or with decode, its events) of one
+    event-stream response."""
+    decode = decode or _Wire.event
     ctype = _content_type(resp)
     if ctype != _EVENT_STREAM:
         raise KuboError(0, "invalid_response", f"the event stream answered with Content-Type {ctype!r}")
@@ -385,7 +511,7 @@ def _read_sse(resp: Any, last_id: str) -> Iterator[dict]:
     while True:
         chunk = resp.read1(65536)
         for sse_id, name, data in (parser.feed(chunk) if chunk else parser.finish()):
-            event = _Wire.event(sse_id, name, data, request_id)
+            event = decode(sse_id, name, data, request_id)
             if event is not None:
                 yield event
         if not chunk:
