@@ -25,11 +25,21 @@ import (
 // `/bin/sh -c EchoCommand`.
 const EchoCommand = "echo 1"
 
+// The cell timed in a code context, and the same work as a command that
+// starts the interpreter each time: what a context saves.
+const (
+	CellCode      = "1 + 1"
+	PythonCommand = "python3 -c 'print(1 + 1)'"
+)
+
 // SandboxAPI is what the sandbox benchmarks need of a server.
 type SandboxAPI interface {
 	Create(ctx context.Context) (id string, err error)
 	// Command runs cmd in the foreground and returns its stdout.
 	Command(ctx context.Context, id, cmd string) (string, error)
+	// Cell runs code in the sandbox's default Python context and returns
+	// the text of its value.
+	Cell(ctx context.Context, id, code string) (string, error)
 	Kill(ctx context.Context, id string) error
 }
 
@@ -70,6 +80,22 @@ func (c *ClientSandboxes) Command(ctx context.Context, id, cmd string) (string, 
 	return res.Stdout, nil
 }
 
+// Cell implements SandboxAPI; a cell that did not succeed is an error.
+func (c *ClientSandboxes) Cell(ctx context.Context, id, code string) (string, error) {
+	res, err := c.C.Sandbox(id).RunCode(ctx, code)
+	if err != nil {
+		return "", err
+	}
+	if res.Status != client.StatusSucceeded {
+		name := ""
+		if res.Error != nil {
+			name = res.Error.Name
+		}
+		return res.Text(), fmt.Errorf("cell %s %s", res.Status, name)
+	}
+	return res.Text(), nil
+}
+
 // Kill implements SandboxAPI.
 func (c *ClientSandboxes) Kill(ctx context.Context, id string) error {
 	return c.C.Sandbox(id).Kill(ctx)
@@ -96,6 +122,10 @@ type SandboxLatency struct {
 	Command Stats // echo 1 as a command in one live sandbox
 	Create  Stats // POST /v1/sandboxes (cold: the warm pool does not serve sandboxes)
 	Delete  Stats // DELETE /v1/sandboxes/{id} of each one created
+	// PythonCommand runs python3 -c 'print(1 + 1)' as a command, Cell
+	// evaluates 1 + 1 in the sandbox's Python context (started before).
+	PythonCommand Stats
+	Cell          Stats
 }
 
 // MeasureSandboxLatency measures, interleaved in rounds as Run does, the
@@ -116,7 +146,25 @@ func MeasureSandboxLatency(ctx context.Context, api SandboxAPI, bare func(contex
 		}
 		return err
 	}
-	var bareS, cmdS, createS, deleteS Sample
+	expect := func(got, want string, err error) error {
+		if err == nil && got != want {
+			err = fmt.Errorf("printed %q", got)
+		}
+		return err
+	}
+	python := func(ctx context.Context) error {
+		out, err := api.Command(ctx, live, PythonCommand)
+		return expect(out, "2\n", err)
+	}
+	cell := func(ctx context.Context) error {
+		out, err := api.Cell(ctx, live, CellCode)
+		return expect(out, "2", err)
+	}
+	// The context's interpreter starts on its first cell, not timed.
+	if err := cell(ctx); err != nil {
+		return SandboxLatency{}, fmt.Errorf("starting the code context: %w", err)
+	}
+	var bareS, cmdS, createS, deleteS, pyS, cellS Sample
 	for round := 0; round < rounds; round++ {
 		k := n / rounds
 		if round < n%rounds {
@@ -128,13 +176,16 @@ func MeasureSandboxLatency(ctx context.Context, api SandboxAPI, bare func(contex
 		}
 		bareS = merge(bareS, Measure(ctx, bare, k, 1, warm))
 		cmdS = merge(cmdS, Measure(ctx, command, k, 1, warm))
+		pyS = merge(pyS, Measure(ctx, python, k, 1, warm))
+		cellS = merge(cellS, Measure(ctx, cell, k, 1, warm))
 		c, d := measureCreate(ctx, api, k, warm)
 		createS, deleteS = merge(createS, c), merge(deleteS, d)
 		if err := ctx.Err(); err != nil {
 			return SandboxLatency{}, err
 		}
 	}
-	return SandboxLatency{Bare: Summarize(bareS), Command: Summarize(cmdS), Create: Summarize(createS), Delete: Summarize(deleteS)}, nil
+	return SandboxLatency{Bare: Summarize(bareS), Command: Summarize(cmdS), Create: Summarize(createS), Delete: Summarize(deleteS),
+		PythonCommand: Summarize(pyS), Cell: Summarize(cellS)}, nil
 }
 
 // measureCreate creates and deletes a sandbox n times, timing each apart.
@@ -504,6 +555,8 @@ func WriteSandboxes(w io.Writer, l SandboxLatency, idle *SandboxMemory, capa *Ca
 		{"echo 1 as a command in a live sandbox (API)", l.Command},
 		{"create a sandbox (API, cold)", l.Create},
 		{"delete it (API)", l.Delete},
+		{"python3 -c 'print(1 + 1)' as a command (API)", l.PythonCommand},
+		{"1 + 1 as a cell in a Python context (API)", l.Cell},
 	} {
 		cells = append(cells, []string{r.name, fmt.Sprint(r.s.N), latency(r.s.P50), latency(r.s.P95), ratio(r.s), errs(r.s)})
 	}
@@ -514,6 +567,10 @@ func WriteSandboxes(w io.Writer, l SandboxLatency, idle *SandboxMemory, capa *Ca
 	if l.Command.P50 > 0 && l.Bare.P50 > 0 {
 		fmt.Fprintf(w, "- command p50 − bare p50 = %s (issue 22: command p50 ≤ %s through the API: %s at %s)\n",
 			fmtMs(l.Command.P50-l.Bare.P50), fmtMs(SandboxCommandP50Max), verdict(l.Command.P50 <= SandboxCommandP50Max), fmtMs(l.Command.P50))
+	}
+	if l.Cell.P50 > 0 && l.PythonCommand.P50 > 0 {
+		fmt.Fprintf(w, "- a cell in a code context: p50 %s, %.2f× the same work as a python3 command (%s), which starts the interpreter each time\n",
+			fmtMs(l.Cell.P50), float64(l.Cell.P50)/float64(l.PythonCommand.P50), fmtMs(l.PythonCommand.P50))
 	}
 	if l.Create.P50 > 0 {
 		fmt.Fprintf(w, "- create p50 = %s (issue 22: ≤ %s with the pool warm; this is a cold create: %s)\n",

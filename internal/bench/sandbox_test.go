@@ -46,6 +46,10 @@ func (f *fakeSandboxes) Create(context.Context) (string, error) {
 func (f *fakeSandboxes) Command(_ context.Context, id, cmd string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if cmd == PythonCommand {
+		f.calls = append(f.calls, "python")
+		return "2\n", nil
+	}
 	f.calls = append(f.calls, "command")
 	if !f.live[id] {
 		return "", errors.New("no such sandbox")
@@ -54,6 +58,16 @@ func (f *fakeSandboxes) Command(_ context.Context, id, cmd string) (string, erro
 		return f.out, nil
 	}
 	return "1\n", nil
+}
+
+func (f *fakeSandboxes) Cell(_ context.Context, id, code string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "cell")
+	if !f.live[id] {
+		return "", errors.New("no such sandbox")
+	}
+	return "2", nil
 }
 
 func (f *fakeSandboxes) Kill(_ context.Context, id string) error {
@@ -84,15 +98,17 @@ func TestMeasureSandboxLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, s := range map[string]Stats{"bare": l.Bare, "command": l.Command, "create": l.Create, "delete": l.Delete} {
+	for name, s := range map[string]Stats{"bare": l.Bare, "command": l.Command, "create": l.Create, "delete": l.Delete, "python": l.PythonCommand, "cell": l.Cell} {
 		if s.N != 3 || s.Errors != 0 || s.P50 <= 0 {
 			t.Errorf("%s: %+v", name, s)
 		}
 	}
 	// Round one: 2 of each plus a warm-up of each; round two: 1 of each.
 	want := []string{"create", // the live sandbox for the commands
-		"bare", "bare", "bare", "command", "command", "command", "create", "kill", "create", "kill", "create", "kill",
-		"bare", "command", "create", "kill",
+		"cell", // its context's start
+		"bare", "bare", "bare", "command", "command", "command", "python", "python", "python", "cell", "cell", "cell",
+		"create", "kill", "create", "kill", "create", "kill",
+		"bare", "command", "python", "cell", "create", "kill",
 		"kill"} // the live one
 	if diff := cmp.Diff(want, f.calls); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
@@ -237,10 +253,12 @@ func TestWriteSandboxes(t *testing.T) {
 		return out
 	}
 	l := SandboxLatency{
-		Bare:    Summarize(Sample{Parallel: 1, Latencies: ms(1, 1, 2)}),
-		Command: Summarize(Sample{Parallel: 1, Latencies: ms(2.5, 3, 4)}),
-		Create:  Summarize(Sample{Parallel: 1, Latencies: ms(40, 50, 60), Errors: 1, FirstErr: errors.New("boom")}),
-		Delete:  Summarize(Sample{Parallel: 1, Latencies: ms(10, 12, 14)}),
+		Bare:          Summarize(Sample{Parallel: 1, Latencies: ms(1, 1, 2)}),
+		Command:       Summarize(Sample{Parallel: 1, Latencies: ms(2.5, 3, 4)}),
+		Create:        Summarize(Sample{Parallel: 1, Latencies: ms(40, 50, 60), Errors: 1, FirstErr: errors.New("boom")}),
+		Delete:        Summarize(Sample{Parallel: 1, Latencies: ms(10, 12, 14)}),
+		PythonCommand: Summarize(Sample{Parallel: 1, Latencies: ms(20, 20, 20)}),
+		Cell:          Summarize(Sample{Parallel: 1, Latencies: ms(5, 5, 5)}),
 	}
 	idle := &SandboxMemory{Procs: 4, PSS: 4 << 20, RSS: 8 << 20, Cgroup: 2 << 20}
 	capa := &Capacity{Asked: 10, Held: 10, Next: "429 sandbox_limit: your plan allows 10", Other: "201 created (sbx_1)",
@@ -250,10 +268,12 @@ func TestWriteSandboxes(t *testing.T) {
 	WriteSandboxes(&buf, l, idle, capa)
 	got := buf.String()
 	for _, want := range []string{
-		"| bare /bin/sh -c 'echo 1' (host)             | 3 | 1.0 ms  | 2.0 ms  | 1.00       | 0        |",
-		"| echo 1 as a command in a live sandbox (API) | 3 | 3.0 ms  | 4.0 ms  | 3.00       | 0        |",
-		"| create a sandbox (API, cold)                | 4 | 50.0 ms | 60.0 ms | 50.00      | 1 (boom) |",
+		"| bare /bin/sh -c 'echo 1' (host)              | 3 | 1.0 ms  | 2.0 ms  | 1.00       | 0        |",
+		"| echo 1 as a command in a live sandbox (API)  | 3 | 3.0 ms  | 4.0 ms  | 3.00       | 0        |",
+		"| create a sandbox (API, cold)                 | 4 | 50.0 ms | 60.0 ms | 50.00      | 1 (boom) |",
+		"| 1 + 1 as a cell in a Python context (API)    | 3 | 5.0 ms  | 5.0 ms  | 5.00       | 0        |",
 		"- command p50 − bare p50 = 2.0 ms (issue 22: command p50 ≤ 3.0 ms through the API: met at 3.0 ms)",
+		"- a cell in a code context: p50 5.0 ms, 0.25× the same work as a python3 command (20.0 ms), which starts the interpreter each time",
 		"- create p50 = 50.0 ms (issue 22: ≤ 25.0 ms with the pool warm; this is a cold create: missed)",
 		"PSS 4.0 MiB, RSS 8.0 MiB, cgroup memory usage 2.0 MiB (issue 22: ≤ 10.0 MiB by PSS: met)",
 		"- per sandbox, with 10 held: PSS 2.0 MiB, RSS 8.0 MiB, cgroup 1.5 MiB (4 processes each)",
