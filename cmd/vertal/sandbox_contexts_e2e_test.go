@@ -63,6 +63,10 @@ func TestSandboxContextsE2E(t *testing.T) {
 	if r["status"] != "failed" || errName(r) != "ZeroDivisionError" || !strings.Contains(e["traceback"].(string), "line 2, in f") || strings.Contains(e["traceback"].(string), "kernel") {
 		t.Fatalf("error: %v", r)
 	}
+	r = runCell(t, p, key, id, map[string]any{"code": "import sys\nsys.stdout.buffer.write('bytes ✓\\n'.encode())\nsys.stdout.encoding"})
+	if r["stdout"] != "bytes ✓\n" || mainText(r) != "'utf-8'" {
+		t.Fatalf("sys.stdout.buffer: %v", r)
+	}
 	r = runCell(t, p, key, id, map[string]any{"code": "input()"})
 	if errName(r) != "EOFError" {
 		t.Fatalf("stdin of a cell: %v", r)

@@ -34,9 +34,27 @@ def _send(msg):
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+class _Bytes(io.RawIOBase):
+    """sys.stdout.buffer: bytes, decoded as UTF-8 (invalid bytes replaced)."""
+
+    def __init__(self, text):
+        self._text = text
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self._text.write(bytes(b).decode("utf-8", "replace"))
+        return len(b)
+
+
 class _Stream(io.TextIOBase):
+    encoding = "utf-8"
+    errors = "strict"
+
     def __init__(self, name):
         self.name = name
+        self.buffer = _Bytes(self)
 
     def writable(self):
         return True
