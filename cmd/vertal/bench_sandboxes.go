@@ -71,6 +71,16 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 	} else {
 		fmt.Fprintf(e.Stderr, "bench: the idle sandbox's memory: %v\n", err)
 	}
+	// The same sandbox with a Python context started (issue 23).
+	var idleContext *bench.SandboxMemory
+	if _, err := api.StartContext(ctx, id); err != nil {
+		fmt.Fprintf(e.Stderr, "bench: a context in the idle sandbox: %v\n", err)
+	} else {
+		time.Sleep(time.Second)
+		if m, err := probe.Memory(id); err == nil {
+			idleContext = &m
+		}
+	}
 	api.Kill(ctx, id)
 	var capa *bench.Capacity
 	if sb.fill > 0 {
@@ -89,6 +99,6 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 		capa = &c
 	}
 	fmt.Fprintf(e.Stdout, "\nSandboxes that stay, through the API (oci/%s, a private server with the warm pool off), n=%d in %d interleaved rounds, against bare /bin/sh on the host:\n\n", sb.runtime, sb.n, sb.rounds)
-	bench.WriteSandboxes(e.Stdout, lat, idle, capa)
+	bench.WriteSandboxes(e.Stdout, lat, idle, idleContext, capa)
 	return nil
 }

@@ -24,7 +24,8 @@ func TestBenchSandboxesE2E(t *testing.T) {
 	}
 	got := string(out)
 	for _, row := range []string{"bare /bin/sh -c 'echo 1' (host)", "echo 1 as a command in a live sandbox (API)", "create a sandbox (API, cold)", "delete it (API)",
-		"python3 -c 'print(1 + 1)' as a command (API)", "1 + 1 as a cell in a Python context (API)"} {
+		"python3 -c 'print(1 + 1)' as a command (API)", "1 + 1 as a cell in a Python context (API)",
+		"1 + 1 as a cell in a JavaScript context (API)", "bare python3 -c pass (host)", "start a Python context, until ready (API)"} {
 		re := regexp.MustCompile(regexp.QuoteMeta(row) + `\s*\| 4\s*\| [0-9.]+ ms\s*\| [0-9.]+ ms\s*\| [0-9.]+\s*\| 0\s*\|`)
 		if !re.MatchString(got) {
 			t.Errorf("no error-free row of 4 for %q:\n%s", row, got)
@@ -33,6 +34,8 @@ func TestBenchSandboxesE2E(t *testing.T) {
 	for _, want := range []string{
 		"- idle sandbox: ",
 		"- a cell in a code context: p50 ",
+		"- a new Python context is ready in p50 ",
+		"- idle sandbox with a Python context started: 5 processes",
 		"- capacity: 3 of 3 idle sandboxes held at once",
 		"- per sandbox, with 3 held: PSS ",
 		"- the next create of the same tenant got: 429 sandbox_limit",
