@@ -67,6 +67,9 @@ func TestSandboxContextsE2E(t *testing.T) {
 	if r["stdout"] != "bytes ✓\n" || mainText(r) != "'utf-8'" {
 		t.Fatalf("sys.stdout.buffer: %v", r)
 	}
+	if r = runCell(t, p, key, id, map[string]any{"code": "import asyncio\nawait asyncio.sleep(0.01)\nx + 1"}); mainText(r) != "42" {
+		t.Fatalf("top-level await: %v", r)
+	}
 	r = runCell(t, p, key, id, map[string]any{"code": "input()"})
 	if errName(r) != "EOFError" {
 		t.Fatalf("stdin of a cell: %v", r)

@@ -5,7 +5,7 @@
 # that reaches fd 1 (a subprocess, a C extension) is the cell's raw
 # stdout. Cells share one namespace; the last expression's value is the
 # result, as a MIME bundle.
-import ast, asyncio, base64, builtins, inspect, io, json, os, signal, sys, threading, traceback
+import ast, base64, builtins, io, json, os, signal, sys, threading, traceback, types
 
 _MARK = b"\x1evtl:"
 _out = os.dup(1)  # non-inheritable: no subprocess holds the channel
@@ -73,7 +73,7 @@ class _Stream(io.TextIOBase):
 sys.stdout, sys.stderr = _Stream("stdout"), _Stream("stderr")
 sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
 _ns = {"__name__": "__main__", "__builtins__": builtins}
-_loop = asyncio.new_event_loop()
+_loop = None  # asyncio's, made on the first top-level await (the import costs ~30 ms)
 _count = 0
 
 
@@ -121,6 +121,7 @@ def _error(e):
 
 
 def _run(code):
+    global _loop
     tree = ast.parse(code, "<cell>", "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -130,7 +131,10 @@ def _run(code):
         if node is None:
             continue
         r = eval(compile(node, "<cell>", mode, flags=flags), _ns)
-        if inspect.iscoroutine(r):
+        if isinstance(r, types.CoroutineType):
+            if _loop is None:
+                import asyncio
+                _loop = asyncio.new_event_loop()
             r = _loop.run_until_complete(r)
         if mode == "eval" and r is not None:
             _ns["_"] = r
@@ -172,7 +176,10 @@ def _main():
             line = _req.readline()
             if not line:
                 return
-            req = json.loads(line)
+            try:
+                req = json.loads(line)
+            except ValueError:
+                continue  # not a request
             _cell(req)
         except KeyboardInterrupt:
             continue  # an interrupt that came between cells
