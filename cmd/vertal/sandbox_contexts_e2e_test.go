@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"image/png"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +233,118 @@ func contextsWork(t *testing.T, p *serverProc, key, id string) {
 	}
 	if r := runCell(t, p, key, id, map[string]any{"code": "m * 7", "language": "javascript"}); mainText(r) != "42" {
 		t.Fatalf("js state: %v", r)
+	}
+}
+
+// TestSandboxContextsMoreE2E: a cell's stdout is streamed while it runs,
+// two contexts share nothing, the output cap holds in a cell, a context
+// outlives an idle spell, and a context sees nothing of another tenant's
+// sandbox.
+func TestSandboxContextsMoreE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil)
+	key := tenantKey(t, p, "notebook", "pro")
+	other := tenantKey(t, p, "neighbour", "pro")
+	created := sbxCall(t, p, key, "POST", "", "", map[string]any{"timeout_s": 300})
+	if created.status != 201 {
+		t.Fatalf("create: %d %s", created.status, created.raw)
+	}
+	id := created.body["id"].(string)
+	outputCap := int(created.body["limits"].(map[string]any)["output_bytes"].(float64))
+
+	// Streamed: the cell waits for a file the test writes only once the
+	// first line has arrived, so a stream held to the end would time out.
+	body, _ := json.Marshal(map[string]any{"timeout_s": 30, "code": "import os, time\nprint('marker', flush=True)\n" +
+		"while not os.path.exists('/home/user/go'):\n    time.sleep(0.05)\nprint('done')\n'end'"})
+	req, _ := http.NewRequest("POST", p.url+"/v1/sandboxes/"+id+"/run", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	var end map[string]any
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(nil, 1<<20)
+	typ := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			typ = v
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var ev map[string]any
+		_ = json.Unmarshal([]byte(data), &ev)
+		order = append(order, typ)
+		if typ == "stdout" && strings.Contains(fmt.Sprint(ev["text"]), "marker") {
+			if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/go", []byte("1")); st/100 != 2 {
+				t.Fatalf("writing the go file: %d %s", st, raw)
+			}
+		}
+		if typ == "end" {
+			end = ev
+		}
+	}
+	res.Body.Close()
+	if end == nil || end["status"] != "succeeded" || end["stdout"] != "marker\ndone\n" || order[0] != "stdout" || order[len(order)-1] != "end" {
+		t.Fatalf("streamed cell: events %v, end %v", order, end)
+	}
+
+	// Two contexts of one sandbox share no variables.
+	mk := func() string {
+		c := sbxCall(t, p, key, "POST", id, "/contexts", map[string]any{"language": "python"})
+		if c.status != 201 {
+			t.Fatalf("create a context: %d %s", c.status, c.raw)
+		}
+		return c.body["id"].(string)
+	}
+	a, b := mk(), mk()
+	runCell(t, p, key, id, map[string]any{"code": "secret = 'only in a'", "context_id": a})
+	if r := runCell(t, p, key, id, map[string]any{"code": "'secret' in dir()", "context_id": b}); mainText(r) != "False" {
+		t.Fatalf("context b sees a's variable: %v", r)
+	}
+
+	// The plan's output cap holds inside a cell.
+	r := runCell(t, p, key, id, map[string]any{"code": fmt.Sprintf("print('x' * %d)\n'after'", outputCap+5000), "context_id": a})
+	if r["truncated"] != true || len(r["stdout"].(string)) != outputCap || mainText(r) != "'after'" {
+		t.Fatalf("output over the cap: truncated %v, %d bytes (cap %d), result %q", r["truncated"], len(r["stdout"].(string)), outputCap, mainText(r))
+	}
+
+	// An idle spell, well inside the sandbox's lifetime, keeps the state.
+	time.Sleep(3 * time.Second)
+	if r := runCell(t, p, key, id, map[string]any{"code": "secret", "context_id": a}); mainText(r) != "'only in a'" {
+		t.Fatalf("after an idle spell: %v", r)
+	}
+
+	// Another tenant's sandbox, with a file and a process of its own, is
+	// invisible from a context: no process of it in /proc, no path to its
+	// home.
+	theirs := createSandbox(t, p, other, map[string]any{"timeout_s": 120})
+	if st, raw := sbxRaw(t, p, other, "PUT", theirs, "/home/user/their-secret.txt", []byte("s3cr3t")); st/100 != 2 {
+		t.Fatalf("their upload: %d %s", st, raw)
+	}
+	if r := sbxCall(t, p, other, "POST", theirs, "/commands", map[string]any{"cmd": "sleep 4321", "background": true}); r.status != 201 {
+		t.Fatalf("their command: %d %s", r.status, r.raw)
+	}
+	probe := `import glob, os
+seen = []
+for d in glob.glob('/proc/[0-9]*'):
+    try:
+        seen.append(open(d + '/cmdline', 'rb').read().replace(b'\0', b' ').decode())
+    except OSError:
+        pass
+found = [p for p in glob.glob('/proc/*/root/home/user/*') + glob.glob('/home/*/*') + glob.glob('/tmp/**', recursive=True) if 'their-secret' in p]
+(any('sleep 4321' in c for c in seen), found, len(seen) > 0)`
+	if r := runCell(t, p, key, id, map[string]any{"code": probe, "context_id": a}); mainText(r) != "(False, [], True)" {
+		t.Fatalf("from a context, the other tenant's sandbox shows: %v", r)
+	}
+	if r := sbxCall(t, p, key, "POST", theirs, "/run", map[string]any{"code": "1"}); r.status != 404 {
+		t.Fatalf("running a cell in another tenant's sandbox: %d %s", r.status, r.raw)
 	}
 }
