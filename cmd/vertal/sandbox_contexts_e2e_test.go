@@ -348,3 +348,47 @@ found = [p for p in glob.glob('/proc/*/root/home/user/*') + glob.glob('/home/*/*
 		t.Fatalf("running a cell in another tenant's sandbox: %d %s", r.status, r.raw)
 	}
 }
+
+// TestSandboxContextRestartRaceE2E: restarts racing each other and a
+// queued cell leave one interpreter per context, never an orphan the
+// server no longer reads.
+func TestSandboxContextRestartRaceE2E(t *testing.T) {
+	needE2E(t)
+	p := startServer(t, t.TempDir(), nil)
+	key := tenantKey(t, p, "notebook", "pro")
+	id := createSandbox(t, p, key, map[string]any{"timeout_s": 300})
+	c := sbxCall(t, p, key, "POST", id, "/contexts", map[string]any{"language": "python"})
+	if c.status != 201 {
+		t.Fatalf("create a context: %d %s", c.status, c.raw)
+	}
+	cid := c.body["id"].(string)
+	done := make(chan int, 8)
+	go func() {
+		done <- sbxCall(t, p, key, "POST", id, "/run", map[string]any{"code": "import time\ntime.sleep(2)", "context_id": cid}).status
+	}()
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		done <- sbxCall(t, p, key, "POST", id, "/run", map[string]any{"code": "1", "context_id": cid}).status
+	}()
+	for i := 0; i < 3; i++ {
+		go func() { done <- sbxCall(t, p, key, "POST", id, "/contexts/"+cid+"/restart", nil).status }()
+	}
+	for i := 0; i < 5; i++ {
+		if st := <-done; st != 200 {
+			t.Errorf("a call of the race answered %d", st)
+		}
+	}
+	if r := runCell(t, p, key, id, map[string]any{"code": "2 + 2", "context_id": cid}); mainText(r) != "4" {
+		t.Fatalf("after the race: %v", r)
+	}
+	// The replaced interpreters are killed a moment after their
+	// replacement is ready.
+	var kernels string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		out := sbxRun(t, p, key, id, "ps -eo args | grep -c '^python3 -u -c' || true")
+		if kernels = strings.TrimSpace(out["stdout"].(string)); kernels == "1" {
+			return
+		}
+	}
+	t.Fatalf("%s Python interpreters for one context", kernels)
+}

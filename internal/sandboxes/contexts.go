@@ -125,6 +125,10 @@ type kernel struct {
 	info CodeContext
 	busy chan struct{} // a token held by the running cell
 	b    *box
+	// ended is closed when the context is deleted or its sandbox ends:
+	// nothing of it may run or wait after that.
+	ended   chan struct{}
+	endOnce sync.Once
 	// active is set while a cell runs: between cells the reader drops
 	// what a leftover thread writes, so nothing piles up in the server.
 	active atomic.Bool
@@ -135,6 +139,9 @@ type kernel struct {
 	gone chan struct{}  // closed when p is dropped: its reader stops sending
 	seq  int64
 }
+
+// end marks k deleted, or its sandbox gone.
+func (k *kernel) end() { k.endOnce.Do(func() { close(k.ended) }) }
 
 // drop forgets k's process, if it is still p (nil: whatever it is), and
 // returns the one it dropped.
@@ -178,7 +185,9 @@ func clip(s string, n int) string {
 func (s *Service) startKernel(ctx context.Context, k *kernel) error {
 	argv := []string{"python3", "-u", "-c", pythonKernel}
 	if k.info.Language == "javascript" {
-		argv = []string{"node", "--expose-internals", "-e", nodeKernel}
+		// One V8 worker thread, not one per CPU: a sandbox's pids are
+		// few, and a context is one of several.
+		argv = []string{"node", "--v8-pool-size=1", "--expose-internals", "-e", nodeKernel}
 	}
 	p, err := k.b.ag.Spawn(ctx, agent.SpawnRequest{Argv: argv, Cwd: k.info.Cwd, Stdin: true})
 	if err != nil {
@@ -194,13 +203,28 @@ func (s *Service) startKernel(ctx context.Context, k *kernel) error {
 		select {
 		case m, ok := <-msgs:
 			if !ok {
-				return &execution.Error{Kind: execution.KindSandboxError,
-					Msg: fmt.Sprintf("the %s interpreter exited as it started: %s", k.info.Language, clip(strings.TrimSpace(early.String()), 500))}
+				return startErr(k.info.Language, early.String())
 			}
 			if m.T == "ready" {
+				// One process per context: one a queued cell or another
+				// restart started meanwhile is replaced and killed, and a
+				// context deleted meanwhile gets none.
 				k.mu.Lock()
+				select {
+				case <-k.ended:
+					k.mu.Unlock()
+					close(gone)
+					s.killKernel(p)
+					return noContext(k.info.ID)
+				default:
+				}
+				old, oldGone := k.p, k.gone
 				k.p, k.msgs, k.gone = p, msgs, gone
 				k.mu.Unlock()
+				if old != nil {
+					close(oldGone)
+					go s.killKernel(old)
+				}
 				return nil
 			}
 			if early.Len() < 4096 {
@@ -216,6 +240,19 @@ func (s *Service) startKernel(ctx context.Context, k *kernel) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// startErr is the error of an interpreter that exited before it was
+// ready, with what it printed: out of threads or processes is the
+// sandbox's limit, said so.
+func startErr(language, early string) error {
+	for _, sign := range []string{"uv_thread_create", "Resource temporarily unavailable", "can't start new thread", "EAGAIN"} {
+		if strings.Contains(early, sign) {
+			return execution.Errorf(execution.KindSandboxLimit, "the %s interpreter could not start: the sandbox is at its limit of processes and threads; delete a context or end some processes", language)
+		}
+	}
+	return &execution.Error{Kind: execution.KindSandboxError,
+		Msg: fmt.Sprintf("the %s interpreter exited as it started: %s", language, clip(strings.TrimSpace(early), 500))}
 }
 
 func (s *Service) killKernel(p agent.Process) {
@@ -244,6 +281,7 @@ func (s *Service) readKernel(k *kernel, p agent.Process, msgs chan<- kernelMsg, 
 		select {
 		case msgs <- m:
 		case <-gone:
+		case <-k.ended:
 		}
 	}
 	for ev := range p.Events() {
@@ -260,7 +298,11 @@ func (s *Service) readKernel(k *kernel, p agent.Process, msgs chan<- kernelMsg, 
 		default:
 			send(kernelMsg{T: "stderr", D: string(ev.Data)})
 		}
-		if d := pace(b.out, len(ev.Data)); d > 0 {
+		n := len(ev.Data)
+		if ready && !k.active.Load() {
+			n *= 8 // output between cells, which is dropped, at an eighth of the rate
+		}
+		if d := pace(b.out, n); d > 0 {
 			time.Sleep(d)
 		}
 	}
@@ -317,13 +359,14 @@ func (s *Service) newKernel(b *box, lang, cwd string, dflt bool) (*kernel, error
 	if len(m) >= maxContexts {
 		return nil, execution.Errorf(execution.KindSandboxLimit, "the sandbox has %d code contexts, the most it may have; delete one first", maxContexts)
 	}
-	k := &kernel{b: b, busy: make(chan struct{}, 1),
+	k := &kernel{b: b, busy: make(chan struct{}, 1), ended: make(chan struct{}),
 		info: CodeContext{ID: newContextID(), Language: lang, Cwd: cwd, Default: dflt, CreatedAt: s.now().UTC()}}
 	m[k.info.ID] = k
 	return k, nil
 }
 
 func (s *Service) dropKernel(b *box, k *kernel) {
+	k.end()
 	b.mu.Lock()
 	delete(b.kernels(), k.info.ID)
 	b.mu.Unlock()
@@ -521,7 +564,7 @@ func (s *Service) cell(ctx context.Context, k *kernel, r RunCodeRequest, timeout
 	}
 	var res CodeResult
 	var out [2]strings.Builder
-	resultBytes := 0
+	resultBytes, droppedNote := 0, false
 	emit := func(e CodeEvent) {
 		if onEvent != nil {
 			onEvent(e)
@@ -603,18 +646,22 @@ func (s *Service) cell(ctx context.Context, k *kernel, r RunCodeRequest, timeout
 				text(1, m.D)
 			case "result":
 				if m.Data == nil {
-					m.Data = map[string]string{}
+					m.Data = mimeBundle{}
 				}
 				size := 0
 				for mime, v := range m.Data {
-					size += len(mime) + len(v)
+					size += len(mime) + len(v) + 64 // and the map's entry
 				}
 				if resultBytes+size > maxResultBytes {
+					if !droppedNote {
+						text(1, fmt.Sprintf("vertal: results past %d MiB in all were dropped\n", maxResultBytes>>20))
+						droppedNote = true
+					}
 					res.Truncated = true
 					continue
 				}
 				resultBytes += size
-				o := CodeOutput{Main: m.Main, Data: m.Data}
+				o := CodeOutput{Main: m.Main, Data: map[string]string(m.Data)}
 				res.Results = append(res.Results, o)
 				emit(CodeEvent{Type: "result", Result: &o})
 			case "dropped":
@@ -630,13 +677,13 @@ func (s *Service) cell(ctx context.Context, k *kernel, r RunCodeRequest, timeout
 				return finish()
 			case "exit":
 				s.forget(k, p)
+				if k.b.ending.Load() {
+					return CodeResult{}, execution.Errorf(execution.KindSandboxNotRunning, "the sandbox was paused, killed or expired during the cell; it was not counted against your quota")
+				}
 				if timedOut || interrupted {
 					fail(&CodeError{Name: "ContextRestarted", Value: "the interpreter exited on the interrupt; its state is lost and the next cell starts afresh"})
 				} else {
 					fail(&CodeError{Name: "ContextDied", Value: fmt.Sprintf("the interpreter exited during the cell (status %d; out of memory, or the code ended it); its state is lost and the next cell starts afresh", m.Count)})
-				}
-				if b := k.b; b.ending.Load() {
-					return CodeResult{}, execution.Errorf(execution.KindSandboxNotRunning, "the sandbox was paused, killed or expired during the cell; it was not counted against your quota")
 				}
 				return finish()
 			}

@@ -3,6 +3,8 @@ package sandboxes
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 )
 
 // A kernel (kernels/*.py, *.js) writes each of its messages as one line
@@ -17,15 +19,54 @@ const maxKernelLine = 8 << 20
 
 // kernelMsg is one message of a kernel, or raw output (T "raw").
 type kernelMsg struct {
-	T         string            `json:"t"` // ready, stdout, stderr, result, error, end; raw, dropped
-	D         string            `json:"d"`
-	Main      bool              `json:"main"`
-	Data      map[string]string `json:"data"`
-	Name      string            `json:"name"`
-	Value     string            `json:"value"`
-	Traceback string            `json:"traceback"`
-	N         int64             `json:"n"`
-	Count     int               `json:"count"`
+	T         string     `json:"t"` // ready, stdout, stderr, result, error, end; raw, dropped
+	D         string     `json:"d"`
+	Main      bool       `json:"main"`
+	Data      mimeBundle `json:"data"`
+	Name      string     `json:"name"`
+	Value     string     `json:"value"`
+	Traceback string     `json:"traceback"`
+	N         int64      `json:"n"`
+	Count     int        `json:"count"`
+}
+
+// maxMIMEKeys bounds a result's bundle: a line of a million tiny keys
+// would cost the server far more memory as a map than as bytes.
+const maxMIMEKeys = 32
+
+// mimeBundle is a result's data: MIME type to content.
+type mimeBundle map[string]string
+
+// UnmarshalJSON reads an object of strings, refusing one of more than
+// maxMIMEKeys keys before it holds them.
+func (m *mimeBundle) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil {
+		return err
+	} else if t == nil {
+		*m = nil
+		return nil
+	} else if t != json.Delim('{') {
+		return errors.New("a MIME bundle is an object")
+	}
+	out := mimeBundle{}
+	for dec.More() {
+		if len(out) == maxMIMEKeys {
+			return fmt.Errorf("a MIME bundle has more than %d types", maxMIMEKeys)
+		}
+		kt, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := kt.(string)
+		var v string
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		out[key] = v
+	}
+	*m = out
+	return nil
 }
 
 // kernelSplitter turns a kernel's stdout chunks into messages.

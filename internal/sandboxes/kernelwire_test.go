@@ -1,6 +1,7 @@
 package sandboxes
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestKernelSplitter(t *testing.T) {
 		{"raw at the end", "tail", []kernelMsg{{T: "raw", D: "tail"}}},
 		{"a marker the cell wrote, not JSON", m + "not json\n", []kernelMsg{{T: "raw", D: m + "not json\n"}}},
 		{"a marker with a reserved type", m + `{"t":"raw","d":"x"}` + "\n", []kernelMsg{{T: "raw", D: m + `{"t":"raw","d":"x"}` + "\n"}}},
-		{"result", m + `{"t":"result","main":true,"data":{"text/plain":"42"}}` + "\n", []kernelMsg{{T: "result", Main: true, Data: map[string]string{"text/plain": "42"}}}},
+		{"result", m + `{"t":"result","main":true,"data":{"text/plain":"42"}}` + "\n", []kernelMsg{{T: "result", Main: true, Data: mimeBundle{"text/plain": "42"}}}},
 		{"an unfinished message stays", m + `{"t":"stdout"`, []kernelMsg{{T: "raw", D: m + `{"t":"stdout"`}}},
 	} {
 		for _, n := range []int{0, 1, 2, 7} {
@@ -107,4 +108,26 @@ func abs(n int) int {
 		return -n
 	}
 	return n
+}
+
+// A bundle of too many types is not a result: the line is the cell's raw
+// output, and no map of it is built.
+func TestKernelSplitterRefusesHugeBundle(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("\x1evtl:{\"t\":\"result\",\"data\":{")
+	for i := 0; i <= maxMIMEKeys; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "\"k%d\":\"\"", i)
+	}
+	b.WriteString("}}\n")
+	got := split(b.String(), 0)
+	if len(got) != 1 || got[0].T != "raw" {
+		t.Fatalf("%d types: %+v", maxMIMEKeys+1, got)
+	}
+	ok := split("\x1evtl:{\"t\":\"result\",\"data\":{\"text/plain\":\"1\",\"text/html\":\"<b>1</b>\"}}\n", 0)
+	if len(ok) != 1 || ok[0].T != "result" || len(ok[0].Data) != 2 {
+		t.Fatalf("a bundle of two: %+v", ok)
+	}
 }

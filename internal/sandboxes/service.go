@@ -650,6 +650,11 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 // discard ends a live sandbox the service is done with.
 func (s *Service) discard(b *box) {
 	b.ending.Store(true)
+	b.mu.Lock()
+	for _, k := range b.contexts {
+		k.end()
+	}
+	b.mu.Unlock()
 	b.ag.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -17,11 +17,20 @@ sys.stdin = open(os.devnull)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _INT = {signal.SIGINT}
+_streams = []
 
 
 def _send(msg):
+    # What the cell printed so far goes first, so the order holds.
+    with _lock:
+        for st in _streams:
+            st.flush()
+        _emit(msg)
+
+
+def _emit(msg):
     # One line per message, whole: threads take turns, and an interrupt
     # waits until the line is written.
     b = _MARK + json.dumps(msg, default=str).encode() + b"\n"
@@ -55,15 +64,29 @@ class _Stream(io.TextIOBase):
     def __init__(self, name):
         self.name = name
         self.buffer = _Bytes(self)
+        self._buf = []
+        self._len = 0
+        _streams.append(self)
 
     def writable(self):
         return True
 
+    def flush(self):
+        # Whole lines go out as they end (below), the rest here: before any
+        # other message, and at the cell's end.
+        with _lock:
+            s, self._buf, self._len = "".join(self._buf), [], 0
+            for i in range(0, len(s), 65536):
+                _emit({"t": self.name, "d": s[i:i + 65536]})
+
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not " + type(s).__name__)
-        for i in range(0, len(s), 65536):
-            _send({"t": self.name, "d": s[i:i + 65536]})
+        with _lock:
+            self._buf.append(s)
+            self._len += len(s)
+            if "\n" in s or self._len >= 65536:
+                self.flush()
         return len(s)
 
     def isatty(self):
