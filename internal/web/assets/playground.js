@@ -10,8 +10,12 @@
 'use strict';
 
 (function () {
+  const C = window.VertalCommon;
+  const { sseParser, readJSON, networkError, outputNodes, imageType, fromBase64, toBase64,
+    formatMs, formatBytes, el, safeStorage, validKeyChars } = C;
   const $ = (id) => document.getElementById(id);
   const apiBase = document.body.dataset.apiBase || '';
+  const { authFor, api } = C.apiClient(apiBase, () => session);
   const serverURL = location.origin + apiBase;
   const store = safeStorage();
 
@@ -90,31 +94,17 @@
     return els.key.value.trim();
   }
 
-  // A signed-in browser (GET /session) runs without a key: the session
-  // cookie goes along and the session's CSRF token in X-CSRF-Token, which
-  // another origin can neither read nor send. A pasted key still wins.
+  // A signed-in browser runs without a key (see VertalCommon.apiClient).
+  // A pasted key still wins.
   let session = null;
   async function loadSession() {
-    try {
-      const resp = await fetch('/session', { headers: { Accept: 'application/json' }, credentials: 'same-origin', cache: 'no-store' });
-      if (!resp.ok) return;
-      const body = await resp.json();
-      if (body && body.signed_in && body.csrf) {
-        session = body;
-        if (!currentKey()) {
-          setKeyStatus('Signed in as ' + body.email + ': runs count to your account, no key needed.', 'ok');
-          checkKey();
-        }
-      }
-    } catch (e) { /* no accounts on this server */ }
-  }
-
-  // authFor returns the headers and credentials mode of a call with key,
-  // or with the session when there is no key.
-  function authFor(key) {
-    if (key) return { headers: { Authorization: 'Bearer ' + key }, credentials: 'omit' };
-    if (session) return { headers: { 'X-CSRF-Token': session.csrf }, credentials: 'same-origin' };
-    return { headers: {}, credentials: 'omit' };
+    const body = await C.loadSession();
+    if (!body) return;
+    session = body;
+    if (!currentKey()) {
+      setKeyStatus('Signed in as ' + body.email + ': runs count to your account, no key needed.', 'ok');
+      checkKey();
+    }
   }
 
   function setKeyStatus(text, kind) {
@@ -203,10 +193,6 @@
     }
     els.image.value = list.some((img) => img.name === saved) ? saved : 'default';
     els.image.hidden = list.length < 2;
-  }
-
-  function validKeyChars(key) {
-    return /^[\x21-\x7e]+$/.test(key);
   }
 
   let keyTimer = 0;
@@ -384,21 +370,6 @@
     return out;
   }
 
-  function toBase64(bytes) {
-    let bin = '';
-    for (let i = 0; i < bytes.length; i += 0x8000) {
-      bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-    }
-    return btoa(bin);
-  }
-
-  function fromBase64(s) {
-    const bin = atob(s);
-    const bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    return bytes;
-  }
-
   function returnGlobs() {
     return els.returnFiles.value.split(/[\s,]+/).filter((g) => g !== '');
   }
@@ -523,17 +494,6 @@
     els.returned.hidden = true;
   }
 
-  // imageType sniffs a raster image from its first bytes, as the MCP
-  // server does; a file's name says nothing about what it holds.
-  function imageType(b) {
-    const starts = (sig, at) => sig.every((v, i) => b[(at || 0) + i] === v);
-    if (starts([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) return 'image/png';
-    if (starts([0xff, 0xd8, 0xff])) return 'image/jpeg';
-    if (starts([0x47, 0x49, 0x46, 0x38]) && (b[4] === 0x37 || b[4] === 0x39) && b[5] === 0x61) return 'image/gif';
-    if (starts([0x52, 0x49, 0x46, 0x46]) && starts([0x57, 0x45, 0x42, 0x50, 0x56, 0x50], 8)) return 'image/webp';
-    return '';
-  }
-
   function showFiles(files, truncated) {
     clearFiles();
     if (files.length === 0 && !truncated) return;
@@ -580,26 +540,6 @@
     if (s === '') return;
     el.append(...outputNodes(s));
     el.classList.remove('empty');
-  }
-
-  function outputNodes(s) {
-    const parts = [];
-    const text = s.replace(/\r\n/g, '\n');
-    const re = /[\u0000-\u0008\u000b-\u001f\u007f]/g;
-    let last = 0;
-    let m;
-    while ((m = re.exec(text)) !== null) {
-      if (m.index > last) parts.push(document.createTextNode(text.slice(last, m.index)));
-      const code = m[0].charCodeAt(0);
-      const mark = document.createElement('span');
-      mark.className = 'ctl';
-      mark.title = 'control character U+' + code.toString(16).toUpperCase().padStart(4, '0');
-      mark.textContent = code === 13 ? '\\r' : '\\x' + code.toString(16).padStart(2, '0');
-      parts.push(mark);
-      last = m.index + 1;
-    }
-    if (last < text.length) parts.push(document.createTextNode(text.slice(last)));
-    return parts;
   }
 
   function showError(err, hint) {
@@ -708,110 +648,8 @@
       message: 'The connection closed before the result arrived' + (execId ? ' (execution ' + execId + ').' : '.') } };
   }
 
-  // sseParser splits a text/event-stream into events as the HTML standard
-  // reads it: lines end with CR, LF or CRLF, a blank line ends an event,
-  // ':' starts a comment (the heartbeat), and data lines are joined by LF.
-  function sseParser(onEvent) {
-    let buf = '';
-    let data = [];
-    let event = '';
-    let id = '';
-    function line(l) {
-      if (l === '') {
-        if (data.length > 0) onEvent({ event: event || 'message', data: data.join('\n'), id: id });
-        data = [];
-        event = '';
-        return;
-      }
-      if (l[0] === ':') return;
-      const i = l.indexOf(':');
-      const field = i === -1 ? l : l.slice(0, i);
-      let value = i === -1 ? '' : l.slice(i + 1);
-      if (value[0] === ' ') value = value.slice(1);
-      if (field === 'data') data.push(value);
-      else if (field === 'event') event = value;
-      else if (field === 'id') id = value;
-    }
-    return {
-      push(text) {
-        buf += text;
-        const re = /\r\n|\r|\n/g;
-        let start = 0;
-        let m;
-        while ((m = re.exec(buf)) !== null) {
-          // A CR at the very end may be the first half of a CRLF.
-          if (m[0] === '\r' && m.index === buf.length - 1) break;
-          line(buf.slice(start, m.index));
-          start = m.index + m[0].length;
-        }
-        buf = buf.slice(start);
-      },
-    };
-  }
-
-  function networkError(e) {
-    return { ok: false, status: 0, error: { status: 0, code: 'network_error', message: 'Could not reach the API (' + (e && e.message ? e.message : 'network error') + ').', retryAfter: null } };
-  }
-
-  // api calls the API and normalises the outcome:
-  // {ok, status, data, requestId, error: {status, code, message, requestId, retryAfter}}.
-  async function api(method, path, key, body) {
-    const auth = authFor(key);
-    const init = {
-      method: method,
-      headers: Object.assign({ Accept: 'application/json' }, auth.headers),
-      cache: 'no-store',
-      credentials: auth.credentials,
-    };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
-    let resp;
-    try {
-      resp = await fetch(apiBase + path, init);
-    } catch (e) {
-      return networkError(e);
-    }
-    return readJSON(resp);
-  }
-
-  async function readJSON(resp) {
-    const requestId = resp.headers.get('X-Request-ID') || '';
-    let data = null;
-    try {
-      data = JSON.parse(await resp.text());
-    } catch (e) {
-      data = null;
-    }
-    if (resp.ok) return { ok: true, status: resp.status, data: data, requestId: requestId };
-    const retry = resp.headers.get('Retry-After');
-    const retryAfter = retry !== null && /^\d+$/.test(retry.trim()) ? Number(retry.trim()) : null;
-    const e = data && data.error && typeof data.error === 'object' ? data.error : null;
-    return {
-      ok: false, status: resp.status, data: data, requestId: requestId,
-      error: {
-        status: resp.status,
-        code: e && typeof e.code === 'string' ? e.code : 'http_' + resp.status,
-        message: e && typeof e.message === 'string' ? e.message : (resp.statusText || 'The server answered with HTTP ' + resp.status + '.'),
-        requestId: (data && typeof data.request_id === 'string' && data.request_id) || requestId,
-        retryAfter: retryAfter,
-      },
-    };
-  }
 
   // ---- formatting --------------------------------------------------------
-
-  function formatMs(ms) {
-    if (ms < 1000) return ms + ' ms';
-    return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s';
-  }
-
-  function formatBytes(n) {
-    if (n < 1024) return n + ' B';
-    if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KB';
-    return (n / 1024 / 1024).toFixed(1) + ' MB';
-  }
 
   function formatWait(sec) {
     if (sec < 60) return sec + ' s';
@@ -945,13 +783,6 @@
     };
   }
 
-  function el(tag, attrs, children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-    for (const c of children || []) node.append(c);
-    return node;
-  }
-
   function copyButton(getText, label) {
     const btn = el('button', { type: 'button', class: 'btn btn-ghost btn-copy', 'aria-label': label || 'Copy' }, ['Copy']);
     btn.addEventListener('click', async () => {
@@ -1009,24 +840,6 @@
   });
 
   // ---- storage -----------------------------------------------------------
-
-  // sessionStorage can be missing or throw (privacy modes); the playground
-  // still works, it just forgets on reload.
-  function safeStorage() {
-    let s = null;
-    try {
-      s = window.sessionStorage;
-      s.setItem('vertal.probe', '1');
-      s.removeItem('vertal.probe');
-    } catch (e) {
-      s = null;
-    }
-    return {
-      get: (k) => { try { return s ? s.getItem(k) : null; } catch (e) { return null; } },
-      set: (k, v) => { try { if (s) s.setItem(k, v); } catch (e) { /* full or disabled */ } },
-      remove: (k) => { try { if (s) s.removeItem(k); } catch (e) { /* disabled */ } },
-    };
-  }
 
   updateSnippets();
   if (currentKey()) checkKey();
