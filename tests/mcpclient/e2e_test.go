@@ -399,32 +399,42 @@ func checkMCP(t *testing.T, env []string, args ...string) map[string]any {
 
 func TestMCPStdio(t *testing.T) {
 	server(t)
-	key := newKey(t, "free")
 	// MCPCHECK_FILES: a CSV in, a PNG (image content) and a CSV (embedded
-	// resource) out, through the API and each server's SDK.
-	env := []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + key,
-		"PYTHONPATH=" + filepath.Join(e2e.repo, "sdk", "python"), "MCPCHECK_FILES=1"}
+	// resource) out, through the API and each server's SDK. Each server
+	// gets its own tenant: the sandbox tools alone send about 20 requests,
+	// the free plan's rate for a minute, and one server's use must not
+	// throttle the other's.
+	env := func(key string) []string {
+		return []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + key,
+			"PYTHONPATH=" + filepath.Join(e2e.repo, "sdk", "python"), "MCPCHECK_FILES=1"}
+	}
+	executions := func(t *testing.T, key string, want int64, what string) {
+		t.Helper()
+		c, _ := client.New(e2e.url, key)
+		u, err := c.Usage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Today.Executions != want {
+			t.Errorf("the key shows %d executions, want %d (%s)", u.Today.Executions, want, what)
+		}
+	}
 	t.Run("vertal mcp", func(t *testing.T) {
 		// The API has sandboxes: vertal mcp offers their tools, and the
 		// TypeScript client keeps state across them.
-		if s := checkMCP(t, append(env, "MCPCHECK_SANDBOXES=1"), "stdio", e2e.bin, "mcp"); s["sandbox"] == nil {
+		key := newKey(t, "pro")
+		if s := checkMCP(t, append(env(key), "MCPCHECK_SANDBOXES=1"), "stdio", e2e.bin, "mcp"); s["sandbox"] == nil {
 			t.Errorf("vertal mcp: the sandbox tools were not exercised: %v", s)
 		}
+		// 3 runs, create_sandbox, the one run_command that ran and its
+		// three cells, metered through the API.
+		executions(t, key, 8, "3 runs and the sandbox tools, metered through the API")
 	})
 	t.Run("python -m vertal2kubo.mcp", func(t *testing.T) {
-		checkMCP(t, env, "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp")
+		key := newKey(t, "free")
+		checkMCP(t, env(key), "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp")
+		executions(t, key, 3, "3 runs, metered through the API")
 	})
-	// Both servers went through the API with the same key: 3 + 3 runs, and
-	// vertal mcp's create_sandbox, the one run_command that ran and its three
-	// cells.
-	c, _ := client.New(e2e.url, key)
-	u, err := c.Usage(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.Today.Executions != 11 {
-		t.Errorf("the key shows %d executions, want 11 (metered through the API)", u.Today.Executions)
-	}
 }
 
 func TestMCPHTTP(t *testing.T) {
