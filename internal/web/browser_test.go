@@ -1040,28 +1040,7 @@ func takeScreenshots(t *testing.T, dir, url, key string) {
 		b := newBrowser(t, size.w, size.h)
 		save := func(name string, full bool, visible ...string) {
 			t.Helper()
-			var shot []byte
-			var err error
-			if full {
-				shot, err = chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
-			} else {
-				shot, err = chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
-			}
-			if err != nil {
-				t.Fatalf("screenshot: %v", err)
-			}
-			path := filepath.Join(dir, size.name+"-"+name+".png")
-			if err := os.WriteFile(path, shot, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("wrote %s", path)
-			checkScreenshot(t, path, shot, int(size.w), int(size.h), full)
-			if hidden := eval[[]string](b, fmt.Sprintf("%s(%s, %v)", visibleJS, mustJSON(t, visible), full)); len(hidden) > 0 {
-				t.Errorf("%s: not visible: %q", path, hidden)
-			}
-			if over := eval[int](b, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); over > 0 {
-				t.Errorf("%s: the page scrolls sideways by %d px", path, over)
-			}
+			saveShot(t, b, filepath.Join(dir, size.name+"-"+name+".png"), int(size.w), int(size.h), full, visible...)
 		}
 		b.open(url + "/")
 		b.typeKey(key)
@@ -1093,6 +1072,37 @@ func takeScreenshots(t *testing.T, dir, url, key string) {
 			t.Errorf("%s: the reference shows %d operations", size.name, n)
 		}
 		b.checkClean()
+	}
+}
+
+// saveShot writes a screenshot (the viewport, or the whole page if full)
+// and checks it: its size, that it shows something, that the selectors
+// are visible and that nothing scrolls sideways.
+func saveShot(t *testing.T, b *browser, path string, w, h int, full bool, visible ...string) {
+	t.Helper()
+	var shot []byte
+	var err error
+	if full {
+		shot, err = chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	} else {
+		shot, err = chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	}
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+	checkScreenshot(t, path, shot, w, h, full)
+	if visible == nil {
+		visible = []string{}
+	}
+	if hidden := eval[[]string](b, fmt.Sprintf("%s(%s, %v)", visibleJS, mustJSON(t, visible), full)); len(hidden) > 0 {
+		t.Errorf("%s: not visible: %q", path, hidden)
+	}
+	if over := eval[int](b, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); over > 0 {
+		t.Errorf("%s: the page scrolls sideways by %d px", path, over)
 	}
 }
 

@@ -89,6 +89,14 @@ const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; " +
 	"frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
 
+// NotebookContentSecurityPolicy is the notebook's: the same, and frames
+// loaded from blob: URLs, which only this origin's script can make. The
+// notebook shows a cell's HTML result (a DataFrame's table) in such a
+// frame, sandboxed with nothing allowed: an opaque origin, no script, no
+// forms, no navigation of the page. The frame's document inherits this
+// policy too, so its script is refused twice.
+const NotebookContentSecurityPolicy = ContentSecurityPolicy + "; frame-src blob:"
+
 // SecurityHeaders sets the headers every page and asset carries. The API
 // may call it for its own responses too: the policy also suits JSON.
 func SecurityHeaders(h http.Header) {
@@ -332,7 +340,7 @@ func (s *site) resolveLink(dest string, known map[string]string) (string, bool) 
 // pageData is what the templates see.
 type pageData struct {
 	Title    string
-	Section  string // "playground" or "docs", for the header's active link
+	Section  string // "playground", "notebook" or "docs", for the header's active link
 	Version  string
 	APIBase  string
 	RepoURL  string
@@ -375,6 +383,7 @@ func (s *site) render(name string, d pageData) []byte {
 
 func (s *site) renderAll() {
 	s.rendered["/"] = s.render("playground.html", s.data("playground", "Playground"))
+	s.rendered["/notebook"] = s.render("notebook.html", s.data("notebook", "Notebook"))
 	idx := s.data("docs", "Documentation")
 	s.rendered["/docs/"] = s.render("docs_index.html", idx)
 	for slug, p := range s.pages {
@@ -387,7 +396,7 @@ func (s *site) renderAll() {
 
 func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
-	owned := p == "/" || p == "/docs" || strings.HasPrefix(p, "/docs/") || strings.HasPrefix(p, "/assets/") || p == "/favicon.ico"
+	owned := p == "/" || p == "/notebook" || p == "/docs" || strings.HasPrefix(p, "/docs/") || strings.HasPrefix(p, "/assets/") || p == "/favicon.ico"
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		if s.opts.NotFound != nil {
 			s.opts.NotFound.ServeHTTP(w, r)
@@ -426,6 +435,9 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
+	if p == "/notebook" {
+		h.Set("Content-Security-Policy", NotebookContentSecurityPolicy)
+	}
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	etag := `"` + contentHash(body) + `"`

@@ -52,6 +52,9 @@ func TestPagesAndHeaders(t *testing.T) {
 		contains    []string
 	}{
 		{"/", 200, "text/html; charset=utf-8", []string{`data-api-base="/api"`, `id="run"`, `id="key"`, "v1.2.3"}},
+		{"/notebook", 200, "text/html; charset=utf-8", []string{`id="cells"`, `id="cell-template"`, `id="key"`, `/assets/common.js`, `/assets/notebook.js`, `href="/notebook" aria-current="page"`}},
+		{"/assets/notebook.js", 200, "text/javascript; charset=utf-8", nil},
+		{"/assets/common.js", 200, "text/javascript; charset=utf-8", nil},
 		{"/docs/", 200, "text/html; charset=utf-8", []string{`href="/docs/quickstart"`, `href="/docs/reference"`, `href="/docs/security"`}},
 		{"/docs/quickstart", 200, "text/html; charset=utf-8", []string{`<h1 id="quickstart">Quickstart</h1>`, `href="/docs/security#keys"`, `href="#keys"`}},
 		{"/docs/security", 200, "text/html; charset=utf-8", []string{"&lt;script&gt;alert(1)&lt;/script&gt;"}},
@@ -73,8 +76,14 @@ func TestPagesAndHeaders(t *testing.T) {
 			if got := resp.Header.Get("Content-Type"); got != tc.contentType {
 				t.Errorf("Content-Type = %q, want %q", got, tc.contentType)
 			}
+			csp := ContentSecurityPolicy
+			if tc.path == "/notebook" {
+				// The notebook alone may frame blob: documents, for HTML
+				// results in a sandboxed frame.
+				csp = NotebookContentSecurityPolicy
+			}
 			want := map[string]string{
-				"Content-Security-Policy": ContentSecurityPolicy,
+				"Content-Security-Policy": csp,
 				"X-Content-Type-Options":  "nosniff",
 				"Referrer-Policy":         "no-referrer",
 				"X-Frame-Options":         "DENY",
@@ -118,6 +127,12 @@ func TestContentSecurityPolicyIsStrict(t *testing.T) {
 	if diff := cmp.Diff(want, directives); diff != "" {
 		t.Errorf("CSP directives (-want +got):\n%s", diff)
 	}
+	// The notebook's adds frames from blob: (which only the page's own
+	// script can make) and changes nothing else.
+	nb := strings.TrimPrefix(NotebookContentSecurityPolicy, ContentSecurityPolicy)
+	if nb != "; frame-src blob:" {
+		t.Errorf("the notebook's CSP adds %q to the default, want only frame-src blob:", nb)
+	}
 }
 
 // TestPagesHaveNoInlineCode checks what the CSP would otherwise reject in
@@ -128,7 +143,7 @@ func TestPagesHaveNoInlineCode(t *testing.T) {
 	reScript := regexp.MustCompile(`(?is)<script\b([^>]*)>(.*?)</script>`)
 	reHandler := regexp.MustCompile(`(?i)<[^>]*\son[a-z]+\s*=`)
 	reSrc := regexp.MustCompile(`(?i)\s(?:src|href)="([^"]*)"`)
-	for _, path := range []string{"/", "/docs/", "/docs/quickstart", "/docs/security", "/docs/architecture", "/docs/reference", "/nope"} {
+	for _, path := range []string{"/", "/notebook", "/docs/", "/docs/quickstart", "/docs/security", "/docs/architecture", "/docs/reference", "/nope"} {
 		_, body := get(t, h, "GET", path)
 		for _, m := range reScript.FindAllStringSubmatch(body, -1) {
 			if !strings.Contains(m[1], `src="/assets/`) || strings.TrimSpace(m[2]) != "" {

@@ -200,6 +200,35 @@ window.VertalCommon = (function () {
     return { authFor: authFor, api: api };
   }
 
+  // bindKeyToggle makes a button show and hide a password field.
+  function bindKeyToggle(input, button) {
+    button.addEventListener('click', () => {
+      const show = input.type === 'password';
+      input.type = show ? 'text' : 'password';
+      button.textContent = show ? 'Hide' : 'Show';
+      button.setAttribute('aria-pressed', String(show));
+    });
+  }
+
+  // readEvents feeds a response's body to an sseParser until done() says
+  // the outcome is known or the stream ends (then a last blank line ends
+  // an event the server left open), and cancels the rest. It throws when
+  // the connection drops or the fetch was aborted.
+  async function readEvents(body, parser, done) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done: ended } = await reader.read();
+      if (ended) break;
+      parser.push(decoder.decode(value, { stream: true }));
+      if (done()) {
+        reader.cancel().catch(() => {});
+        return;
+      }
+    }
+    parser.push(decoder.decode() + '\n\n');
+  }
+
   // loadSession asks this server whether the browser is signed in; it
   // resolves to {email, csrf, ...} or null (no accounts, or signed out).
   async function loadSession() {
@@ -214,7 +243,7 @@ window.VertalCommon = (function () {
   }
 
   return Object.freeze({
-    apiClient, loadSession, sseParser, readJSON, networkError, outputNodes, imageType,
+    apiClient, loadSession, bindKeyToggle, sseParser, readEvents, readJSON, networkError, outputNodes, imageType,
     fromBase64, toBase64, formatMs, formatBytes, el, safeStorage, validKeyChars,
   });
 })();

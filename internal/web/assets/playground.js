@@ -11,7 +11,7 @@
 
 (function () {
   const C = window.VertalCommon;
-  const { sseParser, readJSON, networkError, outputNodes, imageType, fromBase64, toBase64,
+  const { sseParser, readEvents, readJSON, networkError, outputNodes, imageType, fromBase64, toBase64,
     formatMs, formatBytes, el, safeStorage, validKeyChars } = C;
   const $ = (id) => document.getElementById(id);
   const apiBase = document.body.dataset.apiBase || '';
@@ -211,12 +211,7 @@
       els.code.focus();
     }
   });
-  els.keyToggle.addEventListener('click', () => {
-    const show = els.key.type === 'password';
-    els.key.type = show ? 'text' : 'password';
-    els.keyToggle.textContent = show ? 'Hide' : 'Show';
-    els.keyToggle.setAttribute('aria-pressed', String(show));
-  });
+  C.bindKeyToggle(els.key, els.keyToggle);
   els.keyForget.addEventListener('click', () => {
     els.key.value = '';
     store.remove('vertal.apiKey');
@@ -627,23 +622,12 @@
         }
       }
     });
-    const reader = resp.body.getReader();
-    const decoder = new TextDecoder();
     try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        parser.push(decoder.decode(value, { stream: true }));
-        if (outcome) break;
-      }
-      if (!outcome) parser.push(decoder.decode() + '\n\n');
+      await readEvents(resp.body, parser, () => outcome !== null);
     } catch (e) {
       // The connection dropped; what arrived is on the page.
     }
-    if (outcome) {
-      reader.cancel().catch(() => {});
-      return outcome;
-    }
+    if (outcome) return outcome;
     return { ok: false, status: resp.status, error: { status: 0, code: 'stream_ended', requestId: requestId, retryAfter: null,
       message: 'The connection closed before the result arrived' + (execId ? ' (execution ' + execId + ').' : '.') } };
   }
