@@ -105,8 +105,10 @@ func WithCodeEnv(env map[string]string) CodeOption {
 	return func(r *wire.RunCodeRequest) { r.Env = env }
 }
 
-// WithCodeTimeout bounds the cell (60 s otherwise); past it the cell is
-// interrupted and the context stays. Whole seconds.
+// WithCodeTimeout bounds the cell: at most the plan's max_timeout_s (more
+// is refused with invalid_timeout), and 60 s or that maximum if lower when
+// not given. Past it the cell is interrupted and the context stays. Whole
+// seconds.
 func WithCodeTimeout(d time.Duration) CodeOption {
 	return func(r *wire.RunCodeRequest) { r.TimeoutS = wholeSeconds(d) }
 }

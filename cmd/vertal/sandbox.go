@@ -283,7 +283,7 @@ outcome instead (results as MIME bundles, images base64).
 	cf.register(fs)
 	fs.StringVar(&contextID, "context", "", "the code context (ctx_...) to run in (default: the language's default context)")
 	fs.StringVar(&language, "language", "", "python or javascript (default python)")
-	fs.DurationVar(&timeout, "timeout", 0, "interrupt the cell after this long (default 60s)")
+	fs.DurationVar(&timeout, "timeout", 0, "interrupt the cell after this long (default 60s, or the plan's max_timeout_s if lower)")
 	fs.BoolVar(&jsonOutput, "json", false, "print the whole outcome as JSON")
 	env := keyValues(fs, "env", "environment variable for this cell, K=V (repeatable)")
 	positional, _, err := parseInterspersed(fs, args)

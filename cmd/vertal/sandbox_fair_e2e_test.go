@@ -72,3 +72,37 @@ func twoSandboxes(t *testing.T, a, aPlan, b, bPlan string) (p *serverProc, aKey,
 	aKey, bKey = tenantKey(t, p, a, aPlan), tenantKey(t, p, b, bPlan)
 	return p, aKey, bKey, createSandbox(t, p, aKey, map[string]any{"timeout_s": 300}), createSandbox(t, p, bKey, map[string]any{"timeout_s": 300})
 }
+
+// TestSandboxSlotHeldWithinPlanE2E runs the attack on a 2-slot node: two
+// free tenants each ask a foreground command (and a cell) to hold a slot
+// for an hour, which would leave everyone else a 503 for that hour. The
+// plan's max_timeout_s (10 s) bounds them as it bounds an execution: the
+// hour is refused before anything runs, and a command that names no
+// timeout is stopped at the plan's 10 s, not at 60.
+func TestSandboxSlotHeldWithinPlanE2E(t *testing.T) {
+	needE2E(t)
+	p, a, b, aid, bid := twoSandboxes(t, "holder-a", "free", "holder-b", "free")
+	for _, tc := range []struct{ key, id string }{{a, aid}, {b, bid}} {
+		r := sbxCall(t, p, tc.key, "POST", tc.id, "/commands", map[string]any{"cmd": "sleep 3600", "timeout_s": 3600})
+		if r.status != 400 || r.body["error"].(map[string]any)["code"] != "invalid_timeout" || !strings.Contains(r.raw, "between 1 and 10 seconds on plan free") {
+			t.Errorf("a command asking an hour on the free plan: %d %s", r.status, r.raw)
+		}
+		r = sbxCall(t, p, tc.key, "POST", tc.id, "/run", map[string]any{"code": "import time; time.sleep(3600)", "timeout_s": 3600})
+		if r.status != 400 || !strings.Contains(r.raw, `"invalid_timeout"`) {
+			t.Errorf("a cell asking an hour on the free plan: %d %s", r.status, r.raw)
+		}
+	}
+	start := time.Now()
+	r := sbxCall(t, p, a, "POST", aid, "/commands", map[string]any{"cmd": "sleep 3600"})
+	if r.status != 200 || r.body["status"] != "timed_out" {
+		t.Errorf("a command with no timeout_s on the free plan: %d %s", r.status, r.raw)
+	}
+	// Behaviour, not speed: 10 s is the plan's bound, 60 s the old default.
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("the command held its slot for %s: the free plan's bound is 10 s", d)
+	}
+	// The refused ones were not counted: the two creates and the one run.
+	if u := todayExecutions(t, p.url, a); u != 2 {
+		t.Errorf("tenant a shows %v executions, want 2 (its create and its one command)", u)
+	}
+}

@@ -143,7 +143,7 @@ func sandboxTools() []sandboxTool {
 					"env": obj{"type": "object", "additionalProperties": obj{"type": "string"},
 						"description": "Environment variables for this command, over the sandbox's. Optional."},
 					"stdin":     obj{"type": "string", "description": "Text given to the command on standard input. Optional."},
-					"timeout_s": obj{"type": "integer", "minimum": 1, "description": "Wall-clock limit in seconds. Default: the plan's default timeout. Optional."},
+					"timeout_s": obj{"type": "integer", "minimum": 1, "description": "Wall-clock limit in seconds: at most the plan's max_timeout_s (see get_usage). Default: 60, or that maximum if lower. Optional."},
 				},
 				"required":             []any{"sandbox_id", "cmd"},
 				"additionalProperties": false,

@@ -324,8 +324,8 @@ const killGrace = 10 * time.Second
 // come (for SSE) before Run returns the result. It counts one execution
 // toward the daily quota, given back when the platform fails.
 func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r CommandRequest, onEvent func(Event)) (CommandResult, error) {
-	if r.TimeoutS < 0 {
-		return CommandResult{}, execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
+	if err := checkForegroundTimeout(c, r.TimeoutS); err != nil {
+		return CommandResult{}, err
 	}
 	if _, _, err := commandLine(r); err != nil {
 		return CommandResult{}, err // not counted: nothing ran
@@ -413,6 +413,9 @@ func (s *Service) foreground(ctx context.Context, c execution.Caller, rec store.
 	timeout = time.Duration(timeoutS) * time.Second
 	if timeout == 0 {
 		timeout = defaultCommand
+		if c.Plan.MaxTimeoutS > 0 {
+			timeout = min(timeout, time.Duration(c.Plan.MaxTimeoutS)*time.Second)
+		}
 	}
 	timeout = min(timeout, max(time.Second, rec.ExpiresAt.Sub(s.now())))
 	if release, err = s.admit(ctx, c); err != nil {
@@ -423,6 +426,22 @@ func (s *Service) foreground(ctx context.Context, c execution.Caller, rec store.
 		return 0, nil, nil, err
 	}
 	return timeout, release, refund, nil
+}
+
+// checkForegroundTimeout refuses a foreground command's or a cell's
+// timeout_s past the plan's max_timeout_s, as for an execution: the run
+// holds one of the node's slots for as long as it lasts, so a plan's
+// bound on one run must bound it too (else two tenants could hold a
+// 2-slot node for a sandbox's whole life). Background commands hold no
+// slot and run until the sandbox ends.
+func checkForegroundTimeout(c execution.Caller, timeoutS int) error {
+	switch {
+	case timeoutS < 0:
+		return execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
+	case c.Plan.MaxTimeoutS > 0 && timeoutS > c.Plan.MaxTimeoutS:
+		return execution.InvalidTimeout(c)
+	}
+	return nil
 }
 
 // StartCommand starts a background command and answers at once. It counts

@@ -448,9 +448,9 @@ func (s *Service) RestartContext(ctx context.Context, c execution.Caller, id, ci
 }
 
 // checkRunCode refuses a malformed cell before anything is admitted.
-func checkRunCode(r RunCodeRequest) error {
-	if r.TimeoutS < 0 {
-		return execution.Errorf(execution.KindInvalidTimeout, "timeout_s must not be negative")
+func checkRunCode(c execution.Caller, r RunCodeRequest) error {
+	if err := checkForegroundTimeout(c, r.TimeoutS); err != nil {
+		return err
 	}
 	if len(r.Code) > maxCodeBytes {
 		return execution.Errorf(execution.KindPayloadTooLarge, "the code is %d bytes; a cell may be at most %d", len(r.Code), maxCodeBytes)
@@ -472,7 +472,7 @@ func checkRunCode(r RunCodeRequest) error {
 // they come. It counts one execution toward the daily quota, given back
 // when the platform fails.
 func (s *Service) RunCode(ctx context.Context, c execution.Caller, id string, r RunCodeRequest, onEvent func(CodeEvent)) (CodeResult, error) {
-	if err := checkRunCode(r); err != nil {
+	if err := checkRunCode(c, r); err != nil {
 		return CodeResult{}, err
 	}
 	lang, _ := contextLanguage(r.Language)

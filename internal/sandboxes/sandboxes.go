@@ -143,7 +143,7 @@ type CommandRequest struct {
 	Cwd        string   // default engine.HomeDir
 	Env        map[string]string
 	Stdin      string // written, then stdin closed (foreground); kept open if Background and empty
-	TimeoutS   int    // foreground: 0 is the plan's default timeout; background: 0 is until the sandbox ends
+	TimeoutS   int    // foreground: 0 is 60 s or the plan's max_timeout_s if lower, and more than that maximum is refused; background: 0 is until the sandbox ends
 	Background bool
 }
 

@@ -1255,3 +1255,34 @@ func TestFollowersBounded(t *testing.T) {
 		t.Errorf("a stream after the others closed: %v", err)
 	}
 }
+
+// TestForegroundTimeoutWithinPlan: a foreground command or a cell holds
+// one of the node's slots while it runs, so the plan's max_timeout_s
+// bounds it as it bounds an execution: more is refused before anything
+// runs or is counted, and the default is the plan's maximum when that is
+// lower than 60 s.
+func TestForegroundTimeoutWithinPlan(t *testing.T) {
+	f := newFixture(t)
+	p := freePlan()
+	p.MaxTimeoutS = 1
+	c := caller("acme", p)
+	ctx := t.Context()
+	sb := f.create(t, c, CreateRequest{})
+	created := f.used(t, "acme") // the create counts one
+	_, err := f.s.Run(ctx, c, sb.ID, CommandRequest{Cmd: "echo hi", TimeoutS: 2}, nil)
+	wantKind(t, "a command's timeout_s past the plan's", err, execution.KindInvalidTimeout)
+	_, err = f.s.RunCode(ctx, c, sb.ID, RunCodeRequest{Code: "1", Language: "python", TimeoutS: 2}, nil)
+	wantKind(t, "a cell's timeout_s past the plan's", err, execution.KindInvalidTimeout)
+	if n := f.used(t, "acme"); n != created {
+		t.Errorf("refused runs were counted: %d executions after the create's %d", n, created)
+	}
+	// No timeout_s: the plan's 1 s, not 60.
+	res, err := f.s.Run(ctx, c, sb.ID, CommandRequest{Cmd: "sleep"}, nil)
+	if err != nil || res.Status != "timed_out" {
+		t.Fatalf("a command with no timeout_s on a 1 s plan = %+v, %v; want timed_out", res, err)
+	}
+	// A background command is not bounded by it.
+	if _, err := f.s.StartCommand(ctx, c, sb.ID, CommandRequest{Cmd: "sleep", TimeoutS: 30}); err != nil {
+		t.Errorf("a background command with timeout_s 30 on a 1 s plan: %v", err)
+	}
+}
