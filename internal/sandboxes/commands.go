@@ -344,7 +344,7 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 	start := s.now()
 	pr, err := s.spawn(ctx, b, r, false)
 	if err != nil {
-		if platformErr(err) {
+		if platformErr(err) && !b.endedByOwner() {
 			refund()
 		}
 		return CommandResult{}, err
@@ -373,10 +373,14 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 		}
 	})
 	if !exited {
+		if b.endedByOwner() {
+			return CommandResult{}, execution.Errorf(execution.KindSandboxNotRunning,
+				"sandbox %s was paused, killed or expired (as asked, or at its timeout) during the command; the command counts against your quota", rec.ID)
+		}
 		refund()
 		if b.ending.Load() {
 			return CommandResult{}, execution.Errorf(execution.KindSandboxNotRunning,
-				"sandbox %s was paused, killed or expired during the command; it was not counted against your quota", rec.ID)
+				"sandbox %s was paused or ended by the server during the command; it was not counted against your quota", rec.ID)
 		}
 		if stuck {
 			// Its agent stopped (code can SIGSTOP it) or hung: the sandbox
@@ -469,7 +473,7 @@ func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id strin
 	pr, err := s.spawn(ctx, b, r, r.Stdin == "")
 	release() // a background command holds no slot once started
 	if err != nil {
-		if platformErr(err) {
+		if platformErr(err) && !b.endedByOwner() {
 			refund()
 		}
 		return Command{}, err

@@ -510,7 +510,7 @@ func (s *Service) RunCode(ctx context.Context, c execution.Caller, id string, r 
 	start := s.now()
 	res, err := s.cell(ctx, k, r, timeout, parseLimits(rec), onEvent, "")
 	if err != nil {
-		if platformErr(err) {
+		if platformErr(err) && !b.endedByOwner() {
 			refund()
 		}
 		return CodeResult{}, err
@@ -677,8 +677,11 @@ func (s *Service) cell(ctx context.Context, k *kernel, r RunCodeRequest, timeout
 				return finish()
 			case "exit":
 				s.forget(k, p)
+				if k.b.endedByOwner() {
+					return CodeResult{}, execution.Errorf(execution.KindSandboxNotRunning, "the sandbox was paused, killed or expired (as asked, or at its timeout) during the cell; the cell counts against your quota")
+				}
 				if k.b.ending.Load() {
-					return CodeResult{}, execution.Errorf(execution.KindSandboxNotRunning, "the sandbox was paused, killed or expired during the cell; it was not counted against your quota")
+					return CodeResult{}, execution.Errorf(execution.KindSandboxNotRunning, "the sandbox was paused or ended by the server during the cell; it was not counted against your quota")
 				}
 				if timedOut || interrupted {
 					fail(&CodeError{Name: "ContextRestarted", Value: "the interpreter exited on the interrupt; its state is lost and the next cell starts afresh"})

@@ -194,6 +194,7 @@ type box struct {
 	ag        agentClient
 	since     time.Time     // when this live period began, for metering
 	ending    atomic.Bool   // set when the service ends it, so its Done is not a failure
+	byOwner   atomic.Bool   // set with ending when the tenant asked (pause, kill) or its timeout ran out
 	mem       int64         // its share of Options.MemoryBudget
 	released  atomic.Bool   // mem given back
 	out       *rate.Limiter // paces the output relayed from its commands (Options.OutputRate)
@@ -306,7 +307,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		if b := e.b; b != nil {
 			rec, err := s.store.Sandbox(ctx, b.tenant, id)
 			if err == nil {
-				if _, err = s.pauseLocked(ctx, e, rec); err != nil {
+				if _, err = s.pauseLocked(ctx, e, rec, false); err != nil {
 					_, ferr := s.finishLocked(ctx, e, rec, ReasonError, "the server stopped and could not save the home: "+safeMsg(err))
 					err = errors.Join(err, ferr)
 				}
@@ -391,7 +392,7 @@ func (s *Service) expireDue(ctx context.Context) (wait func()) {
 
 func (s *Service) expireLocked(ctx context.Context, e *entry, rec store.Sandbox) {
 	if rec.OnTimeout == "pause" {
-		_, err := s.pauseLocked(ctx, e, rec)
+		_, err := s.pauseLocked(ctx, e, rec, true)
 		if err == nil {
 			return
 		}
@@ -685,6 +686,7 @@ func (s *Service) meter(rec *store.Sandbox, b *box) {
 func (s *Service) finishLocked(ctx context.Context, e *entry, rec store.Sandbox, reason, msg string) (store.Sandbox, error) {
 	from := rec.Status
 	if b := e.b; b != nil {
+		b.byOwner.Store(reason == ReasonKilled || reason == ReasonExpired)
 		b.ending.Store(true)
 		s.meter(&rec, b)
 		s.discard(b)
@@ -708,10 +710,18 @@ func (s *Service) finishLocked(ctx context.Context, e *entry, rec store.Sandbox,
 	return rec, nil
 }
 
+// endedByOwner says that the service is ending b because its tenant asked
+// (pause, kill) or its own timeout ran out: a run cut short by that was
+// the tenant's choice and stays counted. Any other end (the server
+// stopping, the node failing) gives the run back.
+func (b *box) endedByOwner() bool { return b.ending.Load() && b.byOwner.Load() }
+
 func (s *Service) sandboxDir(id string) string { return filepath.Join(s.opts.DataDir, "sandboxes", id) }
 
 // pauseLocked saves rec's home and ends its live sandbox (e.mu held).
-func (s *Service) pauseLocked(ctx context.Context, e *entry, rec store.Sandbox) (store.Sandbox, error) {
+// byOwner: the tenant asked for it (or its on_timeout did), so a command
+// or cell it cuts short still counts.
+func (s *Service) pauseLocked(ctx context.Context, e *entry, rec store.Sandbox, byOwner bool) (store.Sandbox, error) {
 	b := e.b
 	if b == nil {
 		return rec, execution.Errorf(execution.KindUnavailable, "the sandbox is not live on this node")
@@ -737,6 +747,7 @@ func (s *Service) pauseLocked(ctx context.Context, e *entry, rec store.Sandbox) 
 	if err != nil {
 		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's home could not be saved; it keeps running", Err: err}
 	}
+	b.byOwner.Store(byOwner)
 	b.ending.Store(true)
 	s.meter(&rec, b)
 	s.discard(b)
@@ -1178,7 +1189,7 @@ func (s *Service) Pause(ctx context.Context, c execution.Caller, id string) (San
 		case StatusEnded:
 			return Sandbox{}, notRunning(rec)
 		}
-		rec, err := s.pauseLocked(ctx, e, rec)
+		rec, err := s.pauseLocked(ctx, e, rec, true)
 		if err != nil {
 			return Sandbox{}, err
 		}

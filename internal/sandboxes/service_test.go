@@ -1286,3 +1286,51 @@ func TestForegroundTimeoutWithinPlan(t *testing.T) {
 		t.Errorf("a background command with timeout_s 30 on a 1 s plan: %v", err)
 	}
 }
+
+// TestRunCutShortByOwnerCounts: a command the tenant's own pause or kill
+// cuts short stays counted (else pausing in the middle of every run makes
+// every run free); one cut short by the server stopping is given back.
+func TestRunCutShortByOwnerCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		end     func(f *fixture, c execution.Caller, id string) error
+		counted bool
+	}{
+		{"pause", func(f *fixture, c execution.Caller, id string) error { _, err := f.s.Pause(t.Context(), c, id); return err }, true},
+		{"kill", func(f *fixture, c execution.Caller, id string) error { _, err := f.s.Kill(t.Context(), c, id); return err }, true},
+		{"server stop", func(f *fixture, c execution.Caller, id string) error { return f.s.Shutdown(t.Context()) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			c := caller("acme", freePlan())
+			sb := f.create(t, c, CreateRequest{})
+			before := f.used(t, "acme")
+			done := make(chan error, 1)
+			go func() {
+				_, err := f.s.Run(t.Context(), c, sb.ID, CommandRequest{Cmd: "hang", TimeoutS: 10}, nil)
+				done <- err
+			}()
+			for f.used(t, "acme") == before { // reserved: the command is under way
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if err := tc.end(f, c, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the command did not end with its sandbox")
+			}
+			wantKind(t, "the command cut short", err, execution.KindSandboxNotRunning)
+			want := before
+			if tc.counted {
+				want++
+			}
+			if got := f.used(t, "acme"); got != want {
+				t.Errorf("executions after the command = %d, want %d (counted: %v); error %v", got, want, tc.counted, err)
+			}
+		})
+	}
+}
