@@ -1296,8 +1296,14 @@ func TestRunCutShortByOwnerCounts(t *testing.T) {
 		end     func(f *fixture, c execution.Caller, id string) error
 		counted bool
 	}{
-		{"pause", func(f *fixture, c execution.Caller, id string) error { _, err := f.s.Pause(t.Context(), c, id); return err }, true},
-		{"kill", func(f *fixture, c execution.Caller, id string) error { _, err := f.s.Kill(t.Context(), c, id); return err }, true},
+		{"pause", func(f *fixture, c execution.Caller, id string) error {
+			_, err := f.s.Pause(t.Context(), c, id)
+			return err
+		}, true},
+		{"kill", func(f *fixture, c execution.Caller, id string) error {
+			_, err := f.s.Kill(t.Context(), c, id)
+			return err
+		}, true},
 		{"server stop", func(f *fixture, c execution.Caller, id string) error { return f.s.Shutdown(t.Context()) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
