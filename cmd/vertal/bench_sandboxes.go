@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -38,8 +39,16 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 	if _, err := findAgent(cfg); err != nil {
 		return fmt.Errorf("--sandboxes: %w", err)
 	}
+	serverEnv := []string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}
+	// The data-science image, when built next to the default one: its
+	// context with pandas imported is measured too.
+	dataImage := ""
+	if dir := filepath.Join(filepath.Dir(cfg.ImageDir), bench.DataImage); dirExists(dir) {
+		dataImage = bench.DataImage
+		serverEnv = append(serverEnv, "VERTAL_IMAGES="+bench.DataImage+"="+dir)
+	}
 	srv, err := startBenchServerWith(ctx, cfg, sb.runtime, sb.serverConcurr, filepath.Join(sb.work, "sandboxes "+sb.runtime),
-		[]string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}, sandboxPlan(sb.fill, sb.sandboxLifeS), []string{"bench", "bench-other"})
+		serverEnv, sandboxPlan(sb.fill, sb.sandboxLifeS), []string{"bench", "bench-other"})
 	if err != nil {
 		return fmt.Errorf("--sandboxes: %w", err)
 	}
@@ -82,6 +91,15 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 		}
 	}
 	api.Kill(ctx, id)
+	var pandasContext *bench.SandboxMemory
+	if dataImage != "" {
+		m, err := pandasMemory(ctx, api, probe, dataImage)
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "bench: a context with pandas imported: %v\n", err)
+		} else {
+			pandasContext = &m
+		}
+	}
 	var capa *bench.Capacity
 	if sb.fill > 0 {
 		fmt.Fprintf(e.Stderr, "bench: sandboxes: filling up to %d idle sandboxes\n", sb.fill)
@@ -99,6 +117,26 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 		capa = &c
 	}
 	fmt.Fprintf(e.Stdout, "\nSandboxes that stay, through the API (oci/%s, a private server with the warm pool off), n=%d in %d interleaved rounds, against bare /bin/sh on the host:\n\n", sb.runtime, sb.n, sb.rounds)
-	bench.WriteSandboxes(e.Stdout, lat, idle, idleContext, capa)
+	bench.WriteSandboxes(e.Stdout, lat, idle, idleContext, pandasContext, capa)
 	return nil
+}
+
+// pandasMemory measures an idle sandbox of image whose Python context has
+// imported pandas.
+func pandasMemory(ctx context.Context, api *bench.ClientSandboxes, probe bench.HostProbe, image string) (bench.SandboxMemory, error) {
+	id, err := api.CreateImage(ctx, image)
+	if err != nil {
+		return bench.SandboxMemory{}, err
+	}
+	defer api.Kill(ctx, id)
+	if out, err := api.Cell(ctx, id, "python", "import pandas\npandas.__version__"); err != nil {
+		return bench.SandboxMemory{}, fmt.Errorf("import pandas: %w (%s)", err, out)
+	}
+	time.Sleep(time.Second)
+	return probe.Memory(id)
+}
+
+func dirExists(dir string) bool {
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
 }

@@ -36,6 +36,8 @@ func TestBenchSandboxesE2E(t *testing.T) {
 		"- a cell in a code context: p50 ",
 		"- a new Python context is ready in p50 ",
 		"- idle sandbox with a Python context started: 5 processes",
+		// CI builds the datasci image next to the default one.
+		"- idle sandbox (datasci image) with a Python context that imported pandas: 5 processes, PSS ",
 		"- capacity: 3 of 3 idle sandboxes held at once",
 		"- per sandbox, with 3 held: PSS ",
 		"- the next create of the same tenant got: 429 sandbox_limit",

@@ -277,7 +277,7 @@ func TestWriteSandboxes(t *testing.T) {
 		AvailBefore: 1000 << 20, AvailHeld: 900 << 20, ServerBefore: 50 << 20, ServerHeld: 60 << 20,
 		Sum: SandboxMemory{Procs: 40, PSS: 20 << 20, RSS: 80 << 20, Cgroup: 15 << 20}, Create: Summarize(Sample{Latencies: ms(70, 80)})}
 	var buf bytes.Buffer
-	WriteSandboxes(&buf, l, idle, &SandboxMemory{Procs: 5, PSS: 15 << 20, RSS: 20 << 20, Cgroup: 12 << 20}, capa)
+	WriteSandboxes(&buf, l, idle, &SandboxMemory{Procs: 5, PSS: 15 << 20, RSS: 20 << 20, Cgroup: 12 << 20}, &SandboxMemory{Procs: 5, PSS: 60 << 20, RSS: 70 << 20, Cgroup: 55 << 20}, capa)
 	// Table cells are compared without their padding.
 	pad := regexp.MustCompile(` +\|`)
 	got := pad.ReplaceAllString(buf.String(), " |")
@@ -290,6 +290,7 @@ func TestWriteSandboxes(t *testing.T) {
 		"- a cell in a code context: p50 5.0 ms, 0.25× the same work as a python3 command (20.0 ms), which starts the interpreter each time",
 		"(issue 23: a warm cell p50 ≤ 2.0 ms through the API: Python missed, JavaScript missed)",
 		"- idle sandbox with a Python context started: 5 processes, PSS 15.0 MiB, RSS 20.0 MiB, cgroup 12.0 MiB (issue 23: ≤ 20.0 MiB by PSS: met)",
+		"- idle sandbox (datasci image) with a Python context that imported pandas: 5 processes, PSS 60.0 MiB, 4.00× the bare context's, RSS 70.0 MiB, cgroup 55.0 MiB (issue 23: measured)",
 		"- create p50 = 50.0 ms (issue 22: ≤ 25.0 ms with the pool warm; this is a cold create: missed)",
 		"PSS 4.0 MiB, RSS 8.0 MiB, cgroup memory usage 2.0 MiB (issue 22: ≤ 10.0 MiB by PSS: met)",
 		"- per sandbox, with 10 held: PSS 2.0 MiB, RSS 8.0 MiB, cgroup 1.5 MiB (4 processes each)",
