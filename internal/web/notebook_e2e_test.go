@@ -198,6 +198,22 @@ func TestNotebookWithRealServer(t *testing.T) {
 	if st := sandboxStatus(t, srv, sandboxID); st != "ended" && st != "404" {
 		t.Errorf("after End session the sandbox is %s", st)
 	}
+	// JavaScript: its own context in a new sandbox (the last one ended),
+	// with let kept across cells and top-level await.
+	b.setLanguage("javascript")
+	nb.setCells([]string{"let n = 20", "await Promise.resolve(n + 22)", "console.error('to stderr'); n.nope()"})
+	js := nb.runAll()
+	if js[0].Status != "succeeded" || js[1].Status != "succeeded" || !strings.Contains(js[1].Text, "42") {
+		t.Errorf("JavaScript cells show %+v", js)
+	}
+	if js[2].Status != "failed" || !strings.Contains(js[2].Text, "TypeError") || js[2].Stderr != "to stderr\n" {
+		t.Errorf("a failing JavaScript cell shows %q %q (stderr %q)", js[2].Status, js[2].Text, js[2].Stderr)
+	}
+	if id := eval[string](b, `JSON.parse(sessionStorage.getItem('vertal.nb.session')).sandbox`); id == sandboxID || id == "" {
+		t.Errorf("after End session, JavaScript ran in sandbox %q (the ended one was %s)", id, sandboxID)
+	}
+	b.do(chromedp.Click(chromedp.ID("end")))
+	nb.waitNotice("Session ended")
 	b.checkClean()
 
 	// A phone: the same notebook, its own sandbox, nothing sideways.
