@@ -74,6 +74,14 @@ func TestSandboxContextsE2E(t *testing.T) {
 	if r = runCell(t, p, key, id, map[string]any{"code": "import asyncio\nawait asyncio.sleep(0.01)\nx + 1"}); mainText(r) != "42" {
 		t.Fatalf("top-level await: %v", r)
 	}
+	// IPython's _repr_json_ returns a dict: it comes back as JSON text,
+	// and a repr method returning something else drops only its type.
+	r = runCell(t, p, key, id, map[string]any{"code": "class M:\n    def _repr_json_(self): return {'a': [1, 2]}\n    def _repr_html_(self): return 42\nM()"})
+	if res, _ := r["results"].([]any); len(res) != 1 || r["stdout"] != "" {
+		t.Fatalf("_repr_json_ with a dict: %v", r)
+	} else if data := res[0].(map[string]any)["data"].(map[string]any); data["application/json"] != `{"a": [1, 2]}` || data["text/html"] != nil || data["text/plain"] == nil {
+		t.Fatalf("_repr_json_ with a dict gave the bundle %v", data)
+	}
 	r = runCell(t, p, key, id, map[string]any{"code": "input()"})
 	if errName(r) != "EOFError" {
 		t.Fatalf("stdin of a cell: %v", r)

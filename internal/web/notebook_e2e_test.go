@@ -20,10 +20,11 @@ import (
 var notebookCells = []string{
 	"import sys\nx = 41\nprint('hello from cell 1')\nprint('a warning', file=sys.stderr)",
 	"x + 1",
-	"def boom():\n    return 1 / 0\nboom()",
 	"import pandas as pd\ndf = pd.DataFrame({'name': ['ada', 'alan', 'grace'], 'score': [36, 41, 85]})\ndf",
 	"class Evil:\n    def _repr_html_(self):\n        return ('<b id=\"bold\">bold</b><script>top.__pwned = 1; parent.document.title = \"pwned\"</script>'\n                '<img src=\"x\" onerror=\"top.__pwned = 2\"><a href=\"javascript:top.__pwned=3\">link</a>')\nEvil()",
 	"import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()",
+	// Last: Run all stops at a cell that fails, as a notebook's does.
+	"def boom():\n    return 1 / 0\nboom()",
 }
 
 // TestNotebookWithRealServer drives the notebook in Chromium against
@@ -87,10 +88,10 @@ func TestNotebookWithRealServer(t *testing.T) {
 	}{
 		{"succeeded", []string{"hello from cell 1", "a warning"}},
 		{"succeeded", []string{"42"}},
+		{"succeeded", nil},
+		{"succeeded", nil},
+		{"succeeded", nil},
 		{"failed", []string{"ZeroDivisionError", "division by zero", "boom"}},
-		{"succeeded", nil},
-		{"succeeded", nil},
-		{"succeeded", nil},
 	}
 	for i, w := range want {
 		if got[i].Status != w.status {
@@ -105,8 +106,8 @@ func TestNotebookWithRealServer(t *testing.T) {
 	if got[0].Stderr != "a warning\n" {
 		t.Errorf("cell 1: stderr shown as %q, want its own block", got[0].Stderr)
 	}
-	if !strings.Contains(got[2].Traceback, "line 2") {
-		t.Errorf("cell 3: the traceback %q does not show the line", got[2].Traceback)
+	if !strings.Contains(got[5].Traceback, "line 2") {
+		t.Errorf("cell 6: the traceback %q does not show the line", got[5].Traceback)
 	}
 	// The counts go up one per cell run in the context.
 	for i := 1; i < len(got); i++ {
@@ -116,13 +117,13 @@ func TestNotebookWithRealServer(t *testing.T) {
 	}
 	// The DataFrame: in a sandboxed frame whose document the page cannot
 	// reach, with its text also offered as text.
-	if f := got[3]; f.Frames != 1 || f.FrameSandbox != "" || f.FrameReadable || !f.FrameBlob || !strings.Contains(f.AsText, "grace") {
-		t.Errorf("cell 4: DataFrame frames=%d sandbox=%q readable=%v blob=%v as text %q", f.Frames, f.FrameSandbox, f.FrameReadable, f.FrameBlob, f.AsText)
+	if f := got[2]; f.Frames != 1 || f.FrameSandbox != "" || f.FrameReadable || !f.FrameBlob || !strings.Contains(f.AsText, "grace") {
+		t.Errorf("cell 3: DataFrame frames=%d sandbox=%q readable=%v blob=%v as text %q", f.Frames, f.FrameSandbox, f.FrameReadable, f.FrameBlob, f.AsText)
 	}
 	// The hostile HTML: shown in a frame, and nothing of it ran anywhere.
 	time.Sleep(500 * time.Millisecond) // time for an onerror to fire, if it could
-	if f := got[4]; f.Frames != 1 || f.FrameSandbox != "" || f.FrameReadable {
-		t.Errorf("cell 5: hostile HTML frames=%d sandbox=%q readable=%v", f.Frames, f.FrameSandbox, f.FrameReadable)
+	if f := got[3]; f.Frames != 1 || f.FrameSandbox != "" || f.FrameReadable {
+		t.Errorf("cell 4: hostile HTML frames=%d sandbox=%q readable=%v", f.Frames, f.FrameSandbox, f.FrameReadable)
 	}
 	if pwned := eval[string](b, `String(window.__pwned) + ' ' + document.title`); pwned != "undefined Notebook · Vertal Run" {
 		t.Errorf("the hostile HTML reached the page: %q", pwned)
@@ -131,19 +132,31 @@ func TestNotebookWithRealServer(t *testing.T) {
 		t.Errorf("the hostile HTML put %d elements into the page itself", n)
 	}
 	// The chart: a PNG, decoded, as an image.
-	if c := got[5]; c.Images != 1 || c.ImageWidth < 100 {
-		t.Errorf("cell 6: the chart shows as %d images, %d px wide", c.Images, c.ImageWidth)
+	if c := got[4]; c.Images != 1 || c.ImageWidth < 100 {
+		t.Errorf("cell 5: the chart shows as %d images, %d px wide", c.Images, c.ImageWidth)
 	}
-	b.do(chromedp.ScrollIntoView(chromedp.CSS(`#cells .nb-cell:nth-child(4)`)))
+	b.do(chromedp.ScrollIntoView(chromedp.CSS(`#cells .nb-cell:nth-child(3)`)))
 	saveShot(t, b, filepath.Join(shots, "laptop-notebook.png"), 1366, 768, false)
 	// Frames out of view are not painted in a full-page capture (Chrome
 	// draws out-of-process frames lazily), so the hostile one gets its own.
-	b.do(chromedp.ScrollIntoView(chromedp.CSS(`#cells .nb-cell:nth-child(5)`)))
+	b.do(chromedp.ScrollIntoView(chromedp.CSS(`#cells .nb-cell:nth-child(4)`)))
 	saveShot(t, b, filepath.Join(shots, "laptop-notebook-html.png"), 1366, 768, false)
 	saveShot(t, b, filepath.Join(shots, "laptop-notebook-full.png"), 1366, 768, true, ".site-header", "#key", "#run-all", "#cells .nb-cell")
 
+	// Run all stopped at the failing cell: a cell after it is not run.
+	nb.setCells([]string{"1 / 0", "x"})
+	if stop := nb.runAll(); stop[0].Status != "failed" || stop[1].Status != "not run" {
+		t.Errorf("Run all past a failing cell: %q then %q, want failed then not run", stop[0].Status, stop[1].Status)
+	}
+	// A flood of results (the kernel's own _send, reachable from the
+	// cell) draws at most 10 frames and says how many it left out.
+	nb.setCells([]string{"import __main__ as k\nfor i in range(300):\n    k._send({'t': 'result', 'main': False, 'data': {'text/plain': 'x', 'text/html': '<b>%d</b>' % i}})"})
+	if flood := nb.runAll()[0]; flood.Frames != 10 || !strings.Contains(flood.Text, "290 more results not shown") {
+		t.Errorf("a flood of 300 HTML results drew %d frames; the cell shows %q", flood.Frames, clipText(flood.Text, 300))
+	}
+	nb.setCells(notebookCells)
 	// Re-running a cell: a new count, the same state.
-	before := got[1].Count
+	before := eval[string](b, `document.querySelector('#cells .nb-cell:nth-child(2) .nb-count').textContent`)
 	b.do(chromedp.Click(chromedp.CSS(`#cells .nb-cell:nth-child(2) .nb-run`)))
 	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.querySelector('#cells .nb-cell:nth-child(2) .nb-count').textContent !== `+jsString(before), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		t.Errorf("re-running cell 2 left its count at %s: %v", before, err)
@@ -192,9 +205,28 @@ func TestNotebookWithRealServer(t *testing.T) {
 	if id := eval[string](b, `JSON.parse(sessionStorage.getItem('vertal.nb.session')).sandbox`); id != sandboxID {
 		t.Errorf("the restart changed the sandbox from %s to %s", sandboxID, id)
 	}
-	// End: the sandbox is deleted on the server.
+	// End during a run: the running cell stops, the queued one is not run
+	// (not in a new sandbox either), and the language stays fixed while
+	// cells are pending.
+	nb.setCells([]string{"import time\nprint('start', flush=True)\ntime.sleep(30)", "x"})
+	b.do(chromedp.Click(chromedp.ID("run-all")))
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`document.querySelector('#cells .nb-cell:nth-child(1) .nb-output').innerText.includes('start')`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the sleeping cell showed nothing: %v", err)
+	}
+	if !eval[bool](b, `document.getElementById('language').disabled`) {
+		t.Errorf("the language can be switched while cells run")
+	}
 	b.do(chromedp.Click(chromedp.ID("end")))
 	nb.waitNotice("Session ended")
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](`[...document.querySelectorAll('#cells .nb-status')].map((s) => s.textContent).join() === 'stopped,not run'`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Errorf("after End during a run the cells show %q, want stopped and not run", eval[string](b, `[...document.querySelectorAll('#cells .nb-status')].map((s) => s.textContent).join()`))
+	}
+	if st := eval[string](b, `String(sessionStorage.getItem('vertal.nb.session'))`); st != "null" {
+		t.Errorf("after End during a run a session is kept: %s", st)
+	}
+	if eval[bool](b, `document.getElementById('language').disabled`) {
+		t.Errorf("the language stays fixed after the cells ended")
+	}
 	if st := sandboxStatus(t, srv, sandboxID); st != "ended" && st != "404" {
 		t.Errorf("after End session the sandbox is %s", st)
 	}
@@ -275,7 +307,7 @@ type cellView struct {
 func (n notebook) runAll() []cellView {
 	n.b.t.Helper()
 	n.b.do(chromedp.Click(chromedp.ID("run-all")))
-	done := `[...document.querySelectorAll('#cells .nb-status')].every((s) => !['not run', 'queued', 'running…'].includes(s.textContent))`
+	done := `[...document.querySelectorAll('#cells .nb-status')].every((s) => !['queued', 'running…'].includes(s.textContent))`
 	if _, err := chromedp.Run(n.b.ctx, chromedp.Poll[bool](done, chromedp.WithPollingTimeout(2*time.Minute))); err != nil {
 		n.b.t.Fatalf("the cells did not all end: %v", err)
 	}
@@ -326,4 +358,11 @@ func sandboxStatus(t *testing.T, srv *server, id string) string {
 		t.Fatal(err)
 	}
 	return v.Status
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }

@@ -113,8 +113,17 @@ def _bundle(v):
             continue
         if r is None:
             continue
+        if isinstance(r, tuple) and len(r) == 2:
+            r = r[0]  # IPython's (data, metadata)
         if isinstance(r, bytes):
             r = base64.b64encode(r).decode()
+        elif mime == "application/json" and not isinstance(r, str):
+            try:
+                r = json.dumps(r)  # IPython's convention: a dict or a list
+            except (TypeError, ValueError):
+                continue
+        if not isinstance(r, str):
+            continue  # a bundle holds strings; anything else is dropped, not the whole result
         d[mime] = r
     return d
 

@@ -73,7 +73,10 @@ window.VertalCommon = (function () {
   function outputNodes(s) {
     const parts = [];
     const text = s.replace(/\r\n/g, '\n');
-    const re = /[\u0000-\u0008\u000b-\u001f\u007f]/g;
+    // C0 controls but tab and newline, DEL, C1 controls, and the bidi
+    // marks, overrides and isolates that would reorder the text around
+    // them ("\u202eevil" draws as "live").
+    const re = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
     let last = 0;
     let m;
     while ((m = re.exec(text)) !== null) {
@@ -82,7 +85,7 @@ window.VertalCommon = (function () {
       const mark = document.createElement('span');
       mark.className = 'ctl';
       mark.title = 'control character U+' + code.toString(16).toUpperCase().padStart(4, '0');
-      mark.textContent = code === 13 ? '\\r' : '\\x' + code.toString(16).padStart(2, '0');
+      mark.textContent = code === 13 ? '\\r' : code < 0x100 ? '\\x' + code.toString(16).padStart(2, '0') : '\\u' + code.toString(16).padStart(4, '0');
       parts.push(mark);
       last = m.index + 1;
     }

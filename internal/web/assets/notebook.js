@@ -36,6 +36,11 @@
   };
   const INDENT = { python: '    ', javascript: '  ' };
   const MAX_CELLS = 50;
+  // What one cell's output may draw: a hostile cell can send thousands of
+  // results, and each HTML one is a frame.
+  const MAX_RESULTS = 50;
+  const MAX_FRAMES = 10;
+  const LANGUAGE_NAMES = { python: 'Python', javascript: 'JavaScript' };
 
   const els = {
     key: $('key'), keyToggle: $('key-toggle'), keyForget: $('key-forget'), keyStatus: $('key-status'),
@@ -51,6 +56,13 @@
   const nb = loadSessionState();
   let cells = [];
   let queue = Promise.resolve();
+  // batch is bumped to drop the cells still queued: End session, a cell
+  // that failed or was stopped, or an API refusal (Run all stops there,
+  // as a notebook's does).
+  let batch = 0;
+  let pending = 0; // cells queued or running
+  let running = null; // the cell running now
+  let tenant = ''; // the key's tenant, from the last key check
 
   function loadSessionState() {
     try {
@@ -60,10 +72,11 @@
         for (const [k, v] of Object.entries(s.contexts || {})) {
           if (STARTERS[k] && typeof v === 'string' && /^ctx_[A-Za-z0-9]+$/.test(v)) contexts[k] = v;
         }
-        return { sandbox: s.sandbox, image: typeof s.image === 'string' ? s.image : 'default', expiresAt: Number(s.expiresAt) || 0, contexts: contexts };
+        return { sandbox: s.sandbox, image: typeof s.image === 'string' ? s.image : 'default', expiresAt: Number(s.expiresAt) || 0, contexts: contexts,
+          tenant: typeof s.tenant === 'string' ? s.tenant : '' };
       }
     } catch (e) { /* a broken entry is no session */ }
-    return { sandbox: '', image: '', expiresAt: 0, contexts: {} };
+    return { sandbox: '', image: '', expiresAt: 0, contexts: {}, tenant: '' };
   }
 
   function saveSessionState() {
@@ -78,9 +91,9 @@
       els.session.textContent = 'No session yet: the first run starts a sandbox.';
       return;
     }
-    let text = 'Session ' + nb.sandbox + ' (' + nb.image + ' image)';
+    let text = 'Session ' + nb.sandbox + ' (' + nb.image + ' image; end the session to use another)';
     const ctx = nb.contexts[language];
-    text += ctx ? ' · ' + (language === 'python' ? 'Python' : 'JavaScript') + ' context ' + ctx : ' · no ' + language + ' context yet';
+    text += ctx ? ' · ' + LANGUAGE_NAMES[language] + ' context ' + ctx : ' · no ' + LANGUAGE_NAMES[language] + ' context yet';
     if (nb.expiresAt) text += ' · ends at ' + new Date(nb.expiresAt).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) + ' unless you keep running cells';
     els.session.textContent = text;
   }
@@ -114,6 +127,14 @@
       const u = usage.data;
       const who = !key && session ? 'Signed in as ' + session.email : 'Key OK';
       setKeyStatus(who + ' · ' + (u.tenant || 'tenant') + ' · ' + (u.plan || '?') + ' plan', 'ok');
+      tenant = typeof u.tenant === 'string' ? u.tenant : '';
+      if (nb.sandbox && nb.tenant && tenant && nb.tenant !== tenant && pending === 0) {
+        // This key cannot reach the open session: say so rather than
+        // report it ended.
+        const other = nb.tenant;
+        resetSession();
+        notice('The session that was open belongs to another key (tenant ' + other + '), which this key cannot reach: the next run starts a new sandbox. The other one ends at its expiry, or end it with its own key.', 'warn');
+      }
       loadImages(key);
     } else if (usage.error) {
       setKeyStatus(usage.error.code + ': ' + usage.error.message, 'bad');
@@ -268,8 +289,26 @@
   function enqueue(cell) {
     if (cell.queued || cell.controller) return;
     cell.queued = true;
+    setPending(+1);
     setStatus(cell, 'queued', 'idle');
-    queue = queue.then(() => runCell(cell)).catch(() => {});
+    const mine = batch;
+    const lang = language;
+    queue = queue.then(() => runCell(cell, lang, mine)).catch(() => {}).finally(() => setPending(-1));
+  }
+
+  // setPending keeps the language fixed while cells are queued or
+  // running: a cell runs in the language it was queued in, and its
+  // context is saved as that language's.
+  function setPending(d) {
+    pending += d;
+    els.language.disabled = pending > 0;
+    els.language.title = pending > 0 ? 'Wait for the cells to end (or stop them) to switch the language' : '';
+  }
+
+  // dropQueued drops the cells still waiting (the running one, if any,
+  // ends as it would).
+  function dropQueued() {
+    batch++;
   }
 
   function setStatus(cell, text, kind) {
@@ -284,9 +323,13 @@
     cell.duration.textContent = '';
   }
 
-  async function runCell(cell) {
+  async function runCell(cell, lang, mine) {
     cell.queued = false;
     if (!cells.includes(cell)) return;
+    if (mine !== batch) {
+      setStatus(cell, 'not run', 'idle');
+      return;
+    }
     const key = currentKey();
     clearOutput(cell);
     if (!key && !session) {
@@ -302,24 +345,29 @@
       return;
     }
     cell.controller = new AbortController();
+    running = cell;
     cell.run.disabled = true;
     cell.stop.hidden = false;
     setStatus(cell, 'running…', 'running');
     const code = cell.code.value;
     try {
-      const res = await runInSession(key, code, cell);
+      const res = await runInSession(key, code, cell, lang);
       if (res.error && res.error.code === 'stopped') {
         setStatus(cell, 'stopped', 'timed_out');
         cell.output.append(el('p', { class: 'nb-note' }, [res.error.message]));
+        dropQueued();
       } else if (res.error) {
         setStatus(cell, res.error.status ? 'HTTP ' + res.error.status : 'not sent', res.error.status ? 'http' : 'error');
         showAPIError(cell, res.error);
         if (res.error.status === 401) setKeyStatus(res.error.code + ': ' + res.error.message, 'bad');
+        dropQueued(); // the next cells would meet the same refusal
       } else {
-        showEnd(cell, res.end);
+        showEnd(cell, res.end, lang);
+        if (!res.end || res.end.status !== 'succeeded') dropQueued();
       }
     } finally {
       cell.controller = null;
+      running = null;
       cell.run.disabled = false;
       cell.stop.hidden = true;
     }
@@ -329,25 +377,27 @@
   // when there is none and telling the user when the state was lost: a
   // sandbox that ended (expired, killed) or a context that is gone (a pause
   // ends contexts) means earlier cells' variables are gone too.
-  async function runInSession(key, code, cell) {
+  async function runInSession(key, code, cell, lang) {
     for (let attempt = 0; attempt < 2; attempt++) {
       if (!nb.sandbox) {
         const started = await startSandbox(key);
         if (started.error) return started;
       }
       await keepAlive(key);
-      const ctx = nb.contexts[language];
-      const body = ctx ? { code: code, context_id: ctx } : { code: code, language: language };
+      const ctx = nb.contexts[lang];
+      const body = ctx ? { code: code, context_id: ctx } : { code: code, language: lang };
       const res = await streamCell(key, body, cell);
-      if (!res.error || attempt > 0 || cell.controller.signal.aborted) return res;
-      const gone = await whatIsGone(key, res.error);
+      // Only a cell that never started is sent again: one that began and
+      // lost its sandbox half-way may have done half its work.
+      if (!res.error || res.started || attempt > 0 || cell.controller.signal.aborted) return res;
+      const gone = await whatIsGone(key, res.error, lang);
       if (gone === 'sandbox') {
         resetSession();
-        notice('The session\'s sandbox had ended, so a new one was started: variables from earlier cells are gone; run them again.', 'warn');
+        notice('The session\'s sandbox had ended (or is not visible to this key), so a new one was started: variables from earlier cells are gone; run them again.', 'warn');
       } else if (gone === 'context') {
-        delete nb.contexts[language];
+        delete nb.contexts[lang];
         saveSessionState();
-        notice('The ' + language + ' interpreter had ended (a pause or a restart elsewhere), so a new one was started: variables from earlier cells are gone.', 'warn');
+        notice('The ' + LANGUAGE_NAMES[lang] + ' interpreter had ended (a pause or a restart elsewhere), so a new one was started: variables from earlier cells are gone.', 'warn');
       } else {
         return res;
       }
@@ -356,12 +406,12 @@
     return { error: { status: 0, code: 'session_lost', message: 'The session could not be started again.' } };
   }
 
-  async function whatIsGone(key, err) {
+  async function whatIsGone(key, err, lang) {
     if (err.status !== 404 && err.code !== 'sandbox_not_running') return '';
     const info = await api('GET', '/v1/sandboxes/' + encodeURIComponent(nb.sandbox), key);
     if (!info.ok) return info.status === 404 ? 'sandbox' : '';
     if (!info.data || info.data.status === 'ended') return 'sandbox';
-    return nb.contexts[language] && err.status === 404 ? 'context' : '';
+    return nb.contexts[lang] && err.status === 404 ? 'context' : '';
   }
 
   async function startSandbox(key) {
@@ -373,7 +423,7 @@
     if (!res.ok || !res.data || typeof res.data.id !== 'string') {
       showSession();
       const err = res.error || { status: res.status, code: 'unexpected_response', message: 'The server sent an answer the notebook does not understand.' };
-      if (err.code === 'sandbox_limit') err.hint = 'Your plan\'s sandboxes are all in use: end another session (vertal sandbox list, then vertal sandbox kill ID) or wait for one to expire.';
+      if (err.code === 'sandbox_limit') err.hint = 'Your plan\'s sandboxes are all in use: end another session (vertal sandbox ls, then vertal sandbox rm ID) or wait for one to expire.';
       if (err.status === 404 && /not enabled/.test(err.message || '')) err.hint = 'This server runs one-shot executions only; the playground works without sandboxes.';
       return { error: err };
     }
@@ -381,6 +431,7 @@
     nb.image = typeof res.data.image === 'string' ? res.data.image : image;
     nb.expiresAt = Date.parse(res.data.expires_at) || 0;
     nb.contexts = {};
+    nb.tenant = tenant;
     notice('', '');
     saveSessionState();
     return {};
@@ -403,6 +454,7 @@
     nb.image = '';
     nb.expiresAt = 0;
     nb.contexts = {};
+    nb.tenant = '';
     saveSessionState();
   }
 
@@ -430,6 +482,7 @@
     }
     const live = liveOutput(cell);
     let outcome = null;
+    const started = (o) => Object.assign(o, { started: true });
     const parser = sseParser((ev) => {
       let data = null;
       try {
@@ -461,10 +514,10 @@
     try {
       await readEvents(resp.body, parser, () => outcome !== null);
     } catch (e) {
-      if (cell.controller.signal.aborted) return stopped();
+      if (cell.controller.signal.aborted) return started(stopped());
     }
-    if (outcome) return outcome;
-    return { error: { status: 0, code: 'stream_ended', message: 'The connection closed before the cell ended.' } };
+    if (outcome) return started(outcome);
+    return started({ error: { status: 0, code: 'stream_ended', message: 'The connection closed before the cell ended.' } });
   }
 
   function stopped() {
@@ -477,6 +530,9 @@
     let last = null;
     let lastKind = '';
     let shown = false;
+    let results = 0;
+    let frames = 0;
+    let dropped = null;
     return {
       text(kind, s) {
         if (lastKind !== kind) {
@@ -489,8 +545,22 @@
       },
       result(r) {
         lastKind = '';
-        cell.output.append(resultNode(cell, r));
         shown = true;
+        const html = r && r.data && typeof r.data === 'object' && typeof r.data['text/html'] === 'string';
+        if (results >= MAX_RESULTS || (html && frames >= MAX_FRAMES)) {
+          if (!dropped) {
+            dropped = el('p', { class: 'nb-note' }, []);
+            dropped.count = 0;
+            cell.output.append(dropped);
+          }
+          dropped.count++;
+          dropped.textContent = dropped.count + ' more result' + (dropped.count === 1 ? '' : 's') + ' not shown: the notebook draws at most ' +
+            MAX_RESULTS + ' results and ' + MAX_FRAMES + ' HTML frames per cell.';
+          return;
+        }
+        results++;
+        if (html) frames++;
+        cell.output.append(resultNode(cell, r));
       },
       error(e) {
         lastKind = '';
@@ -503,7 +573,7 @@
 
   // showEnd writes what the end event (or the JSON answer) says. When
   // nothing was streamed (a server that answered JSON), it shows it all.
-  function showEnd(cell, r) {
+  function showEnd(cell, r, lang) {
     if (!r || typeof r !== 'object') return;
     if (!cell.output.hasChildNodes()) {
       const live = liveOutput(cell);
@@ -514,11 +584,11 @@
     }
     const status = typeof r.status === 'string' && /^[a-z_]+$/.test(r.status) ? r.status : 'error';
     setStatus(cell, status, status);
-    cell.count.textContent = Number.isInteger(r.execution_count) ? '[' + r.execution_count + ']' : '[ ]';
+    cell.count.textContent = Number.isInteger(r.execution_count) && r.execution_count > 0 ? '[' + r.execution_count + ']' : '[ ]';
     cell.duration.textContent = typeof r.duration_ms !== 'number' ? '' : r.duration_ms < 1 ? '< 1 ms' : formatMs(r.duration_ms);
     if (r.truncated) cell.output.append(el('p', { class: 'nb-note' }, ['Output was cut at the plan\'s cap.']));
-    if (typeof r.context_id === 'string' && /^ctx_[A-Za-z0-9]+$/.test(r.context_id) && nb.contexts[language] !== r.context_id) {
-      nb.contexts[language] = r.context_id;
+    if (typeof r.context_id === 'string' && /^ctx_[A-Za-z0-9]+$/.test(r.context_id) && nb.contexts[lang] !== r.context_id) {
+      nb.contexts[lang] = r.context_id;
       saveSessionState();
     }
   }
@@ -533,7 +603,9 @@
   }
 
   function errorNode(e) {
-    const head = String(e.name || 'Error') + (e.value ? ': ' + String(e.value) : '');
+    // The head is one line, clipped: the traceback below has it all.
+    let head = (String(e.name || 'Error') + (e.value ? ': ' + String(e.value) : '')).split('\n')[0];
+    if (head.length > 200) head = head.slice(0, 200) + '…';
     const pre = el('pre', { class: 'out nb-traceback' }, []);
     pre.append(...outputNodes(typeof e.traceback === 'string' && e.traceback ? e.traceback : head));
     return el('div', { class: 'nb-error' }, [el('p', { class: 'nb-error-head' }, [head]), pre]);
@@ -569,7 +641,7 @@
       return wrap;
     }
     if (typeof data['text/html'] === 'string') {
-      wrap.append(htmlFrame(data['text/html']));
+      wrap.append(htmlFrame(cell, data['text/html']));
       if (text) {
         const pre = el('pre', { class: 'out nb-text' }, []);
         pre.append(...outputNodes(text));
@@ -586,19 +658,21 @@
   // htmlFrame shows untrusted HTML with scripts, forms, popups and
   // navigation off (sandbox="" grants nothing) and an opaque origin. Its
   // height is guessed from the rows, as a frame with no script cannot say.
-  function htmlFrame(html) {
+  function htmlFrame(cell, html) {
     const doc = '<!doctype html><meta charset="utf-8"><meta name="color-scheme" content="light">' + html;
     const url = URL.createObjectURL(new Blob([doc], { type: 'text/html' }));
     const rows = (html.match(/<tr[\s>]/gi) || []).length;
     const lines = Math.max(3, Math.min(24, rows ? rows + 2 : html.split('\n').length));
     const frame = el('iframe', {
       sandbox: '', src: url, class: 'nb-html', title: 'HTML result (sandboxed, scripts off)',
-      referrerpolicy: 'no-referrer', loading: 'eager',
+      referrerpolicy: 'no-referrer', loading: 'lazy',
     }, []);
     frame.style.height = (lines * 1.6 + 1.5) + 'em';
     const revoke = () => URL.revokeObjectURL(url);
     frame.addEventListener('load', revoke, { once: true });
-    setTimeout(revoke, 10000);
+    // A frame out of sight loads when it is scrolled to (loading=lazy):
+    // until then its URL is the cell's, revoked when the output is cleared.
+    cell.urls.push(url);
     return frame;
   }
 
@@ -631,12 +705,20 @@
       return;
     }
     els.end.disabled = true;
+    // The queued cells are not run in a new sandbox, and the running one
+    // stops: ending the session ends its work.
+    dropQueued();
+    if (running && running.controller) running.controller.abort();
     const res = await api('DELETE', '/v1/sandboxes/' + encodeURIComponent(nb.sandbox), currentKey());
     els.end.disabled = false;
-    if (res.ok || res.status === 404) {
+    if (res.ok) {
       resetSession();
       for (const c of cells) c.count.textContent = '[ ]';
       notice('Session ended: the sandbox is deleted. The next run starts a new one.', 'ok');
+    } else if (res.status === 404) {
+      resetSession();
+      for (const c of cells) c.count.textContent = '[ ]';
+      notice('That sandbox is not visible to this key: it had already ended, or it belongs to another key. The next run starts a new one.', '');
     } else {
       notice(res.error.code + ': ' + res.error.message, 'bad');
     }
