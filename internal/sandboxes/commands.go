@@ -344,7 +344,7 @@ func (s *Service) Run(ctx context.Context, c execution.Caller, id string, r Comm
 	start := s.now()
 	pr, err := s.spawn(ctx, b, r, false)
 	if err != nil {
-		if platformErr(err) && !b.endedByOwner() {
+		if b.refundable(err) {
 			refund()
 		}
 		return CommandResult{}, err
@@ -473,7 +473,7 @@ func (s *Service) StartCommand(ctx context.Context, c execution.Caller, id strin
 	pr, err := s.spawn(ctx, b, r, r.Stdin == "")
 	release() // a background command holds no slot once started
 	if err != nil {
-		if platformErr(err) && !b.endedByOwner() {
+		if b.refundable(err) {
 			refund()
 		}
 		return Command{}, err

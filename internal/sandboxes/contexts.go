@@ -510,7 +510,7 @@ func (s *Service) RunCode(ctx context.Context, c execution.Caller, id string, r 
 	start := s.now()
 	res, err := s.cell(ctx, k, r, timeout, parseLimits(rec), onEvent, "")
 	if err != nil {
-		if platformErr(err) && !b.endedByOwner() {
+		if b.refundable(err) {
 			refund()
 		}
 		return CodeResult{}, err

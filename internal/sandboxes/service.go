@@ -716,6 +716,10 @@ func (s *Service) finishLocked(ctx context.Context, e *entry, rec store.Sandbox,
 // stopping, the node failing) gives the run back.
 func (b *box) endedByOwner() bool { return b.ending.Load() && b.byOwner.Load() }
 
+// refundable says whether a run that failed with err is given back: the
+// platform failed, and not because the tenant ended the sandbox.
+func (b *box) refundable(err error) bool { return platformErr(err) && !b.endedByOwner() }
+
 func (s *Service) sandboxDir(id string) string { return filepath.Join(s.opts.DataDir, "sandboxes", id) }
 
 // pauseLocked saves rec's home and ends its live sandbox (e.mu held).
