@@ -45,6 +45,7 @@ var testImages = []client.Image{
 type fakeAPI struct {
 	mu         sync.Mutex
 	edgeSecret string // required in X-Vertal-Edge-Secret when set
+	sandboxes  bool   // GET /v1/sandboxes answers (an API with sandboxes that stay)
 	keys       map[string]bool
 	calls      []string // "METHOD path key"
 	runs       []map[string]any
@@ -69,7 +70,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.calls = append(f.calls, r.Method+" "+path+" "+key)
 	ok := f.keys[key]
-	secret := f.edgeSecret
+	secret, sandboxes := f.edgeSecret, f.sandboxes
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	if secret != "" && r.Header.Get("X-Vertal-Edge-Secret") != secret {
@@ -80,6 +81,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		w.WriteHeader(401)
 		io.WriteString(w, `{"error":{"code":"unauthorized","message":"invalid or revoked API key"},"request_id":"req_401"}`)
+		return
+	}
+	if r.Method+" "+path == "GET /v1/sandboxes" && sandboxes {
+		io.WriteString(w, `{"sandboxes":[],"next_cursor":null}`)
 		return
 	}
 	switch r.Method + " " + path {
@@ -142,6 +147,12 @@ func stdioServer(t *testing.T, baseURL, key string, langs []client.Language) *mc
 func TestToolsGolden(t *testing.T) {
 	_, srv := newFakeAPI(t)
 	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+	checkGolden(t, "tools.golden.json", toolsJSON(t, cs), " and update the Python server too")
+}
+
+// toolsJSON is the session's tools/list, as the golden files hold it.
+func toolsJSON(t *testing.T, cs *mcp.ClientSession) []byte {
+	t.Helper()
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +161,7 @@ func TestToolsGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, "tools.golden.json", got, " and update the Python server too")
+	return got
 }
 
 // checkGolden compares got with testdata/name, which -update rewrites;

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -579,3 +580,39 @@ type noSandboxes struct{}
 
 func (noSandboxes) RunCode(context.Context, RunRequest) (*client.Execution, error) { return nil, nil }
 func (noSandboxes) Usage(context.Context) (*client.Usage, error)                   { return nil, nil }
+
+// With an API that has sandboxes, the stdio server lists every tool, and
+// run_code takes sandbox_id and context_id. The Python stdio server
+// (sdk/python/vertal2kubo/mcp.py) renders the same list from the same
+// languages and images; its test reads this golden file.
+func TestStdioToolsWithSandboxesGolden(t *testing.T) {
+	f, srv := newFakeAPI(t)
+	f.sandboxes = true
+	cs := connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages))
+	checkGolden(t, "stdio_sandbox_tools.golden.json", toolsJSON(t, cs), " and update the Python server too")
+	init := cs.InitializeResult()
+	if !strings.Contains(init.Instructions, "create_sandbox") {
+		t.Errorf("instructions of a stdio server with sandboxes: %q", init.Instructions)
+	}
+}
+
+// The Python stdio server ships the sandbox tools' definitions as package
+// data; they must be this server's, byte for byte in meaning.
+func TestPythonSandboxToolsMatch(t *testing.T) {
+	var golden, python any
+	for path, dst := range map[string]*any{
+		filepath.Join("testdata", "sandbox_tools.golden.json"):                          &golden,
+		filepath.Join("..", "..", "sdk", "python", "vertal2kubo", "sandbox_tools.json"): &python,
+	} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	if diff := cmp.Diff(golden, python); diff != "" {
+		t.Errorf("sdk/python/vertal2kubo/sandbox_tools.json differs from testdata/sandbox_tools.golden.json; copy it (-golden +python):\n%s", diff)
+	}
+}

@@ -48,7 +48,7 @@ try {
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
   // A server whose API has sandboxes that stay also lists their tools (the
-  // API server's /mcp and vertal mcp; the Python stdio server has none).
+  // API server's /mcp, vertal mcp and python -m vertal2kubo.mcp).
   // MCPCHECK_SANDBOXES=1 requires them.
   const sandboxTools = ['create_sandbox', 'get_usage', 'kill_sandbox', 'list_files', 'pause_sandbox', 'read_file', 'resume_sandbox', 'run_code', 'run_command', 'write_file'];
   const withSandboxes = JSON.stringify(names) === JSON.stringify(sandboxTools);

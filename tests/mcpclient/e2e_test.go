@@ -431,9 +431,12 @@ func TestMCPStdio(t *testing.T) {
 		executions(t, key, 8, "3 runs and the sandbox tools, metered through the API")
 	})
 	t.Run("python -m vertal2kubo.mcp", func(t *testing.T) {
-		key := newKey(t, "free")
-		checkMCP(t, env(key), "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp")
-		executions(t, key, 3, "3 runs, metered through the API")
+		// The Python server has the same sandbox tools, on the Python SDK.
+		key := newKey(t, "pro")
+		if s := checkMCP(t, append(env(key), "MCPCHECK_SANDBOXES=1"), "stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp"); s["sandbox"] == nil {
+			t.Errorf("python -m vertal2kubo.mcp: the sandbox tools were not exercised: %v", s)
+		}
+		executions(t, key, 8, "3 runs and the sandbox tools, metered through the API")
 	})
 }
 

@@ -17,6 +17,8 @@ from .stub import IMAGES, LANGUAGES, MADE_FILES, OK_EXECUTION, StubAPI, tiny_png
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
 GOLDEN = os.path.join(PACKAGE_ROOT, "..", "..", "internal", "mcpserver", "testdata", "tools.golden.json")
+# vertal mcp's tools/list when the API has sandboxes that stay.
+SANDBOX_GOLDEN = os.path.join(os.path.dirname(GOLDEN), "stdio_sandbox_tools.golden.json")
 
 
 class ToolsTest(unittest.TestCase):
@@ -28,6 +30,13 @@ class ToolsTest(unittest.TestCase):
         with open(GOLDEN) as f:
             want = json.load(f)
         self.assertEqual(tool_definitions(LANGUAGES["languages"], IMAGES["images"]), want)
+
+    def test_same_sandbox_tools_as_the_go_server(self):
+        if not os.path.exists(SANDBOX_GOLDEN):
+            self.skipTest("not in a repository checkout")
+        with open(SANDBOX_GOLDEN) as f:
+            want = json.load(f)
+        self.assertEqual(tool_definitions(LANGUAGES["languages"], IMAGES["images"], with_sandboxes=True), want)
 
 
 class ServerTest(unittest.TestCase):

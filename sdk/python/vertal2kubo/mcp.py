@@ -1,7 +1,10 @@
 """MCP server for AI agents on stdio: ``python -m vertal2kubo.mcp``.
 
-It speaks JSON-RPC 2.0, one message per line, and offers the same two tools
-as ``vertal mcp``: run_code and get_usage. The tools call the Vertal Run API
+It speaks JSON-RPC 2.0, one message per line, and offers the same tools as
+``vertal mcp``: run_code and get_usage, and, when the API has sandboxes that
+stay, create_sandbox, run_command, read_file, write_file, list_files,
+kill_sandbox, pause_sandbox and resume_sandbox, with run_code taking a
+sandbox_id to run cells that keep their state. The tools call the Vertal Run API
 at KUBO_API_URL with KUBO_API_KEY, so the key's quota, rate limit and
 metering apply. Nothing but the standard library is used.
 
@@ -23,6 +26,7 @@ import urllib.parse
 from typing import Any, Callable, Optional, TextIO
 
 from . import __version__
+from . import _mcp_sandboxes as sandboxes
 from ._sniff import detect_content_type
 from .client import KuboClient, KuboError
 
@@ -49,6 +53,8 @@ HINTS = {
     "overloaded": "Every sandbox is busy right now; try again in a few seconds.",
     "unauthorized": "The API key (KUBO_API_KEY or the Authorization header) is missing, invalid or revoked.",
     "invalid_timeout": "timeout_s must be between 1 and the plan's max_timeout_s; call get_usage to see it.",
+    "sandbox_not_running": "The sandbox has ended (killed, expired or failed) and keeps nothing; call create_sandbox for a new one.",
+    "sandbox_limit": "This key has as many sandboxes as its plan allows; kill_sandbox one you no longer need, then try again.",
 }
 
 # JSON-RPC error codes.
@@ -108,8 +114,9 @@ def describe_run_code(languages: list, images: Optional[list] = None) -> str:
         "Every call counts once toward the daily quota.")
 
 
-def tool_definitions(languages: list, images: Optional[list] = None) -> list:
-    """tools/list result, sorted by name like the Go server's."""
+def tool_definitions(languages: list, images: Optional[list] = None, with_sandboxes: bool = False) -> list:
+    """tools/list result, sorted by name like the Go server's; with_sandboxes
+    adds the sandbox tools and run_code's sandbox_id and context_id."""
     names = ", ".join(l["name"] for l in (languages or DEFAULT_LANGUAGES))
     run_code = {
         "name": "run_code",
@@ -198,22 +205,17 @@ def tool_definitions(languages: list, images: Optional[list] = None) -> list:
             "required": ["tenant", "plan", "today", "limits"],
         },
     }
-    return [get_usage, run_code]
+    if not with_sandboxes:
+        return [get_usage, run_code]
+    sandboxes.with_cells(run_code)
+    return sorted([get_usage, run_code] + sandboxes.tool_definitions(), key=lambda t: t["name"])
 
 
 def _text_result(text: str, is_error: bool = False, structured: Optional[dict] = None) -> dict:
-    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
-    if structured is not None:
-        result["structuredContent"] = structured
-    if is_error:
-        result["isError"] = True
-    return result
+    return sandboxes.result(text, structured=structured, is_error=is_error)
 
 
-def _stream(s: str) -> str:
-    if not s:
-        return "(empty)\n"
-    return s if s.endswith("\n") else s + "\n"
+_stream = sandboxes.stream_text
 
 
 def format_execution(ex: dict, files: str = "") -> str:
@@ -253,7 +255,8 @@ def _error_text(err: KuboError) -> str:
     return text
 
 
-_RUN_FIELDS = ("image", "language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files")
+_RUN_FIELDS = ("image", "language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files",
+               "sandbox_id", "context_id")
 _FILE_FIELDS = ("path", "content", "encoding")
 
 
@@ -419,10 +422,12 @@ class Server:
 
     def __init__(self, client: Optional[KuboClient], languages: Optional[list] = None,
                  config_error: Optional[str] = None, log: Callable[[str], None] = lambda m: None,
-                 images: Optional[list] = None):
+                 images: Optional[list] = None, with_sandboxes: bool = False):
         self.client = client
         self.config_error = config_error
-        self.tools = tool_definitions(languages or [], images)
+        self.tools = tool_definitions(languages or [], images, with_sandboxes and client is not None)
+        self.sandboxes = sandboxes.SandboxTools(client, _error_text) if with_sandboxes and client is not None else None
+        self.instructions = INSTRUCTIONS + (sandboxes.INSTRUCTIONS if self.sandboxes else "")
         self.log = log
         self._write_lock = threading.Lock()
         self._out: Optional[TextIO] = None
@@ -435,6 +440,11 @@ class Server:
             return _text_result(problem, is_error=True)
         if self.client is None:
             return _text_result(self.config_error or "the server is not configured", is_error=True)
+        if args.get("sandbox_id") or args.get("context_id"):
+            if self.sandboxes is None:
+                return _text_result("This server does not offer sandboxes that stay; use run_code without sandbox_id.",
+                                    is_error=True)
+            return self.sandboxes.run_cell(checked, args)
         try:
             ex = self.client.run(checked["code"], language=checked["language"], timeout_s=checked["timeout_s"],
                                  stdin=checked["stdin"], files=checked.get("files"), env=checked.get("env"),
@@ -489,7 +499,7 @@ class Server:
                 # The same as the Go server's: tools, whose list never changes.
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "vertal-run", "title": "Vertal Run", "version": __version__},
-                "instructions": INSTRUCTIONS,
+                "instructions": self.instructions,
             })
         if method == "ping":
             return _result(msg_id, {})
@@ -501,6 +511,8 @@ class Server:
                 return _result(msg_id, self.run_code(args if args is not None else {}))
             if name == "get_usage":
                 return _result(msg_id, self.get_usage(args if args is not None else {}))
+            if self.sandboxes is not None and name in self.sandboxes.handlers():
+                return _result(msg_id, self.sandboxes.call(name, args))
             return _error(msg_id, INVALID_PARAMS, f"unknown tool {name!r}")
         return _error(msg_id, METHOD_NOT_FOUND, f"method {method!r} not found")
 
@@ -583,9 +595,12 @@ def main() -> int:
         images = quick.images()
     except KuboError:
         pass  # an older server: run_code is described without images
+    with_sandboxes = sandboxes.offers_sandboxes(quick)
+    if not with_sandboxes:
+        log("vertal2kubo.mcp: the server does not offer sandboxes; serving run_code and get_usage only")
     stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
     stdout = open(sys.stdout.fileno(), "w", encoding="utf-8", closefd=False)
-    Server(client, languages, log=log, images=images).serve(stdin, stdout)
+    Server(client, languages, log=log, images=images, with_sandboxes=with_sandboxes).serve(stdin, stdout)
     return 0
 
 
