@@ -15,6 +15,7 @@ import sys
 import unittest
 import uuid
 
+from vertal2kubo import _mcp_sandboxes
 from vertal2kubo.client import KuboClient, KuboError
 
 URL = os.environ.get("VERTAL_TEST_URL", "")
@@ -367,11 +368,53 @@ class LiveTest(unittest.TestCase):
                            capture_output=True, text=True, env=env_for(Key.value), timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
         replies = {r["id"]: r["result"] for r in map(json.loads, p.stdout.splitlines())}
-        self.assertEqual([t["name"] for t in replies[2]["tools"]], ["get_usage", "run_code"])
+        # This server offers sandboxes, so the sandbox tools are listed beside run_code and get_usage.
+        want = sorted(["get_usage", "run_code"] + [t["name"] for t in _mcp_sandboxes.tool_definitions()])
+        self.assertEqual(sorted(t["name"] for t in replies[2]["tools"]), want)
+        self.assertGreater(len(want), 2)
         self.assertIn("42", replies[3]["content"][0]["text"])
         self.assertNotIn("isError", replies[3])
         self.assertEqual((replies[4]["isError"], replies[4]["structuredContent"]["exit_code"]), (True, 2))
         self.assertIn("limits", replies[5]["structuredContent"])
+
+    def test_3_mcp_stdio_sandbox_round_trip(self):
+        # One stdio session: create a sandbox, keep state in it across two commands, read a file, kill it.
+        p = subprocess.Popen([sys.executable, "-m", "vertal2kubo.mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env_for(Key.value))
+        self.addCleanup(p.kill)
+        ids = iter(range(1, 100))
+
+        def call(method, params=None):
+            i = next(ids)
+            p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params or {}}) + "\n")
+            p.stdin.flush()
+            reply = json.loads(p.stdout.readline())
+            self.assertEqual(reply["id"], i)
+            return reply["result"]
+
+        def tool(name, **args):
+            return call("tools/call", {"name": name, "arguments": args})
+
+        call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "live", "version": "1"}})
+        p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        created = tool("create_sandbox")
+        self.assertNotIn("isError", created, created)
+        sid = created["structuredContent"]["id"]
+        try:
+            wrote = tool("run_command", sandbox_id=sid, cmd="echo kept > state.txt")
+            self.assertEqual(wrote["structuredContent"]["exit_code"], 0, wrote)
+            self.assertIn("cpu_seconds", wrote["structuredContent"])
+            again = tool("run_command", sandbox_id=sid, cmd="cat state.txt")
+            self.assertEqual(again["structuredContent"]["stdout"], "kept\n", "the second command sees the first's file")
+            read = tool("read_file", sandbox_id=sid, path="state.txt")
+            self.assertEqual(read["structuredContent"]["content"], "kept\n")
+        finally:
+            killed = tool("kill_sandbox", sandbox_id=sid)
+        self.assertEqual(killed["structuredContent"]["status"], "ended")
+        gone = tool("run_command", sandbox_id=sid, cmd="true")
+        self.assertTrue(gone["isError"])
+        p.stdin.close()
+        self.assertEqual(p.wait(timeout=30), 0)
 
     def test_9_docs_snippet_runs_as_written(self):
         old_key = Key.value

@@ -86,6 +86,7 @@ class SandboxToolsTest(unittest.TestCase):
         echo = self.ok("run_command", {"sandbox_id": sid, "cmd": "echo hi"})
         self.assertIn("status: succeeded\nexit_code: 0\n", echo["content"][0]["text"])
         self.assertEqual(echo["structuredContent"]["stdout"], "hi\n")
+        self.assertEqual(echo["structuredContent"]["cpu_seconds"], 0.001, "the wire's usage.cpu_seconds, on top as in vertal mcp")
         fail = self.call("run_command", {"sandbox_id": sid, "cmd": "fail 3"})
         self.assertTrue(fail["isError"])
         self.assertIn("exit_code: 3\n", fail["content"][0]["text"])

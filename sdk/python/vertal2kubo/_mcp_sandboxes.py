@@ -282,6 +282,9 @@ class SandboxTools:
             "--- stderr ---\n" + stream_text(out.get("stderr", ""))
         structured = {k: out[k] for k in ("pid", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated",
                                           "cpu_seconds") if out.get(k) is not None}
+        cpu = (out.get("usage") or {}).get("cpu_seconds")
+        if "cpu_seconds" not in structured and cpu is not None:
+            structured["cpu_seconds"] = cpu  # the wire nests it under usage; the Go server's tool puts it on top
         return result(text, structured=structured, is_error=status != "succeeded")
 
     def read_file(self, raw: Any) -> dict:
