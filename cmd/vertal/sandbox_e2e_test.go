@@ -14,11 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // sbxCall is call against /v1/sandboxes/{id}/rest.
@@ -97,6 +100,8 @@ func TestSandboxE2E(t *testing.T) {
 			t.Fatalf("failing command %v", fail)
 		}
 	})
+
+	t.Run("OOMTakesTheCodeFirst", func(t *testing.T) { oomOrder(t, p, key, id) })
 
 	// The agent runs as the sandbox's uid; its stdio is the host's
 	// protocol. Code must not reach it through /proc/<agent>/fd (to forge
@@ -342,6 +347,7 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 				t.Fatalf("inside the sandbox: %q (stderr %q)", out["stdout"], out["stderr"])
 			}
 			homeFullStillRuns(t, p, key, id)
+			oomOrder(t, p, key, id)
 			contextsWork(t, p, key, id)
 			data := make([]byte, 64<<10)
 			_, _ = rand.Read(data)
@@ -369,6 +375,21 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 			// timeout hold too (docs/SANDBOXES.md).
 			forgeAttack(t, p, key, c.name != "docker/runsc")
 		})
+	}
+}
+
+// oomOrder: a command runs at engine.CodeOOMScore and its parent, the
+// agent, below it, so the memory cgroup's OOM killer takes the code first.
+func oomOrder(t *testing.T, p *serverProc, key, id string) {
+	t.Helper()
+	out := sbxRun(t, p, key, id, `i=0; while [ "$(cat /proc/$$/oom_score_adj)" != 1000 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; `+
+		`cat /proc/$$/oom_score_adj /proc/$PPID/oom_score_adj /proc/$PPID/comm`)
+	// Under gVisor the runtime's score is on the host's sandbox process and
+	// the agent is at 0 inside; elsewhere it has engine.SandboxOOMScore.
+	got := strings.Fields(out["stdout"].(string))
+	if len(got) != 3 || got[0] != strconv.Itoa(engine.CodeOOMScore) || got[2] != "agent" ||
+		!slices.Contains([]string{"0", strconv.Itoa(engine.SandboxOOMScore)}, got[1]) {
+		t.Fatalf("oom_score_adj of the code, of the agent, and the agent's name: %q (stderr %q)", got, out["stderr"])
 	}
 }
 

@@ -709,3 +709,27 @@ func TestDownloadCapHeldByHost(t *testing.T) {
 		})
 	}
 }
+
+// The OOM killer is to take the code before the agent: what the agent
+// starts gets engine.CodeOOMScore, and the agent keeps its own score.
+func TestChildrenAreTheOOMKillersFirstChoice(t *testing.T) {
+	before, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatalf("this test needs /proc: %v", err)
+	}
+	if strings.TrimSpace(string(before)) == string(childOOMScore) {
+		t.Fatalf("the test process already has oom_score_adj %s; nothing to tell apart", childOOMScore)
+	}
+	c, _, _ := serve(t, nil)
+	out, errOut, exit := run(t, c, "sh", "-c", childScore)
+	if exit.ExitCode != 0 || out != string(childOOMScore)+"\n" {
+		t.Fatalf("child's oom_score_adj: %q %q %+v, want %s", out, errOut, exit, childOOMScore)
+	}
+	if after, _ := os.ReadFile("/proc/self/oom_score_adj"); string(after) != string(before) {
+		t.Errorf("the agent's own oom_score_adj went %q → %q", before, after)
+	}
+}
+
+// childScore prints the shell's own oom_score_adj once the agent's write,
+// which lands just after the exec, is in (or what it is after 5 s).
+const childScore = `i=0; while [ "$(cat /proc/$$/oom_score_adj)" != 1000 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; cat /proc/$$/oom_score_adj`

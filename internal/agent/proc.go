@@ -217,6 +217,7 @@ func (s *server) start(m *msg) (*proc, *os.File, error) {
 		return fail(fmt.Errorf("start %s: %w", m.Argv[0], err))
 	}
 	p.pid = pid
+	raiseOOMScore(pid)
 
 	s.mu.Lock()
 	if s.ctx.Err() != nil {

@@ -24,6 +24,18 @@ type Starter interface {
 // runs a script written there). CodeDir is not mounted in a live sandbox.
 const HomeDir = "/home/user"
 
+// OOM scores (oom_score_adj). A sandbox's processes start at
+// SandboxOOMScore, so under host memory pressure the kernel takes
+// sandboxes before the server or anything else on the host. In a live
+// sandbox the agent forks what it starts (commands, context kernels) at
+// CodeOOMScore, so the memory cgroup's OOM killer takes the code before
+// the agent. Unprivileged code can lower its score only down to the
+// sandbox's, never below the agent.
+const (
+	SandboxOOMScore = 900
+	CodeOOMScore    = 1000
+)
+
 // AgentPath is where the agent binary (LiveSpec.Agent, mounted read-only)
 // appears inside a live sandbox.
 const AgentPath = "/.vertal/agent"

@@ -69,7 +69,7 @@ func (d *Driver) walls(id, img string, lim engine.Limits, pid int, uid uint32) (
 
 	pids, extraUlimits := pidsLimits(lim, d.gvisor)
 	init := true
-	oomScore := 1000 // under host memory pressure, user code goes first
+	oomScore := engine.SandboxOOMScore // under host memory pressure, sandboxes go first
 	host := &container.HostConfig{
 		Runtime: d.opts.Runtime,
 		// Docker's tini as pid 1: user code gets ordinary signal handling

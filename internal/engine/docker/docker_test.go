@@ -117,7 +117,7 @@ func TestContainerConfig(t *testing.T) {
 				IpcMode:        "none",
 				CgroupnsMode:   "private",
 				ReadonlyRootfs: true,
-				OomScoreAdj:    1000,
+				OomScoreAdj:    engine.SandboxOOMScore,
 				Mounts: []mount.Mount{{
 					Type: mount.TypeBind, Source: "/run/v/" + inst + "/" + tc.spec.ID, Target: "/code",
 				}},

@@ -162,7 +162,7 @@ func (d *Driver) spec(lang engine.Language, l engine.Limits, id string) (*specs.
 	for _, ns := range sandbox.Namespaces() {
 		namespaces = append(namespaces, specs.LinuxNamespace{Type: specs.LinuxNamespaceType(ns)})
 	}
-	oomScore := 1000 // under host memory pressure, user code goes first
+	oomScore := engine.SandboxOOMScore // under host memory pressure, sandboxes go first
 	s := &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
