@@ -154,6 +154,23 @@ func TestNotebookWithRealServer(t *testing.T) {
 	if flood := nb.runAll()[0]; flood.Frames != 10 || !strings.Contains(flood.Text, "290 more results not shown") {
 		t.Errorf("a flood of 300 HTML results drew %d frames; the cell shows %q", flood.Frames, clipText(flood.Text, 300))
 	}
+	// Output as a terminal draws it: a progress bar redraws its line and an
+	// ANSI colour shows as one. An image whose bytes do not decode shows as
+	// a note and its text, not a broken-image icon.
+	nb.setCells([]string{
+		"import time\nfor i in range(3):\n    print(f'\\r{i}/2', end='', flush=True)\n    time.sleep(0.2)\nprint('\\n\\x1b[32mok\\x1b[0m')",
+		"class Bad:\n    def _repr_png_(self):\n        return b'\\x89PNG\\r\\n\\x1a\\n' + b'not a png' * 4\n    def __repr__(self):\n        return 'bad image'\nBad()",
+	})
+	tty := nb.runAll()
+	if c := tty[0]; c.Status != "succeeded" || !strings.Contains(c.Text, "2/2\nok") || strings.Contains(c.Text, "1/2") || strings.Contains(c.Text, "\\") {
+		t.Errorf("a progress bar and a colour drew %q %q", c.Status, c.Text)
+	}
+	if green := eval[string](b, `[...document.querySelectorAll('#cells .nb-cell:nth-child(1) .ansi-fg-2')].map((s) => s.textContent).join()`); green != "ok" {
+		t.Errorf("the green text is %q, want ok", green)
+	}
+	if c := tty[1]; c.Images != 0 || !strings.Contains(c.Text, "could not be drawn") || !strings.Contains(c.Text, "bad image") {
+		t.Errorf("an image that does not decode: %d images, text %q", c.Images, c.Text)
+	}
 	nb.setCells(notebookCells)
 	// Re-running a cell: a new count, the same state.
 	before := eval[string](b, `document.querySelector('#cells .nb-cell:nth-child(2) .nb-count').textContent`)

@@ -93,6 +93,91 @@ window.VertalCommon = (function () {
     return parts;
   }
 
+  // terminal draws a stream of program output into pre as a terminal
+  // would, for the two things notebooks meet most: "\r" goes back to the
+  // start of the line, so a progress bar redraws in place (the text after a
+  // line's last "\r" is what stays, as in Jupyter), and ANSI SGR codes set
+  // a colour (the 16 standard ones) or bold. Only the fixed class names
+  // ansi-fg-0..15 and ansi-bold are ever set; any other escape sequence is
+  // dropped and other control characters are marked as outputNodes marks
+  // them. Lines that have ended are drawn once; only the open line is
+  // redrawn as chunks arrive, so a long output costs no more than its size.
+  function terminal(pre) {
+    let state = { fg: -1, bold: false }; // at the start of the open line
+    let open = ''; // the open line's text
+    let held = ''; // an escape sequence cut off by the chunk's end
+    const tail = document.createElement('span');
+    pre.append(tail);
+    const esc = /\x1b\[([0-9;?]*)([@-~])|\x1b[@-_]?/g;
+
+    function sgr(st, params) {
+      const ps = params === '' ? [0] : params.split(';').map((p) => (p === '' ? 0 : Number(p)));
+      for (let i = 0; i < ps.length; i++) {
+        const p = ps[i];
+        if (p === 0) { st.fg = -1; st.bold = false; }
+        else if (p === 1) st.bold = true;
+        else if (p === 22) st.bold = false;
+        else if (p >= 30 && p <= 37) st.fg = p - 30;
+        else if (p >= 90 && p <= 97) st.fg = p - 90 + 8;
+        else if (p === 39) st.fg = -1;
+        else if (p === 38 || p === 48) i += ps[i + 1] === 5 ? 2 : ps[i + 1] === 2 ? 4 : 1; // 256 and true colour: not drawn
+      }
+    }
+    // draw appends segment's text to into (when given) with state st,
+    // which its SGR codes change as it goes.
+    function draw(seg, st, into) {
+      let last = 0;
+      let m;
+      const put = (text) => {
+        if (!text || !into) return;
+        const nodes = outputNodes(text);
+        if (st.fg < 0 && !st.bold) { into.append(...nodes); return; }
+        const span = document.createElement('span');
+        span.className = (st.fg >= 0 ? 'ansi-fg-' + st.fg : '') + (st.bold ? ' ansi-bold' : '');
+        span.append(...nodes);
+        into.append(span);
+      };
+      esc.lastIndex = 0;
+      while ((m = esc.exec(seg)) !== null) {
+        put(seg.slice(last, m.index));
+        if (m[2] === 'm') sgr(st, m[1]);
+        last = m.index + m[0].length;
+      }
+      put(seg.slice(last));
+    }
+    // line draws one line: the segments a "\r" overwrote only change the
+    // state; the last one that is not empty is drawn.
+    function line(text, st, into) {
+      const segs = text.split('\r');
+      let keep = segs.length - 1;
+      while (keep > 0 && segs[keep] === '') keep--;
+      for (let i = 0; i < segs.length; i++) draw(segs[i], st, i === keep ? into : null);
+    }
+    return {
+      append(s) {
+        let text = open + held + s;
+        held = '';
+        const cut = /\x1b(\[[0-9;?]*)?$/.exec(text);
+        if (cut) { held = cut[0]; text = text.slice(0, cut.index); }
+        const nl = text.lastIndexOf('\n');
+        if (nl >= 0) {
+          const done = document.createDocumentFragment();
+          const lines = text.slice(0, nl).split('\n');
+          for (const l of lines) { line(l.replace(/\r$/, ''), state, done); done.append('\n'); }
+          pre.insertBefore(done, tail);
+          text = text.slice(nl + 1);
+        }
+        // What a later "\r" will overwrite is folded into the state now,
+        // so a bar that redraws for an hour keeps the open line short.
+        const r = text.lastIndexOf('\r', text.length - 2);
+        if (r >= 0) { draw(text.slice(0, r), state, null); text = text.slice(r + 1); }
+        open = text;
+        tail.replaceChildren();
+        line(open, { fg: state.fg, bold: state.bold }, tail);
+      },
+    };
+  }
+
   // imageType sniffs a raster image from its first bytes, as the MCP
   // server does; a file's name says nothing about what it holds.
   function imageType(b) {
@@ -246,7 +331,7 @@ window.VertalCommon = (function () {
   }
 
   return Object.freeze({
-    apiClient, loadSession, bindKeyToggle, sseParser, readEvents, readJSON, networkError, outputNodes, imageType,
+    apiClient, loadSession, bindKeyToggle, sseParser, readEvents, readJSON, networkError, outputNodes, terminal, imageType,
     fromBase64, toBase64, formatMs, formatBytes, el, safeStorage, validKeyChars,
   });
 })();

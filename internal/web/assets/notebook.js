@@ -15,7 +15,7 @@
 
 (function () {
   const C = window.VertalCommon;
-  const { sseParser, readEvents, readJSON, networkError, outputNodes, imageType, fromBase64, formatMs, el, validKeyChars } = C;
+  const { sseParser, readEvents, readJSON, networkError, outputNodes, terminal, imageType, fromBase64, formatMs, el, validKeyChars } = C;
   const $ = (id) => document.getElementById(id);
   const apiBase = document.body.dataset.apiBase || '';
   const store = C.safeStorage();
@@ -536,11 +536,12 @@
     return {
       text(kind, s) {
         if (lastKind !== kind) {
-          last = el('pre', { class: 'out nb-' + kind }, []);
-          cell.output.append(last);
+          const pre = el('pre', { class: 'out nb-' + kind }, []);
+          cell.output.append(pre);
+          last = terminal(pre);
           lastKind = kind;
         }
-        last.append(...outputNodes(s));
+        last.append(s);
         shown = true;
       },
       result(r) {
@@ -629,7 +630,15 @@
       if (!sniffed) continue;
       const url = URL.createObjectURL(new Blob([bytes], { type: sniffed }));
       cell.urls.push(url);
-      wrap.append(el('img', { src: url, alt: text || 'figure', class: 'nb-image' }, []));
+      const img = el('img', { src: url, alt: text || 'figure', class: 'nb-image' }, []);
+      // Bytes that start like an image and then fail to decode show as a
+      // note and the value's text, not as a broken-image icon.
+      img.addEventListener('error', () => {
+        const pre = el('pre', { class: 'out nb-text' }, []);
+        pre.append(...outputNodes(text));
+        img.replaceWith(el('p', { class: 'nb-note nb-bad-image' }, ['An image (' + sniffed + ') that could not be drawn.']), ...(text ? [pre] : []));
+      }, { once: true });
+      wrap.append(img);
       return wrap;
     }
     if (typeof data['image/svg+xml'] === 'string') {
