@@ -1,8 +1,11 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"image/color"
+	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
@@ -119,6 +122,14 @@ func TestNotebookWithRealServer(t *testing.T) {
 	// reach, with its text also offered as text.
 	if f := got[2]; f.Frames != 1 || f.FrameSandbox != "" || f.FrameReadable || !f.FrameBlob || !strings.Contains(f.AsText, "grace") {
 		t.Errorf("cell 3: DataFrame frames=%d sandbox=%q readable=%v blob=%v as text %q", f.Frames, f.FrameSandbox, f.FrameReadable, f.FrameBlob, f.AsText)
+	}
+	// The frame's own stylesheet (frame.css, allowed by its hash) applies:
+	// the DataFrame's rows are striped. Without it, the table is bare black
+	// on white. Frames draw lazily, so it is scrolled to first.
+	b.do(chromedp.ScrollIntoView(chromedp.CSS(`#cells .nb-cell:nth-child(3) iframe`)))
+	time.Sleep(300 * time.Millisecond)
+	if n := pixelsOf(t, b, `#cells .nb-cell:nth-child(3) iframe`, color.RGBA{0xf7, 0xf8, 0xfa, 0xff}); n < 200 {
+		t.Errorf("the DataFrame's frame has %d pixels of frame.css's row stripe: its stylesheet did not apply", n)
 	}
 	// The hostile HTML: shown in a frame, and nothing of it ran anywhere.
 	time.Sleep(500 * time.Millisecond) // time for an onerror to fire, if it could
@@ -382,4 +393,27 @@ func clipText(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// pixelsOf counts the pixels of exactly colour c in a screenshot of the
+// element sel.
+func pixelsOf(t *testing.T, b *browser, sel string, c color.RGBA) int {
+	t.Helper()
+	shot, err := chromedp.Run(b.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("screenshot of %s: %v", sel, err)
+	}
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("screenshot of %s: %v", sel, err)
+	}
+	n := 0
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			if color.RGBAModel.Convert(img.At(x, y)) == c {
+				n++
+			}
+		}
+	}
+	return n
 }

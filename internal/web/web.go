@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"html"
@@ -95,7 +96,23 @@ const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // frame, sandboxed with nothing allowed: an opaque origin, no script, no
 // forms, no navigation of the page. The frame's document inherits this
 // policy too, so its script is refused twice.
-const NotebookContentSecurityPolicy = ContentSecurityPolicy + "; frame-src blob:"
+//
+// Its one other change lets the frame's document have exactly one inline
+// stylesheet, ours (assets/frame.css, allowed by its hash), so a table is
+// readable; a result's own <style> is still refused.
+var NotebookContentSecurityPolicy = strings.Replace(ContentSecurityPolicy, "style-src 'self';",
+	"style-src 'self' '"+FrameStyleHash+"';", 1) + "; frame-src blob:"
+
+// FrameStyleHash is the CSP hash source of assets/frame.css, which the
+// notebook puts, as it is, in a <style> of each HTML result's frame.
+var FrameStyleHash = func() string {
+	b, err := fs.ReadFile(embedded, "assets/frame.css")
+	if err != nil {
+		panic(fmt.Sprintf("web: reading embedded frame.css: %v", err)) // the build embeds it
+	}
+	sum := sha256.Sum256(b)
+	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
+}()
 
 // SecurityHeaders sets the headers every page and asset carries. The API
 // may call it for its own responses too: the policy also suits JSON.

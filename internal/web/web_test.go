@@ -1,8 +1,11 @@
 package web
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"html"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -129,9 +132,16 @@ func TestContentSecurityPolicyIsStrict(t *testing.T) {
 	}
 	// The notebook's adds frames from blob: (which only the page's own
 	// script can make) and changes nothing else.
-	nb := strings.TrimPrefix(NotebookContentSecurityPolicy, ContentSecurityPolicy)
-	if nb != "; frame-src blob:" {
-		t.Errorf("the notebook's CSP adds %q to the default, want only frame-src blob:", nb)
+	// and one inline stylesheet by its hash: the frames' own, frame.css.
+	css, err := fs.ReadFile(embedded, "assets/frame.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(css)
+	hash := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	wantNB := strings.Replace(ContentSecurityPolicy, "style-src 'self';", "style-src 'self' "+hash+";", 1) + "; frame-src blob:"
+	if NotebookContentSecurityPolicy != wantNB || !strings.Contains(wantNB, hash) {
+		t.Errorf("the notebook's CSP is\n%s\nwant the default with only frame-src blob: and frame.css's hash:\n%s", NotebookContentSecurityPolicy, wantNB)
 	}
 }
 

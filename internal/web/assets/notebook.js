@@ -667,8 +667,16 @@
   // htmlFrame shows untrusted HTML with scripts, forms, popups and
   // navigation off (sandbox="" grants nothing) and an opaque origin. Its
   // height is guessed from the rows, as a frame with no script cannot say.
+  // frameCSS is assets/frame.css, the stylesheet of HTML results' frames;
+  // until it has loaded (or if it cannot), frames go without it.
+  let frameCSS = '';
+  fetch('/assets/frame.css').then((r) => (r.ok ? r.text() : '')).then((t) => { frameCSS = t; }, () => {});
+
   function htmlFrame(cell, html) {
-    const doc = '<!doctype html><meta charset="utf-8"><meta name="color-scheme" content="light">' + html;
+    // frameCSS goes in as it is: the page's CSP allows that one inline
+    // stylesheet by its hash, and no other (a result's own <style>).
+    const doc = '<!doctype html><meta charset="utf-8"><meta name="color-scheme" content="light">' +
+      (frameCSS ? '<style>' + frameCSS + '</style>' : '') + html;
     const url = URL.createObjectURL(new Blob([doc], { type: 'text/html' }));
     const rows = (html.match(/<tr[\s>]/gi) || []).length;
     const lines = Math.max(3, Math.min(24, rows ? rows + 2 : html.split('\n').length));
