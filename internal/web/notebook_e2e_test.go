@@ -217,9 +217,29 @@ func TestNotebookWithRealServer(t *testing.T) {
 	}
 	nb.setCells(notebookCells)
 
+	// Outputs survive a reload: text, a DataFrame's frame and an error come
+	// back with their status and count. A cell whose code changed after it
+	// ran gets none.
+	kept := []string{"print('kept across a reload')\nx", "df", "y = 1\ny", "1 / 0"}
+	nb.setCells(kept)
+	ran := nb.runAll()
+	nb.setCells([]string{kept[0], kept[1], "y = 2\ny", kept[3]})
+
 	// State survives a reload of the page: the session is kept in the tab.
 	sandboxID := eval[string](b, `JSON.parse(sessionStorage.getItem('vertal.nb.session')).sandbox`)
 	nb = openNotebook(b, srv.url, "", "datasci")
+	back := nb.cells()
+	for _, i := range []int{0, 1, 3} {
+		if r, g := ran[i], back[i]; g.Text != r.Text || g.Status != r.Status || g.Count != r.Count || g.Traceback != r.Traceback || g.Frames != r.Frames || r.Status == "not run" {
+			t.Errorf("cell %d after a reload: %q %q %q (%d frames), before it %q %q %q (%d frames)", i+1, g.Status, g.Count, g.Text, g.Frames, r.Status, r.Count, r.Text, r.Frames)
+		}
+	}
+	if ran[2].Text == "" || back[2].Text != "" || back[2].Status != "not run" {
+		t.Errorf("the edited cell: %q before the reload, %q %q after (want no output)", ran[2].Text, back[2].Status, back[2].Text)
+	}
+	if !strings.Contains(back[0].Text, "kept across a reload") || back[1].Frames != 1 || !strings.Contains(back[3].Traceback, "ZeroDivisionError") {
+		t.Errorf("after a reload: %q, %d frames, %q", back[0].Text, back[1].Frames, back[3].Traceback)
+	}
 	nb.setCells([]string{"x + 2"})
 	if c := nb.runAll()[0]; c.Status != "succeeded" || !strings.Contains(c.Text, "43") {
 		t.Errorf("after a reload, x + 2 shows %q %q", c.Status, c.Text)
@@ -339,6 +359,12 @@ func (n notebook) runAll() []cellView {
 	if _, err := chromedp.Run(n.b.ctx, chromedp.Poll[bool](done, chromedp.WithPollingTimeout(2*time.Minute))); err != nil {
 		n.b.t.Fatalf("the cells did not all end: %v", err)
 	}
+	return n.cells()
+}
+
+// cells reads what every cell shows.
+func (n notebook) cells() []cellView {
+	n.b.t.Helper()
 	// Let images decode and frames load.
 	_, _ = chromedp.Run(n.b.ctx, chromedp.Poll[bool](`[...document.querySelectorAll('#cells img')].every((i) => i.complete)`, chromedp.WithPollingTimeout(5*time.Second)))
 	js := `[...document.querySelectorAll('#cells .nb-cell')].map((c) => {

@@ -40,6 +40,10 @@
   // results, and each HTML one is a frame.
   const MAX_RESULTS = 50;
   const MAX_FRAMES = 10;
+  // Outputs kept across a reload, in characters of JSON: per cell, and in
+  // all (sessionStorage holds about 5 MB an origin).
+  const MAX_KEPT_CELL = 512 * 1024;
+  const MAX_KEPT = 2 * 1024 * 1024;
   const LANGUAGE_NAMES = { python: 'Python', javascript: 'JavaScript' };
 
   const els = {
@@ -182,6 +186,7 @@
     els.cells.replaceChildren();
     for (const code of codes.slice(0, MAX_CELLS)) addCell(code, null);
     if (cells.length === 0) addCell('', null);
+    loadOutputs();
   }
 
   function addCell(code, after) {
@@ -194,7 +199,7 @@
     const cell = {
       node: node, code: q('.nb-code'), run: q('.nb-run'), stop: q('.nb-stop'), status: q('.nb-status'),
       count: q('.nb-count'), duration: q('.nb-duration'), output: q('.nb-output'), del: q('.nb-delete'),
-      controller: null, urls: [], queued: false,
+      controller: null, urls: [], queued: false, record: [], replaying: false,
     };
     cell.code.value = code;
     cell.clear = () => clearOutput(cell);
@@ -221,6 +226,7 @@
     if (cells.length === 0) addCell('', null);
     labelCells();
     saveCells();
+    saveOutputs();
     const next = cells[Math.min(i, cells.length - 1)];
     if (next) next.code.focus();
   }
@@ -321,6 +327,71 @@
     cell.urls = [];
     cell.output.replaceChildren();
     cell.duration.textContent = '';
+    cell.record = [];
+  }
+
+  // ---- outputs kept across a reload ---------------------------------------
+  // Each cell's output is recorded as it is drawn (text, results, errors,
+  // notes, API errors) and kept in the tab's sessionStorage with its code,
+  // status, count and duration; a reload draws it again through the same
+  // functions, so it is no more trusted than it was the first time. A cell
+  // whose code changed since gets none back.
+
+  function record(cell, item) {
+    if (cell.record && !cell.replaying) cell.record.push(item);
+  }
+
+  function addNote(cell, text) {
+    record(cell, ['note', text]);
+    cell.output.append(el('p', { class: 'nb-note' }, [text]));
+  }
+
+  function saveOutputs() {
+    const key = 'vertal.nb.outputs.' + language;
+    let total = 0;
+    const saved = cells.map((c) => {
+      if (c.controller || c.queued || !c.record || c.record.length === 0 && !c.status.textContent) return null;
+      let items = JSON.stringify(c.record);
+      if (items.length > MAX_KEPT_CELL || total + items.length > MAX_KEPT) {
+        items = JSON.stringify([['note', 'This output was too large to keep across a reload; run the cell again to see it.']]);
+      }
+      total += items.length;
+      return { code: c.code.value, status: c.status.textContent, kind: c.status.className.replace(/^.*badge-/, ''),
+        count: c.count.textContent, duration: c.duration.textContent, items: items };
+    });
+    store.remove(key); // a write refused for room leaves nothing stale
+    store.set(key, JSON.stringify(saved));
+  }
+
+  function loadOutputs() {
+    let saved = null;
+    try {
+      saved = JSON.parse(store.get('vertal.nb.outputs.' + language) || 'null');
+    } catch (e) { saved = null; }
+    if (!Array.isArray(saved)) return;
+    cells.forEach((c, i) => {
+      const o = saved[i];
+      if (!o || typeof o !== 'object' || o.code !== c.code.value || typeof o.items !== 'string') return;
+      let items;
+      try { items = JSON.parse(o.items); } catch (e) { return; }
+      if (!Array.isArray(items)) return;
+      c.record = items;
+      c.replaying = true;
+      const live = liveOutput(c);
+      for (const it of items) {
+        if (!Array.isArray(it)) continue;
+        if (it[0] === 'text' && (it[1] === 'stdout' || it[1] === 'stderr') && typeof it[2] === 'string') live.text(it[1], it[2]);
+        else if (it[0] === 'result' && it[1] && typeof it[1] === 'object') live.result(it[1]);
+        else if (it[0] === 'error' && it[1] && typeof it[1] === 'object') live.error(it[1]);
+        else if (it[0] === 'note' && typeof it[1] === 'string') addNote(c, it[1]);
+        else if (it[0] === 'api' && it[1] && typeof it[1] === 'object') showAPIError(c, it[1]);
+      }
+      c.replaying = false;
+      const kind = typeof o.kind === 'string' && /^[a-z_]+$/.test(o.kind) ? o.kind : 'idle';
+      if (typeof o.status === 'string') setStatus(c, o.status.slice(0, 40), kind);
+      if (typeof o.count === 'string' && /^\[[0-9 ]*\]$/.test(o.count)) c.count.textContent = o.count;
+      if (typeof o.duration === 'string') c.duration.textContent = o.duration.slice(0, 40);
+    });
   }
 
   async function runCell(cell, lang, mine) {
@@ -354,7 +425,7 @@
       const res = await runInSession(key, code, cell, lang);
       if (res.error && res.error.code === 'stopped') {
         setStatus(cell, 'stopped', 'timed_out');
-        cell.output.append(el('p', { class: 'nb-note' }, [res.error.message]));
+        addNote(cell, res.error.message);
         dropQueued();
       } else if (res.error) {
         setStatus(cell, res.error.status ? 'HTTP ' + res.error.status : 'not sent', res.error.status ? 'http' : 'error');
@@ -370,6 +441,7 @@
       running = null;
       cell.run.disabled = false;
       cell.stop.hidden = true;
+      saveOutputs();
     }
   }
 
@@ -535,6 +607,7 @@
     let dropped = null;
     return {
       text(kind, s) {
+        record(cell, ['text', kind, s]);
         if (lastKind !== kind) {
           const pre = el('pre', { class: 'out nb-' + kind }, []);
           cell.output.append(pre);
@@ -549,6 +622,8 @@
         shown = true;
         const html = r && r.data && typeof r.data === 'object' && typeof r.data['text/html'] === 'string';
         if (results >= MAX_RESULTS || (html && frames >= MAX_FRAMES)) {
+          // Kept across a reload as a stand-in that is dropped again.
+          record(cell, ['result', { data: { 'text/html': '' } }]);
           if (!dropped) {
             dropped = el('p', { class: 'nb-note' }, []);
             dropped.count = 0;
@@ -559,11 +634,13 @@
             MAX_RESULTS + ' results and ' + MAX_FRAMES + ' HTML frames per cell.';
           return;
         }
+        record(cell, ['result', r]);
         results++;
         if (html) frames++;
         cell.output.append(resultNode(cell, r));
       },
       error(e) {
+        record(cell, ['error', e]);
         lastKind = '';
         cell.output.append(errorNode(e));
         shown = true;
@@ -587,7 +664,7 @@
     setStatus(cell, status, status);
     cell.count.textContent = Number.isInteger(r.execution_count) && r.execution_count > 0 ? '[' + r.execution_count + ']' : '[ ]';
     cell.duration.textContent = typeof r.duration_ms !== 'number' ? '' : r.duration_ms < 1 ? '< 1 ms' : formatMs(r.duration_ms);
-    if (r.truncated) cell.output.append(el('p', { class: 'nb-note' }, ['Output was cut at the plan\'s cap.']));
+    if (r.truncated) addNote(cell, 'Output was cut at the plan\'s cap.');
     if (typeof r.context_id === 'string' && /^ctx_[A-Za-z0-9]+$/.test(r.context_id) && nb.contexts[lang] !== r.context_id) {
       nb.contexts[lang] = r.context_id;
       saveSessionState();
@@ -595,6 +672,7 @@
   }
 
   function showAPIError(cell, err) {
+    record(cell, ['api', { code: err.code, message: err.message, hint: err.hint }]);
     const box = el('div', { class: 'api-error', role: 'alert' }, [
       el('p', { class: 'api-error-head' }, [el('code', {}, [String(err.code || 'error')])]),
       el('p', { class: 'api-error-message' }, [String(err.message || '')]),
