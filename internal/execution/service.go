@@ -30,9 +30,20 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
 
+// Store is what the service keeps in the database: the roles of
+// store.Store it uses, so a test fake or another consumer's store need not
+// carry keys, accounts or sessions. The whole store.Store satisfies it.
+type Store interface {
+	store.Quota
+	store.Executions
+	store.Idempotencies
+	store.Nodes
+	store.WebhookSecrets
+}
+
 // Options configure a Service. Store and Engine are required.
 type Options struct {
-	Store  store.Store
+	Store  Store
 	Engine *engine.Engine
 	// Languages are the runnable languages of the default image
 	// (config.ResolveLanguages), used when Images is empty.
@@ -106,7 +117,7 @@ type Caller struct {
 // Service runs executions. It is safe for concurrent use.
 type Service struct {
 	opts    Options
-	store   store.Store
+	store   Store
 	engine  *engine.Engine
 	langs   Languages
 	images  images
