@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,6 +39,8 @@ func TestWireMatchesOpenAPI(t *testing.T) {
 		"CommandResult": wire.CommandResult{}, "Command": wire.Command{}, "CommandList": wire.CommandList{}, "StdinRequest": wire.StdinRequest{},
 		"SignalRequest": wire.SignalRequest{}, "FileEntry": wire.FileEntry{}, "FileList": wire.FileList{}, "PathRequest": wire.PathRequest{},
 		"MoveRequest": wire.MoveRequest{}, "Ack": wire.Ack{},
+		"ContextRequest": wire.ContextRequest{}, "Context": wire.Context{}, "ContextList": wire.ContextList{},
+		"RunCodeRequest": wire.RunCodeRequest{}, "RunCodeResult": wire.RunCodeResult{}, "CodeOutput": wire.CodeOutput{}, "CodeError": wire.CodeError{},
 		"Usage": wire.Usage{}, "RotatedKey": wire.KeyRotation{}, "WebhookSecret": wire.WebhookSecret{}, "Health": wire.Health{},
 		// Languages and images are written from the execution service's
 		// types, which are not in package wire yet.
@@ -55,31 +58,47 @@ func TestWireMatchesOpenAPI(t *testing.T) {
 		}
 		checkShape(t, schemas, name, s, reflect.TypeOf(v))
 	}
-	// The data of the events: started, stdout/stderr, result, error.
-	events, ok := schemas["ExecutionEvent"]
-	if !ok || len(events.OneOf) != 4 {
-		t.Fatalf("ExecutionEvent is not the oneOf of four events")
-	}
-	for i, typ := range []reflect.Type{reflect.TypeFor[wire.StartedEvent](), reflect.TypeFor[wire.OutputEvent](), reflect.TypeFor[wire.Execution](), reflect.TypeFor[wire.Error]()} {
-		data := events.OneOf[i].Properties["data"]
-		if data == nil {
-			t.Errorf("ExecutionEvent.oneOf[%d] has no data", i)
-			continue
-		}
-		checkShape(t, schemas, "ExecutionEvent.data", data, typ)
-	}
+	types := func(ts ...reflect.Type) []reflect.Type { return ts }
+	// The data of an execution's events: started, stdout/stderr, result,
+	// error.
+	checkEvents(t, schemas, "ExecutionEvent",
+		types(reflect.TypeFor[wire.StartedEvent]()), types(reflect.TypeFor[wire.OutputEvent]()),
+		types(reflect.TypeFor[wire.Execution]()), types(reflect.TypeFor[wire.Error]()))
 	// A command's events: stdout/stderr, exit, result, error.
-	cmdEvents, ok := schemas["CommandEvent"]
-	if !ok || len(cmdEvents.OneOf) != 4 {
-		t.Fatalf("CommandEvent is not the oneOf of four events")
+	checkEvents(t, schemas, "CommandEvent",
+		types(reflect.TypeFor[wire.OutputEvent]()), types(reflect.TypeFor[wire.ExitEvent]()),
+		types(reflect.TypeFor[wire.CommandResult]()), types(reflect.TypeFor[wire.Error]()))
+	// A cell's events: stdout/stderr, result, error (what the cell raised,
+	// or the platform's failure), end.
+	checkEvents(t, schemas, "CodeEvent",
+		types(reflect.TypeFor[wire.OutputEvent]()), types(reflect.TypeFor[wire.CodeOutput]()),
+		types(reflect.TypeFor[wire.CodeError](), reflect.TypeFor[wire.Error]()), types(reflect.TypeFor[wire.RunCodeResult]()))
+}
+
+// checkEvents holds the oneOf schema name, one event per alternative in
+// order, to Go types: each event's data is of the one type given for it,
+// or, where several are given, is a oneOf of exactly those, in order.
+func checkEvents(t *testing.T, schemas map[string]*schema, name string, events ...[]reflect.Type) {
+	t.Helper()
+	s, ok := schemas[name]
+	if !ok || len(s.OneOf) != len(events) {
+		t.Fatalf("%s is not the oneOf of %d events", name, len(events))
 	}
-	for i, typ := range []reflect.Type{reflect.TypeFor[wire.OutputEvent](), reflect.TypeFor[wire.ExitEvent](), reflect.TypeFor[wire.CommandResult](), reflect.TypeFor[wire.Error]()} {
-		data := cmdEvents.OneOf[i].Properties["data"]
-		if data == nil {
-			t.Errorf("CommandEvent.oneOf[%d] has no data", i)
-			continue
+	for i, alts := range events {
+		at := fmt.Sprintf("%s.oneOf[%d].data", name, i)
+		data := s.OneOf[i].Properties["data"]
+		switch {
+		case data == nil:
+			t.Errorf("%s is missing", at)
+		case len(alts) == 1:
+			checkShape(t, schemas, at, data, alts[0])
+		case len(data.OneOf) != len(alts):
+			t.Errorf("%s is not the oneOf of %d types", at, len(alts))
+		default:
+			for j, typ := range alts {
+				checkShape(t, schemas, fmt.Sprintf("%s.oneOf[%d]", at, j), data.OneOf[j], typ)
+			}
 		}
-		checkShape(t, schemas, "CommandEvent.data", data, typ)
 	}
 }
 
