@@ -7,11 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/image"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
@@ -111,17 +110,9 @@ func findAgent(cfg config.Config) (string, error) {
 
 // hostMemory is the host's memory in bytes (MemTotal), 0 if unknown.
 func hostMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
+	kb, err := sandbox.ProcKB("/proc/meminfo", "MemTotal:")
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
+	return kb << 10
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // EchoCommand is the command timed in a live sandbox, and on the host as
@@ -405,7 +406,7 @@ func (h HostProbe) memoryCgroup(text string) (dir, usageFile string, err error) 
 func (h HostProbe) readCgroup(dir, usageFile string) (SandboxMemory, error) {
 	procRoot, _ := h.roots()
 	var m SandboxMemory
-	usage, err := readInt(filepath.Join(dir, usageFile))
+	usage, err := sandbox.ReadCgroupInt(filepath.Join(dir, usageFile))
 	if err != nil {
 		return m, err
 	}
@@ -416,8 +417,8 @@ func (h HostProbe) readCgroup(dir, usageFile string) (SandboxMemory, error) {
 	}
 	for _, f := range strings.Fields(string(procs)) {
 		pid := filepath.Join(procRoot, f)
-		rss, err1 := statusKB(filepath.Join(pid, "status"), "VmRSS:")
-		pss, err2 := statusKB(filepath.Join(pid, "smaps_rollup"), "Pss:")
+		rss, err1 := sandbox.ProcKB(filepath.Join(pid, "status"), "VmRSS:")
+		pss, err2 := sandbox.ProcKB(filepath.Join(pid, "smaps_rollup"), "Pss:")
 		if err1 != nil || err2 != nil {
 			continue // it ended while we read
 		}
@@ -431,32 +432,10 @@ func (h HostProbe) readCgroup(dir, usageFile string) (SandboxMemory, error) {
 	return m, nil
 }
 
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-}
-
-// statusKB reads the "key   123 kB" line of a /proc file.
-func statusKB(path, key string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, key); ok {
-			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in %s", key, path)
-}
-
 // MemAvailable is the host's /proc/meminfo MemAvailable in bytes.
 func (h HostProbe) MemAvailable() (int64, error) {
 	procRoot, _ := h.roots()
-	kb, err := statusKB(filepath.Join(procRoot, "meminfo"), "MemAvailable:")
+	kb, err := sandbox.ProcKB(filepath.Join(procRoot, "meminfo"), "MemAvailable:")
 	return kb << 10, err
 }
 

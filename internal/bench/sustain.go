@@ -5,6 +5,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
 // SustainResult is one language's sustained-load comparison: the bare
@@ -64,6 +66,6 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // ProcessRSS reads a process's resident set size from /proc.
 func ProcessRSS(pid int) (int64, error) {
-	kb, err := statusKB("/proc/"+strconv.Itoa(pid)+"/status", "VmRSS:")
+	kb, err := sandbox.ProcKB("/proc/"+strconv.Itoa(pid)+"/status", "VmRSS:")
 	return kb << 10, err
 }
