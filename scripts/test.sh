@@ -43,8 +43,8 @@ env -u VERTAL_E2E -u VERTAL_TEST_DATABASE_URL go test -race -count=1 -timeout 15
 grep -E '^(ok|FAIL)\s' "$out/race.log" | sed 's/^/race: /'
 
 # Every fuzz target for a bounded time from its committed seed corpus
-# (scripts/fuzz.sh; FUZZTIME, 10 s each by default, which keeps the 14
-# targets near 3 minutes). A failing input is left under the package's
+# (scripts/fuzz.sh; FUZZTIME, 10 s each by default, which keeps the 19
+# targets near 4 minutes). A failing input is left under the package's
 # testdata/fuzz/ to commit with the fix.
 echo "== go test -fuzz (every target, ${FUZZTIME:-10s} each)"
 env -u VERTAL_E2E -u VERTAL_TEST_DATABASE_URL bash scripts/fuzz.sh >"$out/fuzz.log" 2>&1 || {
