@@ -103,6 +103,9 @@ type Sandbox struct {
 	// Usage so far: wall time alive (running, not paused) and CPU.
 	AliveSeconds float64 `json:"alive_seconds"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
+	// AccessToken is the E2B data plane's token of a sandbox made through
+	// /e2b ("" otherwise); only the E2B routes show it, to its owner.
+	AccessToken string `json:"-"`
 }
 
 // File is one file of CreateRequest, placed under the home directory.
@@ -120,6 +123,9 @@ type CreateRequest struct {
 	Metadata  map[string]string
 	Files     []File
 	OnTimeout string // "" is "kill"
+	// AccessToken, for a sandbox made through the E2B API, is the token its
+	// data plane calls must carry (see Service.ByAccessToken).
+	AccessToken string `json:"-"`
 }
 
 // ListRequest is GET /v1/sandboxes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -516,7 +517,7 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 	rec := store.Sandbox{
 		ID: newID(), Tenant: tenant, KeyID: c.Key.ID, Status: string(StatusRunning), Image: recorded, ImageVersion: version,
 		Limits: limits, Metadata: r.Metadata, Env: r.Env, OnTimeout: onTimeout, TimeoutS: int(timeout / time.Second),
-		Node: s.opts.NodeID, CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(timeout),
+		Node: s.opts.NodeID, CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(timeout), AccessToken: r.AccessToken,
 	}
 	if s.memoryFull(lim.cgroupBytes()) {
 		refund()
@@ -945,6 +946,7 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 		ID: rec.ID, Status: Status(rec.Status), Reason: rec.Reason, Message: rec.Message, Image: rec.Image,
 		ImageVersion: rec.ImageVersion, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, OnTimeout: rec.OnTimeout,
 		Limits: parseLimits(rec), Metadata: rec.Metadata, AliveSeconds: rec.AliveSeconds, CPUSeconds: rec.CPUSeconds,
+		AccessToken: rec.AccessToken,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
@@ -982,6 +984,28 @@ func (s *Service) Get(ctx context.Context, c execution.Caller, id string) (Sandb
 		return Sandbox{}, err
 	}
 	return s.view(rec, s.liveBox(id)), nil
+}
+
+// ByAccessToken checks token against the E2B access token of sandbox id
+// and returns the tenant and key that created it. A sandbox without a
+// token (made through /v1), a wrong token and no such sandbox are all
+// KindUnauthorized, so a guess learns nothing about which ids exist.
+func (s *Service) ByAccessToken(ctx context.Context, id, token string) (tenant, keyID string, err error) {
+	denied := execution.Errorf(execution.KindUnauthorized, "missing or wrong access token for this sandbox (send the envdAccessToken of its create or connect answer as X-Access-Token)")
+	if !ValidID(id) || token == "" {
+		return "", "", denied
+	}
+	rec, err := s.store.SandboxByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", "", denied
+	}
+	if err != nil {
+		return "", "", execution.Internal(err)
+	}
+	if rec.AccessToken == "" || subtle.ConstantTimeCompare([]byte(rec.AccessToken), []byte(token)) != 1 {
+		return "", "", denied
+	}
+	return rec.Tenant, rec.KeyID, nil
 }
 
 // List returns a page of c's sandboxes, newest first.

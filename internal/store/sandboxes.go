@@ -39,6 +39,9 @@ type Sandbox struct {
 	CPUSeconds   float64
 	ArchivePath  string // the saved home of a paused one
 	ArchiveBytes int64
+	// AccessToken is the E2B data plane's token for this sandbox (its
+	// envdAccessToken); "" for one made through /v1. Set at create only.
+	AccessToken string
 }
 
 // SandboxPage selects a page of a tenant's sandboxes, newest first
@@ -52,8 +55,8 @@ type SandboxPage struct {
 	Limit    int // at most this many; below 1 is none
 }
 
-// Sandboxes keeps sandboxes that stay. Every method but NodeSandboxes is
-// scoped to a tenant: another tenant's sandbox is ErrNotFound.
+// Sandboxes keeps sandboxes that stay. Every method but NodeSandboxes and
+// SandboxByID is scoped to a tenant: another tenant's sandbox is ErrNotFound.
 type Sandboxes interface {
 	// CreateSandbox inserts sb if its tenant holds fewer than max
 	// sandboxes that have not ended; ErrSandboxLimit otherwise. Count and
@@ -69,6 +72,10 @@ type Sandboxes interface {
 	// timeout) if the stored status is from: ErrNotFound if there is no
 	// such sandbox of sb.Tenant, ErrSandboxState if its status is another.
 	UpdateSandbox(ctx context.Context, sb Sandbox, from string) error
+	// SandboxByID returns the sandbox id of any tenant; ErrNotFound if
+	// there is none. Only for a credential that names the sandbox itself
+	// (the E2B data plane's access token), which the caller then checks.
+	SandboxByID(ctx context.Context, id string) (Sandbox, error)
 	// NodeSandboxes lists the sandboxes of every tenant with status held
 	// by node, by id.
 	NodeSandboxes(ctx context.Context, node, status string) ([]Sandbox, error)

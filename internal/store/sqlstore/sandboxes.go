@@ -15,7 +15,7 @@ var _ store.Sandboxes = (*Store)(nil)
 
 const sandboxColumns = `id, tenant, key_id, status, reason, message, image, image_version, limits,
 	metadata, env, on_timeout, timeout_s, node, created_at, started_at, expires_at, ended_at,
-	alive_seconds, cpu_seconds, archive_path, archive_bytes`
+	alive_seconds, cpu_seconds, archive_path, archive_bytes, access_token`
 
 func scanSandbox(row scanner) (store.Sandbox, error) {
 	var (
@@ -25,7 +25,7 @@ func scanSandbox(row scanner) (store.Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.Tenant, &sb.KeyID, &sb.Status, &sb.Reason, &sb.Message, &sb.Image, &sb.ImageVersion,
 		&limits, &metadata, &env, &sb.OnTimeout, &sb.TimeoutS, &sb.Node, tm(&sb.CreatedAt), tm(&sb.StartedAt),
-		tm(&sb.ExpiresAt), tm(&sb.EndedAt), &sb.AliveSeconds, &sb.CPUSeconds, &sb.ArchivePath, &sb.ArchiveBytes)
+		tm(&sb.ExpiresAt), tm(&sb.EndedAt), &sb.AliveSeconds, &sb.CPUSeconds, &sb.ArchivePath, &sb.ArchiveBytes, &sb.AccessToken)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -83,10 +83,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox, max int) er
 			return store.ErrSandboxLimit
 		}
 		_, err := c.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
 			sb.ID, sb.Tenant, sb.KeyID, sb.Status, sb.Reason, sb.Message, sb.Image, sb.ImageVersion, limits,
 			metadata, env, sb.OnTimeout, sb.TimeoutS, sb.Node, s.at(sb.CreatedAt), s.at(sb.StartedAt),
-			s.at(sb.ExpiresAt), s.nullAt(sb.EndedAt), sb.AliveSeconds, sb.CPUSeconds, sb.ArchivePath, sb.ArchiveBytes)
+			s.at(sb.ExpiresAt), s.nullAt(sb.EndedAt), sb.AliveSeconds, sb.CPUSeconds, sb.ArchivePath, sb.ArchiveBytes, sb.AccessToken)
 		return err
 	})
 	if err != nil {
@@ -145,6 +145,15 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb store.Sandbox, from string
 		return s.errf("update sandbox", err)
 	}
 	return nil
+}
+
+// SandboxByID implements store.Sandboxes.
+func (s *Store) SandboxByID(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := scanSandbox(s.reader().row(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1`, id))
+	if err != nil {
+		return store.Sandbox{}, s.errf("sandbox by id", notFound(err))
+	}
+	return sb, nil
 }
 
 // NodeSandboxes implements store.Sandboxes.

@@ -29,6 +29,7 @@ func RunSandboxes(t *testing.T, newStore NewSandboxes) {
 		{"NodeAndCount", testSandboxNodeAndCount},
 		{"Usage", testSandboxUsage},
 		{"Purge", testSandboxPurge},
+		{"ByID", testSandboxByID},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newStore(t)) })
 	}
@@ -284,5 +285,26 @@ func testSandboxPurge(t *testing.T, s store.Sandboxes) {
 		if _, err := s.Sandbox(ctx, "acme", id); err != nil {
 			t.Errorf("%s after purge: %v", id, err)
 		}
+	}
+}
+
+// testSandboxByID: the E2B data plane finds a sandbox by its id alone,
+// with the access token stored at create, and nothing that does not exist.
+func testSandboxByID(t *testing.T, s store.Sandboxes) {
+	ctx := t.Context()
+	want := newSandbox("acme", "sbx_1", sbxT0)
+	want.AccessToken = "tok_0123"
+	if err := s.CreateSandbox(ctx, want, 5); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.SandboxByID(ctx, "sbx_1")
+	if err != nil {
+		t.Fatalf("SandboxByID: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("SandboxByID (-want +got):\n%s", diff)
+	}
+	if _, err := s.SandboxByID(ctx, "sbx_2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("SandboxByID of no sandbox: %v, want ErrNotFound", err)
 	}
 }
