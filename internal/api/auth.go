@@ -46,19 +46,25 @@ func (s *Server) authedAfter(pre func(w http.ResponseWriter, r *http.Request, c 
 		if err != nil {
 			return err
 		}
-		if err := tenantConn(w, r, c.Key.Tenant); err != nil {
-			return err
-		}
-		if pre != nil {
-			if done, err := pre(w, r, c); done || err != nil {
-				return err
-			}
-		}
-		if err := s.rateLimit(w, r, c); err != nil {
-			return err
-		}
-		return h(w, r, c)
+		return s.serveCaller(w, r, c, pre, h)
 	}
+}
+
+// serveCaller runs h for an authenticated caller: the connection's tenant
+// check, then pre (done: it answered, uncounted), then the rate limit.
+func (s *Server) serveCaller(w http.ResponseWriter, r *http.Request, c *Caller, pre func(w http.ResponseWriter, r *http.Request, c *Caller) (done bool, err error), h authedFunc) error {
+	if err := tenantConn(w, r, c.Key.Tenant); err != nil {
+		return err
+	}
+	if pre != nil {
+		if done, err := pre(w, r, c); done || err != nil {
+			return err
+		}
+	}
+	if err := s.rateLimit(w, r, c); err != nil {
+		return err
+	}
+	return h(w, r, c)
 }
 
 // authenticate looks the key up on every request (no cache), so a key
@@ -80,6 +86,11 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || !wellFormedKey(secret) {
 		return nil, errorf(KindUnauthorized, "invalid API key: send Authorization: Bearer kubo_sk_...")
 	}
+	return s.authenticateKey(r, secret)
+}
+
+// authenticateKey authenticates a well-formed key, however it was sent.
+func (s *Server) authenticateKey(r *http.Request, secret string) (*Caller, error) {
 	k, err := s.store.KeyByHash(r.Context(), HashAPIKey(secret))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errorf(KindUnauthorized, "invalid or revoked API key")
@@ -87,14 +98,9 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 	if err != nil {
 		return nil, internal(err)
 	}
-	info := infoFrom(r.Context())
-	info.tenant, info.keyID = k.Tenant, k.ID
-	if k.TenantDisabled {
-		return nil, errTenantDisabled
-	}
-	plan, ok := s.plans[k.Plan]
-	if !ok {
-		return nil, internal(errors.New("key " + k.ID + " has plan " + k.Plan + ", which is not configured"))
+	c, err := s.callerOfKey(r.Context(), k)
+	if err != nil {
+		return nil, err
 	}
 	// Last use is kept to the minute, so a busy key costs one write a
 	// minute, not one per request.
@@ -102,6 +108,21 @@ func (s *Server) authenticate(r *http.Request) (*Caller, error) {
 		if err := s.store.TouchKey(r.Context(), k.ID, now.Truncate(time.Minute)); err != nil {
 			s.log.Warn("recording a key's last use", "key_id", k.ID, "error", err)
 		}
+	}
+	return c, nil
+}
+
+// callerOfKey is the caller a known key acts as: its tenant (logged) and
+// plan; a disabled tenant is refused.
+func (s *Server) callerOfKey(ctx context.Context, k store.Key) (*Caller, error) {
+	info := infoFrom(ctx)
+	info.tenant, info.keyID = k.Tenant, k.ID
+	if k.TenantDisabled {
+		return nil, errTenantDisabled
+	}
+	plan, ok := s.plans[k.Plan]
+	if !ok {
+		return nil, internal(errors.New("key " + k.ID + " has plan " + k.Plan + ", which is not configured"))
 	}
 	return &Caller{Key: k, Plan: plan}, nil
 }

@@ -121,6 +121,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return // too late for a status; the log has it
 	}
 	writeErrorHeaders(e, w.Header())
+	if isE2BPath(r.URL.Path) {
+		s.writeE2BError(w, r, e)
+		return
+	}
 	if e.Kind == KindUnauthorized && isMCPPath(r.URL.Path) {
 		w.Header().Set("WWW-Authenticate", s.mcpChallenge(r, e.Msg))
 	}

@@ -56,6 +56,8 @@ type Sandboxes interface {
 	RestartContext(ctx context.Context, c execution.Caller, id, cid string) (sandboxes.CodeContext, error)
 	RunCode(ctx context.Context, c execution.Caller, id string, r sandboxes.RunCodeRequest, onEvent func(sandboxes.CodeEvent)) (sandboxes.CodeResult, error)
 	Usage(ctx context.Context, c execution.Caller) (sandboxes.Usage, error)
+	// ByAccessToken checks an E2B data-plane token (e2b_envd.go).
+	ByAccessToken(ctx context.Context, id, token string) (tenant, keyID string, err error)
 	// Owner is the base URL of the node holding c's sandbox live when that
 	// is another node, else "".
 	Owner(ctx context.Context, c execution.Caller, id string) (string, error)
@@ -92,19 +94,28 @@ type sandboxFunc func(w http.ResponseWriter, r *http.Request, c *Caller, id stri
 // not found.
 // One held live by another node is forwarded there (forward.go).
 func (s *Server) sandbox(h sandboxFunc) handlerFunc {
-	return s.authedAfter(func(w http.ResponseWriter, r *http.Request, c *Caller) (bool, error) {
-		if s.sbx == nil {
-			return true, errSandboxesOff
-		}
-		id := r.PathValue("id")
-		if !sandboxIDPattern.MatchString(id) {
-			return true, errorf(KindNotFound, "no sandbox %q", clip(id, 80))
-		}
-		infoFrom(r.Context()).sandboxID = id
-		return s.forwardSandbox(w, r, c, id)
-	}, func(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	return s.authedAfter(s.sandboxPre, withPathID(h))
+}
+
+// sandboxPre checks the {id} of a route of one sandbox and forwards the
+// call when another node holds it (done: it answered).
+func (s *Server) sandboxPre(w http.ResponseWriter, r *http.Request, c *Caller) (bool, error) {
+	if s.sbx == nil {
+		return true, errSandboxesOff
+	}
+	id := r.PathValue("id")
+	if !sandboxIDPattern.MatchString(id) {
+		return true, errorf(KindNotFound, "no sandbox %q", clip(id, 80))
+	}
+	infoFrom(r.Context()).sandboxID = id
+	return s.forwardSandbox(w, r, c, id)
+}
+
+// withPathID is h with the route's {id}.
+func withPathID(h sandboxFunc) authedFunc {
+	return func(w http.ResponseWriter, r *http.Request, c *Caller) error {
 		return h(w, r, c, r.PathValue("id"))
-	})
+	}
 }
 
 // pathPID is the {pid} of a route; a malformed one is not found.
@@ -552,8 +563,14 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *Caller, id 
 		}
 		return s.writeJSON(w, r, http.StatusOK, out)
 	}
+	return s.sendFile(w, r, c, id, fi)
+}
+
+// sendFile answers the bytes of the file fi of sandbox id.
+func (s *Server) sendFile(w http.ResponseWriter, r *http.Request, c *Caller, id string, fi sandboxes.FileInfo) error {
+	ctx := r.Context()
 	fw := &fileWriter{w: w, name: path.Base(fi.Path)}
-	if _, err := s.sbx.ReadFile(ctx, *c, id, p, fw); err != nil {
+	if _, err := s.sbx.ReadFile(ctx, *c, id, fi.Path, fw); err != nil {
 		if !fw.started {
 			return err // before the first byte: in the error shape
 		}
@@ -606,13 +623,9 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *Caller, id
 		return err
 	}
 	ctx := r.Context()
-	sb, err := s.sbx.Get(ctx, *c, id)
+	limit, err := s.fileLimit(ctx, c, id)
 	if err != nil {
 		return err
-	}
-	limit := sb.Limits.MaxFileMB << 20
-	if limit <= 0 {
-		limit = c.Plan.FilesBytes()
 	}
 	if r.ContentLength > limit {
 		return errorf(KindPayloadTooLarge, "the file is over %d bytes, this sandbox's max_file_mb", limit)
@@ -626,6 +639,19 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *Caller, id
 		return err
 	}
 	return s.writeJSON(w, r, http.StatusOK, toWireEntry(fi))
+}
+
+// fileLimit is the most one upload to sandbox id may hold: its
+// max_file_mb, or the plan's files cap when it gives none.
+func (s *Server) fileLimit(ctx context.Context, c *Caller, id string) (int64, error) {
+	sb, err := s.sbx.Get(ctx, *c, id)
+	if err != nil {
+		return 0, err
+	}
+	if limit := sb.Limits.MaxFileMB << 20; limit > 0 {
+		return limit, nil
+	}
+	return c.Plan.FilesBytes(), nil
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, c *Caller, id string) error {

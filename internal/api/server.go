@@ -211,6 +211,7 @@ func (s *Server) routes() {
 		s.handle("DELETE "+p+"/v1/sandboxes/{id}/contexts/{cid}", s.sandbox(s.deleteContext))
 		s.handle("POST "+p+"/v1/sandboxes/{id}/contexts/{cid}/restart", s.sandbox(s.restartContext))
 		s.handle("POST "+p+"/v1/sandboxes/{id}/run", s.sandbox(s.runCode))
+		s.e2bRoutes(p)
 		s.handle("GET "+p+"/v1/openapi.json", s.getOpenAPI(p))
 		s.handle("GET "+p+"/health", s.health)
 		if s.opts.MCP != nil {

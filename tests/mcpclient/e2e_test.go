@@ -125,8 +125,14 @@ func startServer() error {
 	l.Close()
 	e2e.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 	e2e.log = &lockedBuffer{}
-	e2e.cmd = exec.Command(e2e.bin, "serve", "--dev", "--driver", "oci", "--host", "127.0.0.1",
-		"--port", fmt.Sprint(port), "--data-dir", e2e.dataDir)
+	args := []string{"serve", "--dev", "--driver", "oci", "--host", "127.0.0.1",
+		"--port", fmt.Sprint(port), "--data-dir", e2e.dataDir}
+	// The image with the data stack, where setup built it: the E2B code
+	// interpreter's template maps to it (e2b_test.go).
+	if _, err := os.Stat(datasciDir()); err == nil {
+		args = append(args, "--image", "datasci="+datasciDir())
+	}
+	e2e.cmd = exec.Command(e2e.bin, args...)
 	e2e.cmd.Stdout, e2e.cmd.Stderr = e2e.log, e2e.log
 	if err := e2e.cmd.Start(); err != nil {
 		return err

@@ -151,6 +151,7 @@ func (f *Fake) Create(ctx context.Context, c execution.Caller, idemKey string, r
 	if r.OnTimeout != "" {
 		sb.OnTimeout = r.OnTimeout
 	}
+	sb.AccessToken = r.AccessToken
 	b := &box{tenant: c.Key.Tenant, sb: sb, files: map[string][]byte{}, dirs: map[string]bool{"/home/user": true, "/tmp": true}}
 	for _, file := range r.Files {
 		p := resolve(file.Path)
@@ -664,6 +665,17 @@ func (f *Fake) Move(ctx context.Context, c execution.Caller, id, from, to string
 	b.mkdirAll(path.Dir(dst))
 	fi, _ := b.info(dst)
 	return fi, nil
+}
+
+// ByAccessToken finds the sandbox whose E2B access token is token.
+func (f *Fake) ByAccessToken(ctx context.Context, id, token string) (tenant, keyID string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.sandboxes[id]
+	if !ok || token == "" || b.sb.AccessToken != token {
+		return "", "", execution.Errorf(execution.KindUnauthorized, "missing or wrong access token for this sandbox")
+	}
+	return b.tenant, "", nil
 }
 
 func (f *Fake) Owner(ctx context.Context, c execution.Caller, id string) (string, error) {
