@@ -84,8 +84,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// server starts the shared server once, or skips when VERTAL_E2E is unset.
-func server(t *testing.T) {
+// server starts the shared server once, or skips when VERTAL_E2E is unset
+// (tests and benchmarks alike).
+func server(t testing.TB) {
 	t.Helper()
 	if os.Getenv("VERTAL_E2E") != "1" {
 		t.Skip("set VERTAL_E2E=1 (root, OCI runtime, sandbox rootfs) to run the client end-to-end tests")
@@ -162,7 +163,7 @@ func startServer() error {
 
 // newKey creates a key for a fresh tenant, so tests do not share quotas
 // or lose keys to another test's rotation.
-func newKey(t *testing.T, plan string) string {
+func newKey(t testing.TB, plan string) string {
 	t.Helper()
 	e2e.keyMu.Lock()
 	e2e.keyN++
@@ -188,7 +189,7 @@ type cmdResult struct {
 }
 
 // run runs a command with extra environment and stdin.
-func run(t *testing.T, env []string, stdin string, name string, args ...string) cmdResult {
+func run(t testing.TB, env []string, stdin string, name string, args ...string) cmdResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
