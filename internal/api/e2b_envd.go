@@ -10,7 +10,9 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -255,18 +257,30 @@ func (p e2bProcess) Start(ctx context.Context, req *connect.Request[process.Star
 		// command that is already done has no stdin left to close.
 		_ = p.s.sbx.SendStdin(context.WithoutCancel(ctx), *call.c, call.id, cmd.PID, nil, true)
 	}
-	return p.s.e2bFollow(ctx, call, cmd.PID, func(ev *process.ProcessEvent) error {
+	return p.s.e2bFollow(ctx, call, cmd.PID, req.Header(), func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.StartResponse{Event: ev})
 	})
 }
 
 // e2bFollow sends pid's start event, then its output and end, as envd's
-// process events.
-func (s *Server) e2bFollow(ctx context.Context, call e2bCall, pid int, send func(*process.ProcessEvent) error) error {
+// process events; while the command is silent, a keepalive event every
+// Keepalive-Ping-Interval seconds (as the SDK asks; 50 by default) keeps
+// clients and proxies from cutting an idle stream.
+func (s *Server) e2bFollow(ctx context.Context, call e2bCall, pid int, h http.Header, send func(*process.ProcessEvent) error) error {
+	var mu sync.Mutex // send is not safe for concurrent use
+	locked := func(ev *process.ProcessEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return send(ev)
+	}
 	start := &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}}
-	if err := send(start); err != nil {
+	if err := locked(start); err != nil {
 		return err
 	}
+	stop := keepalive(e2bKeepalive(h), func() {
+		_ = locked(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}})
+	})
+	defer stop()
 	err := s.sbx.Events(ctx, *call.c, call.id, pid, 0, func(e sandboxes.Event) error {
 		var ev process.ProcessEvent
 		switch e.Type {
@@ -283,12 +297,45 @@ func (s *Server) e2bFollow(ctx context.Context, call e2bCall, pid int, send func
 		default:
 			return nil
 		}
-		return send(&ev)
+		return locked(&ev)
 	})
 	if err != nil {
 		return e2bConnectErr(err)
 	}
 	return nil
+}
+
+// e2bKeepalive is the keepalive interval a call asks for in
+// Keepalive-Ping-Interval (seconds), within 5 s to 5 min; 50 s if none.
+func e2bKeepalive(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval"))
+	if err != nil || n <= 0 {
+		return 50 * time.Second
+	}
+	return time.Duration(min(max(n, 5), 300)) * time.Second
+}
+
+// keepalive calls ping every interval until stop is called; stop waits
+// for a ping under way.
+func keepalive(interval time.Duration, ping func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				ping()
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // Connect attaches to a running command: its start event, then its
@@ -302,7 +349,7 @@ func (p e2bProcess) Connect(ctx context.Context, req *connect.Request[process.Co
 	if err != nil {
 		return err
 	}
-	return p.s.e2bFollow(ctx, call, pid, func(ev *process.ProcessEvent) error {
+	return p.s.e2bFollow(ctx, call, pid, req.Header(), func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.ConnectResponse{Event: ev})
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 )
@@ -94,7 +96,10 @@ func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request, c *Caller, i
 	}
 	started := false
 	rc := http.NewResponseController(w)
+	var mu sync.Mutex // lines come from the cell's events and the keepalive
 	line := func(v any) {
+		mu.Lock()
+		defer mu.Unlock()
 		if !started {
 			started = true
 			w.Header().Set("Content-Type", "application/x-ndjson")
@@ -109,6 +114,9 @@ func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request, c *Caller, i
 			_ = rc.Flush()
 		}
 	}
+	// A keepalive line every 30 s of a long cell, as E2B's server sends,
+	// keeps idle-stream timeouts from cutting it; the SDK skips them.
+	stop := keepalive(30*time.Second, func() { line(map[string]any{"type": "keepalive"}) })
 	res, err := s.sbx.RunCode(r.Context(), *c, id, req, func(ev sandboxes.CodeEvent) {
 		switch {
 		case ev.Result != nil:
@@ -119,6 +127,7 @@ func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request, c *Caller, i
 			line(map[string]any{"type": ev.Type, "text": ev.Data})
 		}
 	})
+	stop()
 	if err != nil {
 		if !started {
 			return err
