@@ -25,6 +25,7 @@ var volatile = []struct {
 	{regexp.MustCompile(`key_[0-9a-f]{12}`), "key_<id>"},
 	{regexp.MustCompile(`kubo_sk_[0-9A-Za-z]{43}`), "kubo_sk_<secret>"},
 	{regexp.MustCompile(`whsec_[0-9a-f]{64}`), "whsec_<secret>"},
+	{regexp.MustCompile(`e2bat_[0-9a-f]{48}`), "e2bat_<token>"},
 	{regexp.MustCompile(`"(created|started|finished)_at": [0-9]+`), `"${1}_at": <unix>`},
 	{regexp.MustCompile(`"Retry-After": "[0-9]+"`), `"Retry-After": "<seconds>"`},
 }
@@ -42,7 +43,13 @@ func golden(t *testing.T, name string, r response, headers ...string) {
 		h[k] = r.header.Get(k)
 	}
 	hj, _ := json.MarshalIndent(h, "", "  ")
-	got := []byte("status: " + strconv.Itoa(r.status) + "\nheaders: " + string(hj) + "\n" + body.String())
+	goldenFile(t, name, []byte("status: "+strconv.Itoa(r.status)+"\nheaders: "+string(hj)+"\n"+body.String()))
+}
+
+// goldenFile compares got, its volatile parts replaced, with
+// testdata/<name>.golden; go test -update rewrites the file.
+func goldenFile(t *testing.T, name string, got []byte) {
+	t.Helper()
 	for _, v := range volatile {
 		got = v.re.ReplaceAll(got, []byte(v.repl))
 	}

@@ -8,6 +8,8 @@
 //	"crash"       the platform fails (an internal error)
 //	"partial"     writes "half\n" to stdout, then the platform fails
 //	"cat"         (background) echoes its stdin as stdout until EOF, then exits 0
+//	"exit N"      (background, also as the script of "sh -c SCRIPT") writes
+//	              "boom\n" to stderr and exits N at once
 //	anything else succeeds with stdout "ran: " + the command + "\n"
 //
 // Paths are resolved against /home/user; the fake's filesystem holds only
@@ -357,10 +359,25 @@ func (f *Fake) StartCommand(ctx context.Context, c execution.Caller, id string, 
 	cmd := &command{c: sandboxes.Command{PID: f.newPID(b), Cmd: r.Cmd, Argv: r.Argv, Running: true, StartedAt: b.sb.CreatedAt.Add(time.Second)},
 		changed: make(chan struct{})}
 	b.cmds = append(b.cmds, cmd)
-	if l := line(r); l != "cat" {
+	n, isExit := strings.CutPrefix(script(r), "exit ")
+	code, err := strconv.Atoi(n)
+	switch l := line(r); {
+	case isExit && err == nil:
+		cmd.add(sandboxes.Event{Type: "stderr", Data: "boom\n"})
+		cmd.exit(code, b.sb.CreatedAt.Add(2*time.Second))
+	case l != "cat":
 		cmd.add(sandboxes.Event{Type: "stdout", Data: "started " + l + "\n"})
 	}
 	return cmd.c, nil
+}
+
+// script is what a command runs: the SCRIPT of "SHELL [-l] -c SCRIPT", as
+// E2B's SDK sends every command, else its whole line.
+func script(r sandboxes.CommandRequest) string {
+	if n := len(r.Argv); n >= 3 && r.Argv[n-2] == "-c" {
+		return r.Argv[n-1]
+	}
+	return line(r)
 }
 
 // add appends an event and wakes its followers; f.mu is held.
