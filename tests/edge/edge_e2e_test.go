@@ -12,6 +12,7 @@ package edge_test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -167,6 +168,13 @@ func startEdge(t *testing.T) edgeSetup {
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	// The agent of sandboxes that stay, where serve looks for it, for the
+	// E2B API's subtest.
+	agent := exec.Command("go", "build", "-o", filepath.Join(tmp, "vertal-agent"), "./cmd/vertal-agent")
+	agent.Dir, agent.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := agent.CombinedOutput(); err != nil {
+		t.Fatalf("go build vertal-agent: %v\n%s", err, out)
 	}
 	imageDir := "/var/lib/vertal/images/default"
 	if r := os.Getenv("VERTAL_ROOTFS"); r != "" {
@@ -389,6 +397,52 @@ func TestEdgeWorker(t *testing.T) {
 		// stream back would deliver both at once.
 		if gap := result.Sub(tick); gap < 2*time.Second {
 			t.Errorf("tick came %s before the result, want at least 2s: the stream was buffered (events %v)", gap, events)
+		}
+	})
+
+	t.Run("E2B's control and data planes through the Worker", func(t *testing.T) {
+		// What E2B's SDK sends with E2B_API_URL=E2B_SANDBOX_URL=<edge>/api/e2b.
+		req, _ := http.NewRequest(http.MethodPost, e.edge+"/api/e2b/v2/sandboxes", strings.NewReader(`{"templateID":"base","timeout":60}`))
+		req.Header.Set("X-API-KEY", e.key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, body := do(t, req)
+		var sb struct{ SandboxID, EnvdAccessToken string }
+		if err := json.Unmarshal(body, &sb); err != nil || resp.StatusCode != http.StatusCreated || sb.EnvdAccessToken == "" {
+			t.Fatalf("create: %d %s (%v)", resp.StatusCode, body, err)
+		}
+		stat := func(token string) (*http.Response, []byte) {
+			req, _ := http.NewRequest(http.MethodPost, e.edge+"/api/e2b/filesystem.Filesystem/Stat", strings.NewReader(`{"path":"/home/user"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Connect-Protocol-Version", "1")
+			req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+			req.Header.Set("E2b-Sandbox-Port", "49983")
+			if token != "" {
+				req.Header.Set("X-Access-Token", token)
+			}
+			resp, body := do(t, req)
+			if resp.Header.Get("Content-Encoding") == "gzip" {
+				// connect-go compresses for the Worker, which asked for gzip;
+				// this client did not, so it unpacks what came.
+				zr, err := gzip.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return resp, body
+		}
+		if resp, body := stat(sb.EnvdAccessToken); resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"FILE_TYPE_DIRECTORY"`)) {
+			t.Errorf("Stat through the Worker: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := stat(""); resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, []byte(`"unauthenticated"`)) {
+			t.Errorf("Stat without the token: %d %s, want 401 unauthenticated", resp.StatusCode, body)
+		}
+		req, _ = http.NewRequest(http.MethodDelete, e.edge+"/api/e2b/sandboxes/"+sb.SandboxID, nil)
+		req.Header.Set("X-API-KEY", e.key)
+		if resp, body := do(t, req); resp.StatusCode != http.StatusNoContent {
+			t.Errorf("kill: %d %s", resp.StatusCode, body)
 		}
 	})
 
