@@ -101,6 +101,10 @@ func (s *Server) e2bAuthedAfter(pre func(w http.ResponseWriter, r *http.Request,
 			return errSandboxesOff
 		}
 		keys := r.Header.Values("X-API-KEY")
+		if len(keys) > 0 && len(r.Header.Values("Authorization")) > 0 {
+			// Which one counts would depend on who reads the request.
+			return errorf(KindUnauthorized, "send the API key once: in X-API-KEY or in Authorization, not both")
+		}
 		if len(keys) == 0 && len(r.Header.Values("Authorization")) == 1 {
 			// A client of ours may send its bearer key instead.
 			c, err := s.authenticate(r)
@@ -294,7 +298,9 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *Caller, id st
 		return err
 	}
 	d := e2bDetailOf(sb)
-	d.EnvdAccessToken = sb.AccessToken
+	if s.e2bReachable(r.Context(), c, sb) == nil {
+		d.EnvdAccessToken = sb.AccessToken
+	}
 	return s.writeJSON(w, r, http.StatusOK, d)
 }
 
@@ -341,20 +347,23 @@ func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *Caller
 	if err != nil {
 		return err
 	}
-	if _, err := s.e2bVisible(r.Context(), c, id); err != nil {
+	sb, err := s.e2bVisible(r.Context(), c, id)
+	if err != nil {
 		return err
 	}
-	if _, err := s.sbx.SetTimeout(r.Context(), *c, id, d); err != nil {
-		return e2bLifetimeErr(err)
+	if _, err := s.sbx.SetTimeout(r.Context(), *c, id, s.e2bClamp(sb, d)); err != nil {
+		return e2bTimeoutErr(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-// e2bLifetimeErr: our SetTimeout refuses an extension past the plan's
-// maximum lifetime of the live period; E2B's SDK expects the call to
-// succeed with the TTL clamped, so say plainly what the limit is.
-func e2bLifetimeErr(err error) error {
+// e2bTimeoutErr names E2B's field in a refused timeout.
+func e2bTimeoutErr(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Kind == KindInvalidTimeout {
+		return errorf(KindInvalidTimeout, "%s", strings.ReplaceAll(e.Msg, "timeout_s", "timeout"))
+	}
 	return err
 }
 
@@ -390,14 +399,17 @@ func (s *Server) e2bResume(w http.ResponseWriter, r *http.Request, c *Caller, id
 	if sb.Status != sandboxes.StatusPaused {
 		return e2bConflict("sandbox %s is already running", id)
 	}
+	if err := s.e2bReachable(r.Context(), c, sb); err != nil {
+		return err
+	}
 	if sb, err = s.sbx.Resume(r.Context(), *c, id); err != nil {
 		return err
 	}
 	if d, ok, err := e2bTimeout(c, b, false); err != nil {
 		return err
 	} else if ok {
-		if sb, err = s.sbx.SetTimeout(r.Context(), *c, id, d); err != nil {
-			return err
+		if extended, err := s.sbx.SetTimeout(r.Context(), *c, id, s.e2bClamp(sb, d)); err == nil {
+			sb = extended
 		}
 	}
 	return s.writeJSON(w, r, http.StatusCreated, e2bAnswer(sb))
@@ -418,6 +430,9 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *Caller, i
 	if err != nil {
 		return err
 	}
+	if err := s.e2bReachable(r.Context(), c, sb); err != nil {
+		return err
+	}
 	status := http.StatusOK
 	if sb.Status == sandboxes.StatusPaused {
 		if sb, err = s.sbx.Resume(r.Context(), *c, id); err != nil {
@@ -425,14 +440,13 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *Caller, i
 		}
 		status = http.StatusCreated
 	}
-	if ok && s.now().Add(d).After(sb.ExpiresAt) {
-		if sb, err = s.sbx.SetTimeout(r.Context(), *c, id, d); err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Kind != KindInvalidTimeout {
-				return err
+	if ok {
+		// Only ever later, never sooner; past the plan's lifetime it stays
+		// at the most the plan allows.
+		if d = s.e2bClamp(sb, d); s.now().Add(d).After(sb.ExpiresAt) {
+			if extended, err := s.sbx.SetTimeout(r.Context(), *c, id, d); err == nil {
+				sb = extended
 			}
-			// Beyond the plan's lifetime: connect still succeeds, with the
-			// expiry as it was.
 		}
 	}
 	return s.writeJSON(w, r, status, e2bAnswer(sb))
@@ -571,23 +585,31 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *Caller) erro
 	return s.writeJSON(w, r, http.StatusOK, out)
 }
 
-// e2bMetadataQuery parses the metadata filter, "k=v&k2=v2" with each key
-// and value URL-encoded (and the whole encoded once more as a query
-// value, which url.Values already undid).
+// e2bMetadataQuery parses the metadata filter as the SDK sends it:
+// "k=v&k2=v2" with each key and value URL-encoded, the pairs joined as a
+// query string, and the whole URL-encoded once more as the query value
+// (which url.Values has already undone): so each key and value is
+// unescaped once more after the pairs are split.
 func e2bMetadataQuery(v string) (map[string]string, error) {
 	if v == "" {
 		return nil, nil
 	}
+	bad := errorf(KindInvalidRequest, "metadata must be key=value pairs joined by &, each URL-encoded")
 	q, err := url.ParseQuery(v)
 	if err != nil {
-		return nil, errorf(KindInvalidRequest, "metadata must be key=value pairs joined by &, each URL-encoded")
+		return nil, bad
 	}
 	md := map[string]string{}
 	for k, vs := range q {
 		if len(vs) != 1 {
 			return nil, errorf(KindInvalidRequest, "metadata key %q is given more than once", clip(k, 40))
 		}
-		md[k] = vs[0]
+		key, err1 := url.QueryUnescape(k)
+		val, err2 := url.QueryUnescape(vs[0])
+		if err1 != nil || err2 != nil {
+			return nil, bad
+		}
+		md[key] = val
 	}
 	return md, nil
 }
@@ -610,29 +632,56 @@ func (s *Server) e2bDecodeOptional(w http.ResponseWriter, r *http.Request, v any
 }
 
 // e2bCallerOfTenant is the caller a data-plane call acts as: the tenant
-// that owns the sandbox, through the key that created it, or, once that
-// key is revoked (rotated), the tenant's newest active key. A tenant with
-// no active key, or a disabled one, is refused.
+// that owns the sandbox, through the key that created it. Once that key
+// is revoked (or rotated away), the sandbox's token stops working: a
+// leaked key's rotation then also closes what was opened with it. A
+// disabled tenant is refused.
 func (s *Server) e2bCallerOfTenant(ctx context.Context, tenant, keyID string) (*Caller, error) {
+	k, err := s.e2bActiveKey(ctx, tenant, keyID)
+	if err != nil {
+		return nil, err
+	}
+	return s.callerOfKey(ctx, k)
+}
+
+// errE2BKeyRevoked: the key a sandbox was created with is gone.
+var errE2BKeyRevoked = errorf(KindUnauthorized, "the API key that created this sandbox has been revoked or rotated, so its access token no longer works: kill the sandbox with a current key and create another (see docs/E2B.md)")
+
+// e2bActiveKey is tenant's key keyID while it is active.
+func (s *Server) e2bActiveKey(ctx context.Context, tenant, keyID string) (store.Key, error) {
 	keys, err := s.store.ListKeys(ctx, tenant)
 	if err != nil {
-		return nil, internal(err)
+		return store.Key{}, internal(err)
 	}
-	var k *store.Key
-	for i := range keys {
-		if keys[i].Tenant != tenant || !keys[i].RevokedAt.IsZero() {
-			continue
+	for _, k := range keys {
+		if k.Tenant == tenant && k.ID == keyID && k.RevokedAt.IsZero() {
+			return k, nil
 		}
-		if keys[i].ID == keyID {
-			k = &keys[i]
-			break
+	}
+	return store.Key{}, errE2BKeyRevoked
+}
+
+// e2bReachable refuses what the E2B API cannot serve of c's sandbox sb:
+// one made through /v1 (it has no access token), or one whose creating
+// key was revoked (its token no longer works).
+func (s *Server) e2bReachable(ctx context.Context, c *Caller, sb sandboxes.Sandbox) error {
+	if sb.AccessToken == "" {
+		return errorf(KindInvalidRequest, "sandbox %s was made through /v1/sandboxes and has no E2B access token: use it through /v1, or create one through the E2B API (see docs/E2B.md)", sb.ID)
+	}
+	if sb.KeyID != c.Key.ID {
+		if _, err := s.e2bActiveKey(ctx, c.Key.Tenant, sb.KeyID); err != nil {
+			return err
 		}
-		k = &keys[i] // ordered by creation: the newest active one wins
 	}
-	if k == nil {
-		return nil, errorf(KindUnauthorized, "the sandbox's tenant has no active API key")
-	}
-	return s.callerOfKey(ctx, *k)
+	return nil
+}
+
+// e2bClamp is d cut to what the plan's maximum lifetime leaves of sb's
+// live period (E2B clamps a timeout to the team's maximum in the same
+// way), and at least a second.
+func (s *Server) e2bClamp(sb sandboxes.Sandbox, d time.Duration) time.Duration {
+	left := sb.LiveSince.Add(time.Duration(sb.Limits.MaxLifetimeS) * time.Second).Sub(s.now())
+	return max(time.Second, min(d, left.Truncate(time.Second)))
 }
 
 // writeE2BError writes e in E2B's error shape: a Connect error on the

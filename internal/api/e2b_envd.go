@@ -10,6 +10,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +43,8 @@ const (
 
 // e2bDataRoutes registers the data plane under p ("/e2b" or "/api/e2b").
 func (s *Server) e2bDataRoutes(p string) {
-	procPath, procHandler := processconnect.NewProcessHandler(e2bProcess{s})
-	fsPath, fsHandler := filesystemconnect.NewFilesystemHandler(e2bFilesystem{s})
+	procPath, procHandler := processconnect.NewProcessHandler(e2bProcess{s}, e2bConnectOptions...)
+	fsPath, fsHandler := filesystemconnect.NewFilesystemHandler(e2bFilesystem{s}, e2bConnectOptions...)
 	s.handle("POST "+p+procPath, s.e2bData(connectHandler(p, procHandler)))
 	s.handle("POST "+p+fsPath, s.e2bData(connectHandler(p, fsHandler)))
 	s.handle("GET "+p+"/files", s.e2bData(s.e2bReadFile))
@@ -55,6 +56,18 @@ func (s *Server) e2bDataRoutes(p string) {
 	s.handle("DELETE "+p+"/contexts/{cid}", s.e2bData(s.e2bDeleteContext))
 	s.handle("POST "+p+"/contexts/{cid}/restart", s.e2bData(s.e2bRestartContext))
 }
+
+// e2bConnectOptions bound what a Connect call may make the server hold:
+// a message of at most e2bMaxMessage bytes, and no compression, so that a
+// small gzip body cannot inflate to gigabytes on the server (the SDK
+// sends its messages uncompressed). What a message may carry is small:
+// paths, a command line, a chunk of stdin.
+var e2bConnectOptions = []connect.HandlerOption{
+	connect.WithReadMaxBytes(e2bMaxMessage),
+	connect.WithCompression("gzip", nil, nil),
+}
+
+const e2bMaxMessage = 1 << 20
 
 // connectHandler serves a Connect service mounted under prefix, with
 // the caller e2bData put in the request's context.
@@ -210,9 +223,9 @@ func e2bCheckUser(name string) error {
 	case "", e2bUser:
 		return nil
 	case "root":
-		return connect.NewError(connect.CodePermissionDenied, errors.New(`user "root" is not available: everything in a Vertal Run sandbox runs as its unprivileged user "user" (no root, no capabilities)`))
+		return connect.NewError(connect.CodePermissionDenied, errors.New(`user "root" is not available: everything in a Vertal Run sandbox runs as its unprivileged user "user", with no root and no capabilities (see docs/E2B.md)`))
 	}
-	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(`user %q does not exist: a Vertal Run sandbox has one user, "user"`, clip(name, 40)))
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(`user %q does not exist: a Vertal Run sandbox has one user, "user" (see docs/E2B.md)`, clip(name, 40)))
 }
 
 // e2bProcess serves envd's process.Process.
@@ -232,7 +245,7 @@ func (p e2bProcess) Start(ctx context.Context, req *connect.Request[process.Star
 	}
 	m := req.Msg
 	if m.GetPty() != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("PTYs are not supported by Vertal Run's E2B API: run commands without pty"))
+		return connect.NewError(connect.CodeUnimplemented, errors.New("PTYs are not supported by Vertal Run's E2B API: run commands without pty (see docs/E2B.md)"))
 	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
@@ -460,12 +473,40 @@ func (p e2bProcess) SendSignal(ctx context.Context, req *connect.Request[process
 
 // Update would resize a PTY; there are none.
 func (p e2bProcess) Update(context.Context, *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTYs are not supported by Vertal Run's E2B API"))
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTYs are not supported by Vertal Run's E2B API (see docs/E2B.md)"))
 }
 
-// StreamInput is client streaming, which E2B's JS SDK never uses.
-func (p e2bProcess) StreamInput(context.Context, *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("StreamInput is not supported by Vertal Run's E2B API: use SendInput"))
+// StreamInput writes a stream of chunks to a command's stdin, in order:
+// a start naming the process, then data (E2B's JS SDK uses SendInput).
+func (p e2bProcess) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	call, err := e2bCallFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pid := 0
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *process.StreamInputRequest_Start:
+			if pid, err = e2bPID(ev.Start.GetProcess()); err != nil {
+				return nil, err
+			}
+		case *process.StreamInputRequest_Data:
+			in, ok := ev.Data.GetInput().GetInput().(*process.ProcessInput_Stdin)
+			switch {
+			case pid == 0:
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("send a start event naming the process before data"))
+			case !ok:
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input.stdin is required (PTYs are not supported)"))
+			}
+			if err := p.s.sbx.SendStdin(ctx, *call.c, call.id, pid, in.Stdin, false); err != nil {
+				return nil, e2bConnectErr(err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.StreamInputResponse{}), nil
 }
 
 // e2bFilesystem serves envd's filesystem.Filesystem.
@@ -531,11 +572,20 @@ func (f e2bFilesystem) ListDir(ctx context.Context, req *connect.Request[filesys
 	if err != nil {
 		return nil, err
 	}
-	depth := int(req.Msg.GetDepth())
-	if depth < 1 {
-		depth = 1
-	}
 	out := &filesystem.ListDirResponse{Entries: []*filesystem.EntryInfo{}}
+	err = f.walk(ctx, call, req.Msg.GetPath(), max(1, int(req.Msg.GetDepth())), func(e sandboxes.FileInfo) {
+		out.Entries = append(out.Entries, e2bEntry(e))
+	})
+	if err != nil {
+		return nil, e2bConnectErr(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// walk calls fn for each entry under dir, depth levels down, at most
+// e2bMaxListed of them.
+func (f e2bFilesystem) walk(ctx context.Context, call e2bCall, dir string, depth int, fn func(sandboxes.FileInfo)) error {
+	n := 0
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		list, err := f.s.sbx.ListDir(ctx, *call.c, call.id, dir)
@@ -543,10 +593,10 @@ func (f e2bFilesystem) ListDir(ctx context.Context, req *connect.Request[filesys
 			return err
 		}
 		for _, e := range list {
-			if len(out.Entries) >= e2bMaxListed {
+			if n++; n > e2bMaxListed {
 				return errorf(KindPayloadTooLarge, "the listing is over %d entries; list a smaller depth or a deeper directory", e2bMaxListed)
 			}
-			out.Entries = append(out.Entries, e2bEntry(e))
+			fn(e)
 			if e.Type == "dir" && level < depth {
 				if err := walk(e.Path, level+1); err != nil {
 					return err
@@ -555,10 +605,7 @@ func (f e2bFilesystem) ListDir(ctx context.Context, req *connect.Request[filesys
 		}
 		return nil
 	}
-	if err := walk(req.Msg.GetPath(), 1); err != nil {
-		return nil, e2bConnectErr(err)
-	}
-	return connect.NewResponse(out), nil
+	return walk(dir, 1)
 }
 
 func (f e2bFilesystem) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
@@ -607,20 +654,151 @@ func (f e2bFilesystem) Remove(ctx context.Context, req *connect.Request[filesyst
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
 }
 
-func (f e2bFilesystem) WatchDir(context.Context, *connect.Request[filesystem.WatchDirRequest], *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	return connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by Vertal Run's E2B API"))
+// Watching a directory: the sandbox's agent has no inotify of its own,
+// so a watch lists the directory (recursively down to e2bWatchDepth with
+// recursive) every e2bWatchEvery and sends what changed as envd's events:
+// a new entry is CREATE, a gone one REMOVE, a change of size or time
+// WRITE, of mode CHMOD (a rename shows as REMOVE then CREATE). A sandbox
+// has at most e2bMaxWatches at once.
+const (
+	e2bWatchEvery = 500 * time.Millisecond
+	e2bWatchDepth = 16
+	e2bMaxWatches = 4
+)
+
+func (f e2bFilesystem) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	call, err := e2bFSCall(ctx, req.Header())
+	if err != nil {
+		return err
+	}
+	if !f.s.e2bWatches.acquire(call.id) {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("a sandbox may have %d directory watches at once; stop one first", e2bMaxWatches))
+	}
+	defer f.s.e2bWatches.release(call.id)
+	root := req.Msg.GetPath()
+	fi, err := f.s.sbx.Stat(ctx, *call.c, call.id, root)
+	if err != nil {
+		return e2bConnectErr(err)
+	}
+	if fi.Type != "dir" {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", fi.Path))
+	}
+	depth := 1
+	if req.Msg.GetRecursive() {
+		depth = e2bWatchDepth
+	}
+	snapshot := func() (map[string]sandboxes.FileInfo, error) {
+		m := map[string]sandboxes.FileInfo{}
+		err := f.walk(ctx, call, fi.Path, depth, func(e sandboxes.FileInfo) {
+			m[strings.TrimPrefix(e.Path, fi.Path+"/")] = e
+		})
+		return m, err
+	}
+	prev, err := snapshot()
+	if err != nil {
+		return e2bConnectErr(err)
+	}
+	var mu sync.Mutex
+	send := func(r *filesystem.WatchDirResponse) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(r)
+	}
+	if err := send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	stop := keepalive(e2bKeepalive(req.Header()), func() {
+		_ = send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}})
+	})
+	defer stop()
+	t := time.NewTicker(e2bWatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cur, err := snapshot()
+		if err != nil {
+			return e2bConnectErr(err)
+		}
+		for _, ev := range e2bDiff(prev, cur, req.Msg.GetIncludeEntry()) {
+			if err := send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+				return err
+			}
+		}
+		prev = cur
+	}
+}
+
+// e2bDiff is what changed from prev to cur, as envd's events, by name.
+func e2bDiff(prev, cur map[string]sandboxes.FileInfo, withEntry bool) []*filesystem.FilesystemEvent {
+	var out []*filesystem.FilesystemEvent
+	add := func(name string, t filesystem.EventType, fi sandboxes.FileInfo) {
+		ev := &filesystem.FilesystemEvent{Name: name, Type: t}
+		if withEntry && t != filesystem.EventType_EVENT_TYPE_REMOVE {
+			ev.Entry = e2bEntry(fi)
+		}
+		out = append(out, ev)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cur)) {
+		c := cur[name]
+		p, ok := prev[name]
+		switch {
+		case !ok:
+			add(name, filesystem.EventType_EVENT_TYPE_CREATE, c)
+		case p.Size != c.Size || !p.ModTime.Equal(c.ModTime) || p.Type != c.Type:
+			add(name, filesystem.EventType_EVENT_TYPE_WRITE, c)
+		case p.Mode != c.Mode:
+			add(name, filesystem.EventType_EVENT_TYPE_CHMOD, c)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(prev)) {
+		if _, ok := cur[name]; !ok {
+			add(name, filesystem.EventType_EVENT_TYPE_REMOVE, prev[name])
+		}
+	}
+	return out
+}
+
+// watchCount counts the directory watches of each sandbox.
+type watchCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *watchCount) acquire(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil {
+		w.n = map[string]int{}
+	}
+	if w.n[id] >= e2bMaxWatches {
+		return false
+	}
+	w.n[id]++
+	return true
+}
+
+func (w *watchCount) release(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n[id]--; w.n[id] <= 0 {
+		delete(w.n, id)
+	}
 }
 
 func (f e2bFilesystem) CreateWatcher(context.Context, *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by Vertal Run's E2B API"))
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watchers are not supported by Vertal Run's E2B API: use WatchDir (see docs/E2B.md)"))
 }
 
 func (f e2bFilesystem) GetWatcherEvents(context.Context, *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by Vertal Run's E2B API"))
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watchers are not supported by Vertal Run's E2B API: use WatchDir (see docs/E2B.md)"))
 }
 
 func (f e2bFilesystem) RemoveWatcher(context.Context, *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by Vertal Run's E2B API"))
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("watchers are not supported by Vertal Run's E2B API: use WatchDir (see docs/E2B.md)"))
 }
 
 // e2bFilesUser checks /files' username query.
@@ -651,6 +829,9 @@ func (s *Server) e2bReadFile(w http.ResponseWriter, r *http.Request, c *Caller, 
 	return s.sendFile(w, r, c, id, fi)
 }
 
+// e2bMaxUploadFiles bounds the files of one multipart upload.
+const e2bMaxUploadFiles = 1000
+
 // e2bWritten is one entry of POST /files' answer.
 type e2bWritten struct {
 	Path string `json:"path"`
@@ -678,8 +859,11 @@ func (s *Server) e2bWriteFiles(w http.ResponseWriter, r *http.Request, c *Caller
 	write := func(p string, body io.Reader) (e2bWritten, error) {
 		fi, err := s.sbx.WriteFile(ctx, *c, id, p, body)
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return e2bWritten{}, errorf(KindPayloadTooLarge, "the file is over %d bytes, this sandbox's max_file_mb", limit)
+		switch {
+		case errors.Is(err, errFileTooLarge) || (errors.As(err, &tooLarge) && tooLarge.Limit == limit):
+			return e2bWritten{}, errorf(KindPayloadTooLarge, "%s is over %d bytes, this sandbox's max_file_mb (nothing of it was kept)", clip(p, 80), limit)
+		case errors.As(err, &tooLarge):
+			return e2bWritten{}, errorf(KindPayloadTooLarge, "the upload is over %d bytes in all (8 files of this sandbox's max_file_mb); the files before %s were written: send the rest in another upload", tooLarge.Limit, clip(p, 80))
 		}
 		if err != nil {
 			return e2bWritten{}, err
@@ -711,7 +895,7 @@ func (s *Server) e2bWriteFiles(w http.ResponseWriter, r *http.Request, c *Caller
 		}
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return errorf(KindPayloadTooLarge, "the upload is over %d bytes", 8*limit+1<<20)
+			return errorf(KindPayloadTooLarge, "the upload is over %d bytes in all (8 files of this sandbox's max_file_mb); the files before the cut were written: send the rest in another upload", 8*limit+1<<20)
 		}
 		if err != nil {
 			return errorf(KindInvalidRequest, "the multipart body is malformed")
@@ -732,15 +916,15 @@ func (s *Server) e2bWriteFiles(w http.ResponseWriter, r *http.Request, c *Caller
 		if seen[p] {
 			return errorf(KindInvalidRequest, "the path %q is given twice", clip(p, 80))
 		}
+		if len(out) >= e2bMaxUploadFiles {
+			return errorf(KindInvalidRequest, "at most %d files in one upload", e2bMaxUploadFiles)
+		}
 		seen[p] = true
 		one, err := write(p, &capReader{r: part, left: limit})
 		if err != nil {
 			return err
 		}
 		out = append(out, one)
-		if len(out) > 1000 {
-			return errorf(KindInvalidRequest, "at most 1000 files in one upload")
-		}
 	}
 	if len(out) == 0 {
 		return errorf(KindInvalidRequest, `the multipart body has no part named "file"`)
@@ -748,7 +932,10 @@ func (s *Server) e2bWriteFiles(w http.ResponseWriter, r *http.Request, c *Caller
 	return s.writeJSON(w, r, http.StatusOK, out)
 }
 
-// capReader fails a read past left bytes as http.MaxBytesReader does.
+// errFileTooLarge: one file of an upload is over the cap.
+var errFileTooLarge = errors.New("file over the cap")
+
+// capReader fails a read past left bytes with errFileTooLarge.
 type capReader struct {
 	r    io.Reader
 	left int64
@@ -756,7 +943,7 @@ type capReader struct {
 
 func (c *capReader) Read(p []byte) (int, error) {
 	if c.left < 0 {
-		return 0, &http.MaxBytesError{}
+		return 0, errFileTooLarge
 	}
 	if int64(len(p)) > c.left+1 {
 		p = p[:c.left+1]
@@ -764,7 +951,7 @@ func (c *capReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	if c.left < 0 {
-		return n, &http.MaxBytesError{}
+		return n, errFileTooLarge
 	}
 	return n, err
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -74,6 +75,52 @@ func e2bResultLine(o sandboxes.CodeOutput) map[string]any {
 // end_of_execution. A failure before the first line is an ordinary error
 // answer; after it, an error line named as the failure.
 func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request, c *Caller, id string) error {
+	var (
+		mu      sync.Mutex // lines come from the cell's events and the keepalive
+		started bool
+		rc      = http.NewResponseController(w)
+	)
+	line := func(v any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusOK)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(v) == nil {
+			_, _ = w.Write(buf.Bytes())
+			_ = rc.Flush()
+		}
+	}
+	err := s.e2bRunCell(w, r, c, id, line)
+	if err == nil {
+		return nil
+	}
+	e := asError(err)
+	if !started && (e.Kind == KindNotFound || e2bDataStatus(e) >= 500) {
+		return err // the SDK shows a 404's or a 502's message
+	}
+	// Any other refusal is an error line, named by its code: the SDK shows
+	// only the status of a 400 or a 429, never its message. A cell cut
+	// short after its first line ends the same way.
+	name := "UnexpectedEndOfExecution"
+	if !started {
+		name = kindCode(e.Kind)
+	}
+	info := infoFrom(r.Context())
+	info.err, info.errCode = e, kindCode(e.Kind)
+	line(map[string]any{"type": "error", "name": name, "value": e.Msg, "traceback": ""})
+	return nil
+}
+
+// e2bRunCell decodes an /execute request and runs it, sending each line
+// through line.
+func (s *Server) e2bRunCell(w http.ResponseWriter, r *http.Request, c *Caller, id string, line func(any)) error {
 	var in e2bExecuteBody
 	if err := s.decodeBody(w, r, s.maxBodyBytes(c.Plan), &in); err != nil {
 		return err
@@ -94,26 +141,6 @@ func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request, c *Caller, i
 		}
 		req.Language = lang
 	}
-	started := false
-	rc := http.NewResponseController(w)
-	var mu sync.Mutex // lines come from the cell's events and the keepalive
-	line := func(v any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !started {
-			started = true
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.Header().Set("Cache-Control", "no-store")
-			w.WriteHeader(http.StatusOK)
-		}
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if enc.Encode(v) == nil {
-			_, _ = w.Write(buf.Bytes())
-			_ = rc.Flush()
-		}
-	}
 	// A keepalive line every 30 s of a long cell, as E2B's server sends,
 	// keeps idle-stream timeouts from cutting it; the SDK skips them.
 	stop := keepalive(30*time.Second, func() { line(map[string]any{"type": "keepalive"}) })
@@ -129,17 +156,16 @@ func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request, c *Caller, i
 	})
 	stop()
 	if err != nil {
-		if !started {
-			return err
-		}
-		e := asError(err)
-		info := infoFrom(r.Context())
-		info.err = e
-		line(map[string]any{"type": "error", "name": "UnexpectedEndOfExecution", "value": e.Msg, "traceback": ""})
-		return nil
+		return err
 	}
-	if res.Status == "timed_out" && res.Error == nil {
-		line(map[string]any{"type": "error", "name": "TimeoutError", "value": "the cell ran past its timeout and was interrupted", "traceback": ""})
+	if res.Truncated {
+		line(map[string]any{"type": "stderr", "text": "[vertal: the cell's output was cut at the plan's cap per stream]\n"})
+	}
+	if res.Status == "timed_out" {
+		// The SDK keeps the last error: this one says why, where the
+		// interpreter said only KeyboardInterrupt.
+		line(map[string]any{"type": "error", "name": "TimeoutError", "traceback": "",
+			"value": fmt.Sprintf("the cell ran past its timeout (at most the plan's max_timeout_s, %d s) and was interrupted; the context keeps its state", c.Plan.MaxTimeoutS)})
 	}
 	line(map[string]any{"type": "number_of_executions", "execution_count": res.ExecutionCount})
 	line(map[string]any{"type": "end_of_execution"})

@@ -121,6 +121,7 @@ type Server struct {
 	edgeSecret *[32]byte
 	heartbeat  time.Duration
 	bodies     *bodyBudget
+	e2bWatches watchCount // directory watches of the E2B data plane, by sandbox
 }
 
 // New returns a Server.

@@ -106,6 +106,11 @@ type Sandbox struct {
 	// AccessToken is the E2B data plane's token of a sandbox made through
 	// /e2b ("" otherwise); only the E2B routes show it, to its owner.
 	AccessToken string `json:"-"`
+	// LiveSince is when its current (or last) live period began, from
+	// which the plan's maximum lifetime counts; KeyID is the key that
+	// created it. Neither is on the /v1 wire.
+	LiveSince time.Time `json:"-"`
+	KeyID     string    `json:"-"`
 }
 
 // File is one file of CreateRequest, placed under the home directory.

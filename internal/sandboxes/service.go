@@ -946,7 +946,7 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 		ID: rec.ID, Status: Status(rec.Status), Reason: rec.Reason, Message: rec.Message, Image: rec.Image,
 		ImageVersion: rec.ImageVersion, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, OnTimeout: rec.OnTimeout,
 		Limits: parseLimits(rec), Metadata: rec.Metadata, AliveSeconds: rec.AliveSeconds, CPUSeconds: rec.CPUSeconds,
-		AccessToken: rec.AccessToken,
+		AccessToken: rec.AccessToken, LiveSince: rec.StartedAt, KeyID: rec.KeyID,
 	}
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}

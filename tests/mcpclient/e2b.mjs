@@ -46,7 +46,7 @@ const waitFor = (path) => `echo ready; for i in $(seq 1 300); do [ -f ${path} ] 
 async function sdk() {
   let sbx;
   await check('create', async () => {
-    sbx = await Sandbox.create({ metadata: { suite: 'e2b-sdk' }, envs: { GREETING: 'hello' }, timeoutMs: 120_000 });
+    sbx = await Sandbox.create({ metadata: { suite: 'e2b sdk&=1' }, envs: { GREETING: 'hello' }, timeoutMs: 120_000 });
     assert.match(sbx.sandboxId, /^sbx_[0-9a-f]+$/);
   });
   await check('run stdout stderr exit', async () => {
@@ -138,6 +138,22 @@ async function sdk() {
     const err = await rejects(() => sbx.files.read('/home/user/none.txt'));
     assert.ok(err instanceof NotFoundError, `read of a missing file: ${err}`);
   });
+  await check('watchDir', async () => {
+    await sbx.files.makeDir('/home/user/watched');
+    const events = [];
+    const h = await sbx.files.watchDir('/home/user/watched', (e) => events.push(`${e.type} ${e.name}`));
+    const until = async (ev) => {
+      for (let i = 0; i < 100 && !events.includes(ev); i++) await new Promise((r) => setTimeout(r, 100));
+    };
+    await sbx.files.write('/home/user/watched/new.txt', 'x');
+    await until('create new.txt');
+    await sbx.commands.run('echo more >> watched/new.txt');
+    await until('write new.txt');
+    await sbx.files.remove('/home/user/watched/new.txt');
+    await until('remove new.txt');
+    await h.stop();
+    assert.deepEqual(events.filter((e) => e.endsWith('new.txt')), ['create new.txt', 'write new.txt', 'remove new.txt']);
+  });
   await check('file made by a command', async () => {
     await sbx.commands.run('echo made > made.txt');
     assert.equal(await sbx.files.read('made.txt'), 'made\n');
@@ -168,7 +184,7 @@ except OSError as e:
     const again = await Sandbox.connect(sbx.sandboxId);
     const r = await again.commands.run('cat made.txt');
     assert.equal(r.stdout, 'made\n');
-    const page = await Sandbox.list({ query: { metadata: { suite: 'e2b-sdk' } } }).nextItems();
+    const page = await Sandbox.list({ query: { metadata: { suite: 'e2b sdk&=1' } } }).nextItems();
     assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId]);
     assert.equal(page[0].state, 'running');
     assert.equal(await sbx.isRunning(), true);
@@ -177,7 +193,7 @@ except OSError as e:
     const after = await Sandbox.getInfo(sbx.sandboxId);
     assert.equal(after.state, 'running');
     assert.equal(after.templateId, 'base');
-    assert.deepEqual(after.metadata, { suite: 'e2b-sdk' });
+    assert.deepEqual(after.metadata, { suite: 'e2b sdk&=1' });
     assert.ok(after.endAt > before.endAt, `endAt ${after.endAt} not after ${before.endAt}`);
   });
   await check('another tenant sees nothing', async () => {

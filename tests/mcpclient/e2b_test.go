@@ -71,15 +71,15 @@ func TestE2BSDK(t *testing.T) {
 	e2bFlows(t, "sdk", key, []string{
 		"create", "run stdout stderr exit", "CommandExitError", "onStdout streams before the end", "run with cwd and envs",
 		"background list kill", "stdin", "connect to a running command", "files text", "files binary 70 kB", "files write many",
-		"files list exists remove makeDir rename", "file made by a command", "read-only root and no root user",
+		"files list exists remove makeDir rename", "watchDir", "file made by a command", "read-only root and no root user",
 		"no network inside", "connect list setTimeout getInfo", "another tenant sees nothing",
 		"data plane refuses a missing or foreign token", "pause and connect resumes", "kill", "wrong key",
 	})
 	today, _ := usageOf(t, key)["today"].(map[string]any)
-	// Exactly what ran: two sandboxes and twelve commands (the one asked
+	// Exactly what ran: two sandboxes and thirteen commands (the one asked
 	// as root, and the one after the kill, were refused before starting).
-	if n, _ := today["executions"].(float64); n != 14 {
-		t.Errorf("usage after the E2B flows counts %v executions, want 14 (two sandboxes, twelve commands): %v", today["executions"], today)
+	if n, _ := today["executions"].(float64); n != 15 {
+		t.Errorf("usage after the E2B flows counts %v executions, want 15 (two sandboxes, thirteen commands): %v", today["executions"], today)
 	}
 	if !strings.Contains(e2e.log.String(), `/e2b/process.Process/`) {
 		t.Errorf("the access log has no E2B command route")

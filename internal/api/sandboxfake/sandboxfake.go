@@ -153,7 +153,7 @@ func (f *Fake) Create(ctx context.Context, c execution.Caller, idemKey string, r
 	if r.OnTimeout != "" {
 		sb.OnTimeout = r.OnTimeout
 	}
-	sb.AccessToken = r.AccessToken
+	sb.AccessToken, sb.KeyID, sb.LiveSince = r.AccessToken, c.Key.ID, sb.CreatedAt
 	b := &box{tenant: c.Key.Tenant, sb: sb, files: map[string][]byte{}, dirs: map[string]bool{"/home/user": true, "/tmp": true}}
 	for _, file := range r.Files {
 		p := resolve(file.Path)
@@ -692,7 +692,7 @@ func (f *Fake) ByAccessToken(ctx context.Context, id, token string) (tenant, key
 	if !ok || token == "" || b.sb.AccessToken != token {
 		return "", "", execution.Errorf(execution.KindUnauthorized, "missing or wrong access token for this sandbox")
 	}
-	return b.tenant, "", nil
+	return b.tenant, b.sb.KeyID, nil
 }
 
 func (f *Fake) Owner(ctx context.Context, c execution.Caller, id string) (string, error) {
