@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,7 +12,8 @@ import (
 
 // TestSandboxTwoNodesOnPostgres: two nodes share one PostgreSQL. A
 // sandbox created on A answers every kind of call made to B (commands,
-// a streamed command, files both ways, a background command's events),
+// a streamed command, files both ways, a background command's events,
+// and the E2B API's control and data planes),
 // forwarded to A and counted once against the rate; when A is SIGKILLed,
 // B first answers 503 to retry, then, once A is taken for stopped, ends
 // the sandbox as node_lost.
@@ -106,6 +108,45 @@ func TestSandboxTwoNodesOnPostgres(t *testing.T) {
 	evRes.Body.Close()
 	if evRes.StatusCode != 200 || !strings.Contains(string(evBody), "bg-out") {
 		t.Fatalf("events through B: %d %q", evRes.StatusCode, evBody)
+	}
+
+	// The E2B API: a sandbox created on A is reached through B on both
+	// planes, its data plane by the sandbox's own token.
+	e2b := func(srv *serverProc, method, path, token, sbx string, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.url+"/e2b"+path, strings.NewReader(body))
+		if token == "" {
+			req.Header.Set("X-API-KEY", key)
+		} else {
+			req.Header.Set("X-Access-Token", token)
+			req.Header.Set("E2b-Sandbox-Id", sbx)
+			req.Header.Set("Connect-Protocol-Version", "1")
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	st, raw := e2b(a, "POST", "/v2/sandboxes", "", "", `{"templateID":"base","timeout":120}`)
+	var e2bSbx struct{ SandboxID, EnvdAccessToken string }
+	if err := json.Unmarshal([]byte(raw), &e2bSbx); err != nil || st != 201 {
+		t.Fatalf("E2B create on A: %d %s", st, raw)
+	}
+	if st, raw := e2b(b, "POST", "/files?path=/home/user/e2b.txt", e2bSbx.EnvdAccessToken, e2bSbx.SandboxID, "through b"); st != 200 {
+		t.Errorf("E2B upload through B: %d %s", st, raw)
+	}
+	if st, raw := e2b(a, "GET", "/files?path=/home/user/e2b.txt", e2bSbx.EnvdAccessToken, e2bSbx.SandboxID, ""); st != 200 || raw != "through b" {
+		t.Errorf("E2B read on A: %d %q", st, raw)
+	}
+	if st, raw := e2b(b, "POST", "/filesystem.Filesystem/Stat", "wrong", e2bSbx.SandboxID, `{"path":"/home/user"}`); st != 401 {
+		t.Errorf("E2B Stat through B with a wrong token: %d %s, want 401", st, raw)
+	}
+	if st, raw := e2b(b, "DELETE", "/sandboxes/"+e2bSbx.SandboxID, "", "", ""); st != 204 {
+		t.Errorf("E2B kill through B: %d %s", st, raw)
 	}
 
 	// A dies: B cannot reach the sandbox (503, retry), then takes A for
