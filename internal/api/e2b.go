@@ -465,8 +465,9 @@ type e2bMetric struct {
 	DiskTotal     int64     `json:"diskTotal"`
 }
 
-// e2bMetrics answers one sample for a running sandbox: its CPU use over
-// its life so far and its limits (no sample for a paused one).
+// e2bMetrics answers one sample for a running sandbox, from its cgroup:
+// its CPU use over its live period so far, its peak memory (as memUsed)
+// and its limits; no sample for a paused one.
 func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *Caller, id string) error {
 	sb, err := s.e2bVisible(r.Context(), c, id)
 	if err != nil {
@@ -482,7 +483,7 @@ func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *Caller, i
 		}
 		out = append(out, e2bMetric{
 			Timestamp: now, TimestampUnix: now.Unix(), CPUCount: cpus, CPUUsedPct: pct,
-			MemTotal: sb.Limits.MemoryMB << 20, DiskTotal: sb.Limits.HomeMB << 20,
+			MemUsed: sb.PeakMemoryBytes, MemTotal: sb.Limits.MemoryMB << 20, DiskTotal: sb.Limits.HomeMB << 20,
 		})
 	}
 	return s.writeJSON(w, r, http.StatusOK, out)

@@ -111,6 +111,9 @@ type Sandbox struct {
 	// created it. Neither is on the /v1 wire.
 	LiveSince time.Time `json:"-"`
 	KeyID     string    `json:"-"`
+	// PeakMemoryBytes is the peak memory of a running sandbox's cgroup
+	// in its live period (0 if unknown); not on the /v1 wire.
+	PeakMemoryBytes int64 `json:"-"`
 }
 
 // File is one file of CreateRequest, placed under the home directory.

@@ -956,8 +956,10 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 		sb.EndedAt = &t
 	}
 	if b != nil && rec.Status == string(StatusRunning) {
+		u := b.live.Usage()
 		sb.AliveSeconds += max(0, s.now().Sub(b.since).Seconds())
-		sb.CPUSeconds += b.live.Usage().CPUSeconds
+		sb.CPUSeconds += u.CPUSeconds
+		sb.PeakMemoryBytes = u.PeakMemoryBytes
 	}
 	return sb
 }

@@ -196,6 +196,11 @@ except OSError as e:
     assert.deepEqual(after.metadata, { suite: 'e2b sdk&=1' });
     assert.ok(after.endAt > before.endAt, `endAt ${after.endAt} not after ${before.endAt}`);
   });
+  await check('getMetrics', async () => {
+    const m = await sbx.getMetrics();
+    assert.equal(m.length, 1);
+    assert.ok(m[0].cpuCount >= 1 && m[0].memTotal > 0 && m[0].memUsed > 0 && m[0].memUsed <= m[0].memTotal, JSON.stringify(m));
+  });
   await check('another tenant sees nothing', async () => {
     const err = await rejects(() => Sandbox.connect(sbx.sandboxId, { apiKey: otherKey }));
     assert.ok(err instanceof NotFoundError, `connect with another tenant's key: ${err}`);

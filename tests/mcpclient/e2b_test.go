@@ -72,7 +72,7 @@ func TestE2BSDK(t *testing.T) {
 		"create", "run stdout stderr exit", "CommandExitError", "onStdout streams before the end", "run with cwd and envs",
 		"background list kill", "stdin", "connect to a running command", "files text", "files binary 70 kB", "files write many",
 		"files list exists remove makeDir rename", "watchDir", "file made by a command", "read-only root and no root user",
-		"no network inside", "connect list setTimeout getInfo", "another tenant sees nothing",
+		"no network inside", "connect list setTimeout getInfo", "getMetrics", "another tenant sees nothing",
 		"data plane refuses a missing or foreign token", "pause and connect resumes", "kill", "wrong key",
 	})
 	today, _ := usageOf(t, key)["today"].(map[string]any)
