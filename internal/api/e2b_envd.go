@@ -656,7 +656,9 @@ func (f e2bFilesystem) Remove(ctx context.Context, req *connect.Request[filesyst
 
 // Watching a directory: the sandbox's agent has no inotify of its own,
 // so a watch lists the directory (recursively down to e2bWatchDepth with
-// recursive) every e2bWatchEvery and sends what changed as envd's events:
+// recursive) every e2bWatchEvery, or less often for a tree whose listing
+// takes longer (at most a fifth of the time is spent listing), and sends
+// what changed as envd's events:
 // a new entry is CREATE, a gone one REMOVE, a change of size or time
 // WRITE, of mode CHMOD (a rename shows as REMOVE then CREATE). A sandbox
 // has at most e2bMaxWatches at once.
@@ -711,18 +713,21 @@ func (f e2bFilesystem) WatchDir(ctx context.Context, req *connect.Request[filesy
 		_ = send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}})
 	})
 	defer stop()
-	t := time.NewTicker(e2bWatchEvery)
-	defer t.Stop()
+	wait := e2bWatchEvery
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(wait):
 		}
+		began := time.Now()
 		cur, err := snapshot()
 		if err != nil {
 			return e2bConnectErr(err)
 		}
+		// A large tree is listed less often: a watch spends at most a
+		// fifth of its time listing.
+		wait = max(e2bWatchEvery, 4*time.Since(began))
 		for _, ev := range e2bDiff(prev, cur, req.Msg.GetIncludeEntry()) {
 			if err := send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 				return err
