@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -696,6 +697,15 @@ func (s *Server) writeE2BError(w http.ResponseWriter, r *http.Request, e *Error)
 	status := kindStatus(e.Kind)
 	if r.Header.Get(e2bSandboxHeader) != "" {
 		status = e2bDataStatus(e)
+	}
+	if status == http.StatusTooManyRequests && strings.HasSuffix(r.URL.Path, "/execute") {
+		// @e2b/code-interpreter shows no message for a 429: the rate
+		// limit's refusal comes as the execution's error, as
+		// e2bExecute's own refusals do.
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "name": kindCode(e.Kind), "value": e.Msg, "traceback": ""})
+		return
 	}
 	_ = s.writeJSON(w, r, status, e2bError{Code: status, Message: e.Msg})
 }

@@ -290,7 +290,15 @@ func (s *Server) e2bFollow(ctx context.Context, call e2bCall, pid int, h http.He
 	if err := locked(start); err != nil {
 		return err
 	}
+	// At each keepalive the key behind the token is checked again: a
+	// rotation ends the streams it had opened.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	stop := keepalive(e2bKeepalive(h), func() {
+		if _, err := s.e2bActiveKey(ctx, call.c.Key.Tenant, call.c.Key.ID); err != nil {
+			cancel(err)
+			return
+		}
 		_ = locked(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}})
 	})
 	defer stop()
@@ -312,6 +320,9 @@ func (s *Server) e2bFollow(ctx context.Context, call e2bCall, pid int, h http.He
 		}
 		return locked(&ev)
 	})
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		err = cause
+	}
 	if err != nil {
 		return e2bConnectErr(err)
 	}
@@ -476,6 +487,9 @@ func (p e2bProcess) Update(context.Context, *connect.Request[process.UpdateReque
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTYs are not supported by Vertal Run's E2B API (see docs/E2B.md)"))
 }
 
+// e2bMaxInputMessages bounds one StreamInput.
+const e2bMaxInputMessages = 10000
+
 // StreamInput writes a stream of chunks to a command's stdin, in order:
 // a start naming the process, then data (E2B's JS SDK uses SendInput).
 func (p e2bProcess) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
@@ -483,8 +497,19 @@ func (p e2bProcess) StreamInput(ctx context.Context, stream *connect.ClientStrea
 	if err != nil {
 		return nil, err
 	}
-	pid := 0
+	pid, n := 0, 0
 	for stream.Receive() {
+		// Each message is a write to the sandbox that no request counted:
+		// a stream carries a bounded number, and checks every hundredth
+		// that the key behind the token is still active.
+		if n++; n > e2bMaxInputMessages {
+			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("a StreamInput carries at most %d messages; open another", e2bMaxInputMessages))
+		}
+		if n%100 == 0 {
+			if _, err := p.s.e2bActiveKey(ctx, call.c.Key.Tenant, call.c.Key.ID); err != nil {
+				return nil, e2bConnectErr(err)
+			}
+		}
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
 			if pid, err = e2bPID(ev.Start.GetProcess()); err != nil {
@@ -572,40 +597,23 @@ func (f e2bFilesystem) ListDir(ctx context.Context, req *connect.Request[filesys
 	if err != nil {
 		return nil, err
 	}
+	// Stat resumes a paused sandbox, as any file call does; the walk then
+	// lists the running one.
+	fi, err := f.s.sbx.Stat(ctx, *call.c, call.id, req.Msg.GetPath())
+	if err != nil {
+		return nil, e2bConnectErr(err)
+	}
+	if fi.Type != "dir" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", fi.Path))
+	}
 	out := &filesystem.ListDirResponse{Entries: []*filesystem.EntryInfo{}}
-	err = f.walk(ctx, call, req.Msg.GetPath(), max(1, int(req.Msg.GetDepth())), func(e sandboxes.FileInfo) {
+	err = f.s.sbx.WalkLive(ctx, *call.c, call.id, fi.Path, max(1, int(req.Msg.GetDepth())), e2bMaxListed, func(e sandboxes.FileInfo) {
 		out.Entries = append(out.Entries, e2bEntry(e))
 	})
 	if err != nil {
 		return nil, e2bConnectErr(err)
 	}
 	return connect.NewResponse(out), nil
-}
-
-// walk calls fn for each entry under dir, depth levels down, at most
-// e2bMaxListed of them.
-func (f e2bFilesystem) walk(ctx context.Context, call e2bCall, dir string, depth int, fn func(sandboxes.FileInfo)) error {
-	n := 0
-	var walk func(dir string, level int) error
-	walk = func(dir string, level int) error {
-		list, err := f.s.sbx.ListDir(ctx, *call.c, call.id, dir)
-		if err != nil {
-			return err
-		}
-		for _, e := range list {
-			if n++; n > e2bMaxListed {
-				return errorf(KindPayloadTooLarge, "the listing is over %d entries; list a smaller depth or a deeper directory", e2bMaxListed)
-			}
-			fn(e)
-			if e.Type == "dir" && level < depth {
-				if err := walk(e.Path, level+1); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	return walk(dir, 1)
 }
 
 func (f e2bFilesystem) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
@@ -660,12 +668,13 @@ func (f e2bFilesystem) Remove(ctx context.Context, req *connect.Request[filesyst
 // takes longer (at most a fifth of the time is spent listing), and sends
 // what changed as envd's events:
 // a new entry is CREATE, a gone one REMOVE, a change of size or time
-// WRITE, of mode CHMOD (a rename shows as REMOVE then CREATE). A sandbox
-// has at most e2bMaxWatches at once.
+// WRITE, of mode CHMOD (a rename shows as REMOVE then CREATE). A tenant
+// has at most e2bMaxWatches open at once.
 const (
 	e2bWatchEvery = 500 * time.Millisecond
 	e2bWatchDepth = 16
-	e2bMaxWatches = 4
+	e2bWatchMax   = 5000 // entries a watched tree may hold
+	e2bMaxWatches = 4    // open at once, per tenant
 )
 
 func (f e2bFilesystem) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
@@ -673,10 +682,11 @@ func (f e2bFilesystem) WatchDir(ctx context.Context, req *connect.Request[filesy
 	if err != nil {
 		return err
 	}
-	if !f.s.e2bWatches.acquire(call.id) {
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("a sandbox may have %d directory watches at once; stop one first", e2bMaxWatches))
+	tenant := call.c.Key.Tenant
+	if !f.s.e2bWatches.acquire(tenant) {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("a tenant may have %d directory watches open at once; stop one first", e2bMaxWatches))
 	}
-	defer f.s.e2bWatches.release(call.id)
+	defer f.s.e2bWatches.release(tenant)
 	root := req.Msg.GetPath()
 	fi, err := f.s.sbx.Stat(ctx, *call.c, call.id, root)
 	if err != nil {
@@ -689,9 +699,15 @@ func (f e2bFilesystem) WatchDir(ctx context.Context, req *connect.Request[filesy
 	if req.Msg.GetRecursive() {
 		depth = e2bWatchDepth
 	}
+	// Each listing is of the running sandbox only (a watch never resumes
+	// a paused one: it ends), and checks again that the key behind the
+	// token is active, so a rotation also ends the watches it opened.
 	snapshot := func() (map[string]sandboxes.FileInfo, error) {
+		if _, err := f.s.e2bActiveKey(ctx, tenant, call.c.Key.ID); err != nil {
+			return nil, err
+		}
 		m := map[string]sandboxes.FileInfo{}
-		err := f.walk(ctx, call, fi.Path, depth, func(e sandboxes.FileInfo) {
+		err := f.s.sbx.WalkLive(ctx, *call.c, call.id, fi.Path, depth, e2bWatchMax, func(e sandboxes.FileInfo) {
 			m[strings.TrimPrefix(e.Path, fi.Path+"/")] = e
 		})
 		return m, err
@@ -723,6 +739,10 @@ func (f e2bFilesystem) WatchDir(ctx context.Context, req *connect.Request[filesy
 		began := time.Now()
 		cur, err := snapshot()
 		if err != nil {
+			var e *Error
+			if errors.As(err, &e) && e.Kind == KindSandboxNotRunning {
+				return connect.NewError(connect.CodeUnavailable, errors.New("the sandbox was paused or has ended, so the watch ended"))
+			}
 			return e2bConnectErr(err)
 		}
 		// A large tree is listed less often: a watch spends at most a
@@ -767,30 +787,30 @@ func e2bDiff(prev, cur map[string]sandboxes.FileInfo, withEntry bool) []*filesys
 	return out
 }
 
-// watchCount counts the directory watches of each sandbox.
+// watchCount counts the open directory watches of each tenant.
 type watchCount struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-func (w *watchCount) acquire(id string) bool {
+func (w *watchCount) acquire(tenant string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.n == nil {
 		w.n = map[string]int{}
 	}
-	if w.n[id] >= e2bMaxWatches {
+	if w.n[tenant] >= e2bMaxWatches {
 		return false
 	}
-	w.n[id]++
+	w.n[tenant]++
 	return true
 }
 
-func (w *watchCount) release(id string) {
+func (w *watchCount) release(tenant string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.n[id]--; w.n[id] <= 0 {
-		delete(w.n, id)
+	if w.n[tenant]--; w.n[tenant] <= 0 {
+		delete(w.n, tenant)
 	}
 }
 

@@ -45,6 +45,7 @@ type Sandboxes interface {
 	Events(ctx context.Context, c execution.Caller, id string, pid int, after int64, fn func(sandboxes.Event) error) error
 	Stat(ctx context.Context, c execution.Caller, id, path string) (sandboxes.FileInfo, error)
 	ListDir(ctx context.Context, c execution.Caller, id, path string) ([]sandboxes.FileInfo, error)
+	WalkLive(ctx context.Context, c execution.Caller, id, path string, depth, max int, fn func(sandboxes.FileInfo)) error
 	ReadFile(ctx context.Context, c execution.Caller, id, path string, w io.Writer) (int64, error)
 	WriteFile(ctx context.Context, c execution.Caller, id, path string, r io.Reader) (sandboxes.FileInfo, error)
 	Remove(ctx context.Context, c execution.Caller, id, path string) error

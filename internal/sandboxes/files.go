@@ -129,6 +129,44 @@ func (s *Service) ListDir(ctx context.Context, c execution.Caller, id, p string)
 	return out, nil
 }
 
+// WalkLive calls fn for each entry under p, depth levels down, at most
+// max of them (more is KindPayloadTooLarge), in a running sandbox only: a
+// paused one is KindSandboxNotRunning, never resumed, so that a watcher
+// polling it cannot undo a pause. The sandbox is looked up once for the
+// whole walk.
+func (s *Service) WalkLive(ctx context.Context, c execution.Caller, id, p string, depth, max int, fn func(FileInfo)) error {
+	full, err := homePath(p)
+	if err != nil {
+		return err
+	}
+	b, err := s.liveOnly(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	n := 0
+	var walk func(dir string, level int) error
+	walk = func(dir string, level int) error {
+		list, err := b.ag.List(ctx, dir)
+		if err != nil {
+			return fileErr(err, dir)
+		}
+		for _, fi := range list {
+			if n++; n > max {
+				return execution.Errorf(execution.KindPayloadTooLarge, "more than %d entries under %s", max, full)
+			}
+			e := fileInfo(dir, fi, "")
+			fn(e)
+			if e.Type == "dir" && level < depth {
+				if err := walk(e.Path, level+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(full, 1)
+}
+
 // ReadFile copies a file to w, up to the plan's file size.
 func (s *Service) ReadFile(ctx context.Context, c execution.Caller, id, p string, w io.Writer) (int64, error) {
 	b, lim, full, err := s.files(ctx, c, id, p)

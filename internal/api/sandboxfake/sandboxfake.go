@@ -539,6 +539,41 @@ func (f *Fake) Stat(ctx context.Context, c execution.Caller, id, p string) (sand
 	return fi, nil
 }
 
+// WalkLive walks p as ListDir lists it, depth levels down, without
+// resuming a paused sandbox.
+func (f *Fake) WalkLive(ctx context.Context, c execution.Caller, id, p string, depth, max int, fn func(sandboxes.FileInfo)) error {
+	f.mu.Lock()
+	b, err := f.box(c, id)
+	if err == nil && b.sb.Status != sandboxes.StatusRunning {
+		err = execution.Errorf(execution.KindSandboxNotRunning, "sandbox %s is %s", id, b.sb.Status)
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	n := 0
+	var walk func(dir string, level int) error
+	walk = func(dir string, level int) error {
+		list, err := f.ListDir(ctx, c, id, dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range list {
+			if n++; n > max {
+				return execution.Errorf(execution.KindPayloadTooLarge, "more than %d entries", max)
+			}
+			fn(e)
+			if e.Type == "dir" && level < depth {
+				if err := walk(e.Path, level+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(p, 1)
+}
+
 func (f *Fake) ListDir(ctx context.Context, c execution.Caller, id, p string) ([]sandboxes.FileInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
