@@ -260,7 +260,11 @@ func newEngine(ctx context.Context, cfg config.Config, langs []engine.Language, 
 		metrics.Add(p)
 		runner = p
 	}
-	eng := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.QueueSize()})
+	eng, err := engine.New(runner, engine.Options{MaxConcurrent: cfg.MaxConcurrent, QueueTimeout: cfg.QueueTimeout.D(), MaxQueue: cfg.QueueSize()})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
 	metrics.SetEngine(eng)
 	return eng, driver, closeAll, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres"
@@ -39,7 +40,7 @@ func newAccountNode(t *testing.T, st store.Store, edgeSecret string) *accountEnv
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := execution.New(execution.Options{Store: st, Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 8, QueueTimeout: time.Second}),
+	svc, err := execution.New(execution.Options{Store: st, Engine: enginetest.New(t, newFakeDriver(), engine.Options{MaxConcurrent: 8, MaxQueue: 32, QueueTimeout: time.Second}),
 		Languages: testLanguages, Render: RenderExecution})
 	if err != nil {
 		t.Fatal(err)

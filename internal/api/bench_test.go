@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkAPIOverhead(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			plans := config.DefaultPlans()
 			plans["bench"] = config.Plan{ExecutionsPerDay: 1 << 40, RequestsPerMinute: 1 << 40, MaxTimeoutS: 10, MemoryMB: 64}
-			opts := []envOption{withPlans(plans), withEngine(engine.Options{MaxConcurrent: 64})}
+			opts := []envOption{withPlans(plans), withEngine(enginetest.Options(64))}
 			if tc.store == "sqlite" {
 				st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "vertal.db"))
 				if err != nil {

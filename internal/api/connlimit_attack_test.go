@@ -21,6 +21,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
 	"github.com/kuboprotocol/vertal2kubo/internal/web"
@@ -43,7 +44,7 @@ func accountsServer(t *testing.T, o ConnLimits, stall time.Duration) (*ConnLimit
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := execution.New(execution.Options{Store: st, Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 8, QueueTimeout: time.Second}),
+	svc, err := execution.New(execution.Options{Store: st, Engine: enginetest.New(t, newFakeDriver(), engine.Options{MaxConcurrent: 8, MaxQueue: 32, QueueTimeout: time.Second}),
 		Languages: testLanguages, Render: RenderExecution})
 	if err != nil {
 		t.Fatal(err)

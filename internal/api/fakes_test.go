@@ -18,6 +18,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
@@ -367,7 +368,7 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 			Now:     env.clock.Now,
 		},
 		service: execution.Options{Languages: testLanguages, QueueTimeout: time.Second},
-		engine:  engine.Options{MaxConcurrent: 256, QueueTimeout: time.Second},
+		engine:  engine.Options{MaxConcurrent: 256, MaxQueue: 1024, QueueTimeout: time.Second},
 		store:   storefake.New(),
 	}
 	for _, f := range opts {
@@ -375,7 +376,7 @@ func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	}
 	env.store = &countingStore{Store: cfg.store}
 	o, so := cfg.opts, cfg.service
-	env.engine = engine.New(env.driver, cfg.engine)
+	env.engine = enginetest.New(t, env.driver, cfg.engine)
 	o.Metrics = NewMetrics()
 	o.Metrics.SetEngine(env.engine)
 	so.Store, so.Engine = env.store, env.engine

@@ -58,7 +58,7 @@ func scrape(t *testing.T, m *Metrics) map[string]string {
 }
 
 func TestMetrics(t *testing.T) {
-	env := newEnv(t, withEngine(engine.Options{MaxConcurrent: 3, QueueTimeout: time.Second}))
+	env := newEnv(t, withEngine(engine.Options{MaxConcurrent: 3, MaxQueue: 12, QueueTimeout: time.Second}))
 	env.srv.Metrics().Add(poolMetrics{})
 	env.run("python", "print(6 * 7)", nil)
 	env.run("python", "exit 1", nil)

@@ -57,6 +57,38 @@ func TestSpecValidate(t *testing.T) {
 	}
 }
 
+// newEngine is New for a test, which fails if opts are refused.
+func newEngine(t *testing.T, d Driver, opts Options) *Engine {
+	t.Helper()
+	e, err := New(d, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// New takes the queue options as given: config decides the defaults, so
+// one left unset is refused, not filled in.
+func TestNewRefusesIncompleteOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"none", Options{}},
+		{"no slots", Options{MaxQueue: 4, QueueTimeout: time.Second}},
+		{"negative slots", Options{MaxConcurrent: -1, MaxQueue: 4, QueueTimeout: time.Second}},
+		{"no queue", Options{MaxConcurrent: 1, QueueTimeout: time.Second}},
+		{"no queue timeout", Options{MaxConcurrent: 1, MaxQueue: 4}},
+		{"negative queue timeout", Options{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: -time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if e, err := New(&blockingDriver{}, tc.opts); err == nil {
+				t.Fatalf("New(%+v) = %+v, want an error", tc.opts, e.opts)
+			}
+		})
+	}
+}
+
 // blockingDriver holds every Run until release is closed.
 type blockingDriver struct {
 	release chan struct{}
@@ -80,7 +112,7 @@ func (d *blockingDriver) Name() string                      { return "blocking" 
 
 func TestEngineBusyWhenQueueFull(t *testing.T) {
 	d := &blockingDriver{release: make(chan struct{})}
-	e := New(d, Options{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Hour})
+	e := newEngine(t, d, Options{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Hour})
 	done := make(chan error, 2)
 	go func() { _, err := e.Run(context.Background(), Spec{}); done <- err }()
 	waitFor(t, func() bool { return e.Stats().Running == 1 })
@@ -106,7 +138,7 @@ func TestEngineBusyWhenQueueFull(t *testing.T) {
 func TestEngineQueueTimeout(t *testing.T) {
 	d := &blockingDriver{release: make(chan struct{})}
 	defer close(d.release)
-	e := New(d, Options{MaxConcurrent: 1, QueueTimeout: 10 * time.Millisecond})
+	e := newEngine(t, d, Options{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 10 * time.Millisecond})
 	go e.Run(context.Background(), Spec{})
 	waitFor(t, func() bool { return e.Stats().Running == 1 })
 	if _, err := e.Run(context.Background(), Spec{}); !errors.Is(err, ErrBusy) {
@@ -117,7 +149,7 @@ func TestEngineQueueTimeout(t *testing.T) {
 func TestEngineCancelledWaiterLeavesQueue(t *testing.T) {
 	d := &blockingDriver{release: make(chan struct{})}
 	defer close(d.release)
-	e := New(d, Options{MaxConcurrent: 1, QueueTimeout: time.Hour})
+	e := newEngine(t, d, Options{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Hour})
 	go e.Run(context.Background(), Spec{})
 	waitFor(t, func() bool { return e.Stats().Running == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,7 +170,7 @@ func TestEngineCancelledWaiterLeavesQueue(t *testing.T) {
 func TestExecutePassesSpecAsGiven(t *testing.T) {
 	d := &blockingDriver{release: make(chan struct{})}
 	close(d.release)
-	e := New(d, Options{})
+	e := newEngine(t, d, Options{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: 30 * time.Second})
 	for _, spec := range []Spec{
 		{ID: "exe_1"},
 		{ID: "exe_2", Timeout: 3 * time.Second, Limits: Limits{MemoryBytes: 1 << 30}},
@@ -155,7 +187,7 @@ func TestExecutePassesSpecAsGiven(t *testing.T) {
 }
 
 func TestReleaseIsIdempotent(t *testing.T) {
-	e := New(&blockingDriver{}, Options{MaxConcurrent: 1})
+	e := newEngine(t, &blockingDriver{}, Options{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: 30 * time.Second})
 	release, err := e.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +222,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // slots go round the waiting tenants in turn.
 func TestAdmitFairness(t *testing.T) {
 	ctx := context.Background()
-	e := New(&blockingDriver{}, Options{MaxConcurrent: 3, MaxQueue: 12, QueueTimeout: time.Minute})
+	e := newEngine(t, &blockingDriver{}, Options{MaxConcurrent: 3, MaxQueue: 12, QueueTimeout: time.Minute})
 	admit := func(tenant string, limit int) (func(), error) {
 		return e.Admit(ctx, Admission{Tenant: tenant, Limit: limit})
 	}
@@ -244,7 +276,7 @@ func TestAdmitFairness(t *testing.T) {
 // one slot at a time.
 func TestAdmitTurns(t *testing.T) {
 	ctx := context.Background()
-	e := New(&blockingDriver{}, Options{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Minute})
+	e := newEngine(t, &blockingDriver{}, Options{MaxConcurrent: 1, MaxQueue: 10, QueueTimeout: time.Minute})
 	first, err := e.Admit(ctx, Admission{Tenant: "a", Limit: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +317,7 @@ func TestAdmitTenantQueueShare(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// 4 queue places per slot: MaxQueue / MaxConcurrent.
-	e := New(&blockingDriver{}, Options{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: time.Minute})
+	e := newEngine(t, &blockingDriver{}, Options{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: time.Minute})
 	for _, tenant := range []string{"a", "c"} {
 		r, err := e.Admit(ctx, Admission{Tenant: tenant, Limit: 1})
 		if err != nil {
@@ -395,7 +427,7 @@ func TestAdmitNodeShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
-			e := New(&blockingDriver{}, Options{MaxConcurrent: tc.slots, MaxQueue: tc.queue, QueueTimeout: time.Minute})
+			e := newEngine(t, &blockingDriver{}, Options{MaxConcurrent: tc.slots, MaxQueue: tc.queue, QueueTimeout: time.Minute})
 			var mu sync.Mutex
 			var held []func()
 			hold := func(r func()) { mu.Lock(); held = append(held, r); mu.Unlock() }

@@ -2,20 +2,35 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 )
 
-// Options configure an Engine.
+// Options configure an Engine. Every field must be set: the defaults are
+// config's (config.Default, Config.QueueSize), and New only checks them.
 type Options struct {
 	// MaxConcurrent is the number of sandboxes that may run at once.
 	MaxConcurrent int
 	// QueueTimeout bounds how long a caller waits for a free slot.
 	QueueTimeout time.Duration
 	// MaxQueue bounds how many callers may wait; when it is full, callers
-	// get ErrBusy at once. Zero means 4×MaxConcurrent.
+	// get ErrBusy at once.
 	MaxQueue int
+}
+
+// validate refuses Options with a field unset or out of range.
+func (o Options) validate() error {
+	switch {
+	case o.MaxConcurrent < 1:
+		return fmt.Errorf("engine: max concurrent %d is below 1", o.MaxConcurrent)
+	case o.MaxQueue < 1:
+		return fmt.Errorf("engine: max queue %d is below 1", o.MaxQueue)
+	case o.QueueTimeout <= 0:
+		return fmt.Errorf("engine: queue timeout %v is not positive", o.QueueTimeout)
+	}
+	return nil
 }
 
 // Engine bounds how many sandboxes run at once in front of a Driver, and
@@ -50,18 +65,13 @@ type waiter struct {
 	evicted bool // its place went to a tenant below its fair share: ErrBusy
 }
 
-// New returns an Engine over d.
-func New(d Driver, opts Options) *Engine {
-	if opts.MaxConcurrent <= 0 {
-		opts.MaxConcurrent = 2
+// New returns an Engine over d, or an error if opts is incomplete: it
+// takes the queue options as given and fills nothing in.
+func New(d Driver, opts Options) (*Engine, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
-	if opts.MaxQueue <= 0 {
-		opts.MaxQueue = 4 * opts.MaxConcurrent
-	}
-	if opts.QueueTimeout <= 0 {
-		opts.QueueTimeout = 30 * time.Second
-	}
-	return &Engine{driver: d, opts: opts, tenants: map[string]*tenantSlots{}}
+	return &Engine{driver: d, opts: opts, tenants: map[string]*tenantSlots{}}, nil
 }
 
 // Driver returns the driver the engine runs on.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/queue"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
@@ -65,7 +66,7 @@ func newAsyncService(t *testing.T, plans map[string]config.Plan, hooks *Webhooks
 	}
 	s, err := New(Options{
 		Store:      st,
-		Engine:     engine.New(d, engine.Options{MaxConcurrent: 4, QueueTimeout: time.Minute}),
+		Engine:     enginetest.New(t, d, engine.Options{MaxConcurrent: 4, MaxQueue: 16, QueueTimeout: time.Minute}),
 		Languages:  []engine.Language{{Name: "python", File: "main.py"}},
 		Plans:      plans,
 		CancelPoll: 5 * time.Millisecond,
@@ -266,7 +267,7 @@ func TestSettleStoppedNode(t *testing.T) {
 // error with a reason and is not counted.
 func TestRunQueuedPlatformError(t *testing.T) {
 	s := newAsyncService(t, nil, nil)
-	s.Service.engine = engine.New(failDriver{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Minute})
+	s.Service.engine = enginetest.New(t, failDriver{}, engine.Options{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Minute})
 	ctx := context.Background()
 	id := s.submit(t, "print(1)").ID
 	if err := s.RunQueued(ctx, "acme", id); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
 )
@@ -36,7 +37,7 @@ func TestImageSelection(t *testing.T) {
 	plans["locked"] = config.Plan{MaxTimeoutS: 10, MemoryMB: 256, MaxConcurrent: 1, Images: []string{config.DefaultImage}}
 	s, err := New(Options{
 		Store:  storefake.New(),
-		Engine: engine.New(newFakeDriver(), engine.Options{MaxConcurrent: 1}),
+		Engine: enginetest.New(t, newFakeDriver(), enginetest.Options(1)),
 		Images: []config.Image{
 			{Name: "default", Languages: []engine.Language{{Name: "python", File: "main.py", Image: "/img/default/rootfs"}}},
 			{Name: "datasci", Dir: dir, Languages: []engine.Language{{Name: "python", File: "main.py", Image: "/img/datasci/rootfs"}}},
@@ -147,7 +148,7 @@ func TestExecutionRecordsImage(t *testing.T) {
 	d.started = make(chan string, 64) // more runs than the usual buffer, none waited for
 	s, err := New(Options{
 		Store:  st,
-		Engine: engine.New(d, engine.Options{MaxConcurrent: 4, QueueTimeout: time.Minute}),
+		Engine: enginetest.New(t, d, engine.Options{MaxConcurrent: 4, MaxQueue: 16, QueueTimeout: time.Minute}),
 		Images: []config.Image{
 			{Name: "default", Languages: []engine.Language{{Name: "python", File: "main.py", Image: "/img/default/rootfs"}}},
 			{Name: "datasci", Dir: dir, Languages: []engine.Language{{Name: "python", File: "main.py", Image: "/img/datasci/rootfs"}}},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
 )
@@ -109,16 +110,17 @@ type testService struct {
 	driver *fakeDriver
 }
 
-func newTestService(t *testing.T, eo engine.Options) testService {
+// newTestService is a Service over an engine of slots sandbox slots, with
+// config's queue places per slot and a minute's queue timeout.
+func newTestService(t *testing.T, slots int) testService {
 	t.Helper()
 	st := &failingStore{Store: storefake.New()}
 	d := newFakeDriver()
-	if eo.QueueTimeout == 0 {
-		eo.QueueTimeout = time.Minute
-	}
+	eo := enginetest.Options(slots)
+	eo.QueueTimeout = time.Minute
 	s, err := New(Options{
 		Store:      st,
-		Engine:     engine.New(d, eo),
+		Engine:     enginetest.New(t, d, eo),
 		Languages:  []engine.Language{{Name: "python", File: "main.py"}},
 		CancelPoll: 5 * time.Millisecond,
 		Now:        func() time.Time { return day0 },
@@ -195,7 +197,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestLifecycle: an execution is stored when accepted, shows running while
 // its sandbox runs, and its final state when it ends.
 func TestLifecycle(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	c := caller("acme", 1)
 	done := s.start(c, request("block"))
 	id := <-s.driver.started
@@ -227,7 +229,7 @@ func TestLifecycle(t *testing.T) {
 // canceled, counted; of a queued one ends it without running, not
 // counted; of a finished one is refused.
 func TestCancel(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	ctx := context.Background()
 	c := caller("acme", 1)
 	first := s.start(c, request("block"))
@@ -298,7 +300,7 @@ func TestCancel(t *testing.T) {
 // TestCancelFromAnotherNode: a cancel recorded in the store (by another
 // node's API) reaches the node running the execution through its poll.
 func TestCancelFromAnotherNode(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	c := caller("acme", 1)
 	done := s.start(c, request("block"))
 	id := <-s.driver.started
@@ -324,7 +326,7 @@ func TestNothingAcknowledgedUnstored(t *testing.T) {
 		{"accepting", func(s *failingStore) *atomic.Bool { return &s.failCreate }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestService(t, engine.Options{MaxConcurrent: 1})
+			s := newTestService(t, 1)
 			ctx := context.Background()
 			c := caller("acme", 1)
 			req := request("print(1)")
@@ -366,7 +368,7 @@ func TestNothingAcknowledgedUnstored(t *testing.T) {
 // result is stored and the Idempotency-Key replays it.
 func TestResultOfARunThatCannotBeStored(t *testing.T) {
 	saveRetryFirst, saveRetryMax = time.Millisecond, 5*time.Millisecond
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	ctx := context.Background()
 	c := caller("acme", 1)
 	req := request("print(1)")
@@ -404,7 +406,7 @@ func TestResultOfARunThatCannotBeStored(t *testing.T) {
 // queueing more) does not keep a second tenant from being served, and its
 // queued executions run in turn once slots free up.
 func TestFairAdmission(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 2, MaxQueue: 8})
+	s := newTestService(t, 2)
 	a, b := caller("a", 1), caller("b", 1)
 	aFirst := s.start(a, request("block"))
 	aRunning := <-s.driver.started

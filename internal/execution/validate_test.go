@@ -26,7 +26,7 @@ func baseInput() Input {
 // TestPrepareRefusals: every bad file, env, arg and glob is refused with
 // the kind and a message naming the field and its index.
 func TestPrepareRefusals(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	file := func(p string) InputFile { return InputFile{Path: p, Content: "x"} }
 	many := func(n int, f func(i int) string) []string {
 		out := make([]string, n)
@@ -134,7 +134,7 @@ func TestPrepareRefusals(t *testing.T) {
 // TestPrepareSpec: good files, env, args and globs reach the Spec, with
 // the plan's caps as the sandbox's limits.
 func TestPrepareSpec(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	in := baseInput()
 	in.Files = []InputFile{
 		{Path: "data/in.csv", Content: "a,b\n1,2\n"},
@@ -174,7 +174,7 @@ func TestPrepareSpec(t *testing.T) {
 // TestRequestHashCoversNewFields: each new field changes the hash; the
 // same bytes sent as utf8 or base64 do not.
 func TestRequestHashCoversNewFields(t *testing.T) {
-	s := newTestService(t, engine.Options{MaxConcurrent: 1})
+	s := newTestService(t, 1)
 	c := caller("t1", 4)
 	hash := func(f func(*Input)) string {
 		in := baseInput()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
@@ -30,7 +31,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestCommandsShareSlotsFairly(t *testing.T) {
 	f := newFixture(t)
 	// The smallest documented host: 2 slots, 4 queue places per slot.
-	eng := engine.New(nil, engine.Options{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: time.Hour})
+	eng := enginetest.New(t, nil, engine.Options{MaxConcurrent: 2, MaxQueue: 8, QueueTimeout: time.Hour})
 	f.s.opts.Admit = eng
 	a, b := caller("flood", freePlan()), caller("quiet", freePlan()) // free: 1 slot each
 	sa := f.create(t, a, CreateRequest{})

@@ -22,6 +22,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/sqlite"
@@ -257,7 +258,7 @@ func startAccountServer(t *testing.T, now func() time.Time) (string, *account.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := execution.New(execution.Options{Store: st, Engine: engine.New(noSandbox{}, engine.Options{MaxConcurrent: 1, QueueTimeout: time.Second}),
+	svc, err := execution.New(execution.Options{Store: st, Engine: enginetest.New(t, noSandbox{}, engine.Options{MaxConcurrent: 1, MaxQueue: 4, QueueTimeout: time.Second}),
 		Render: api.RenderExecution})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
 )
@@ -39,7 +40,7 @@ func (driver) Run(_ context.Context, spec engine.Spec) (engine.Result, error) {
 func New(t testing.TB, sbx api.Sandboxes) *Server {
 	t.Helper()
 	st := storefake.New()
-	eng := engine.New(driver{}, engine.Options{MaxConcurrent: 4, QueueTimeout: time.Second})
+	eng := enginetest.New(t, driver{}, engine.Options{MaxConcurrent: 4, MaxQueue: 16, QueueTimeout: time.Second})
 	svc, err := execution.New(execution.Options{Store: st, Engine: eng, Render: api.RenderExecution,
 		Languages: []engine.Language{{Name: "python", Image: "/img/rootfs", File: "main.py", Command: []string{"python3", "/code/main.py"}, Version: "3.11.2"}}})
 	if err != nil {

@@ -1,15 +1,35 @@
 // Package enginetest builds, for tests, the complete Specs that the
 // scheduler, the pool, the drivers and the loop take as given: in the
 // server only execution.prepare makes them, so a test that drives the
-// engine without it makes them here, in one place.
+// engine without it makes them here, in one place. It builds engines
+// with complete queue options the same way.
 package enginetest
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"testing"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
+
+// Options returns the queue options a server with slots sandbox slots and
+// config's defaults would run with: config.DefaultQueuePerSlot places per
+// slot and the config.DefaultQueue queue timeout.
+func Options(slots int) engine.Options {
+	return engine.Options{MaxConcurrent: slots, MaxQueue: config.DefaultQueuePerSlot * slots, QueueTimeout: config.DefaultQueue}
+}
+
+// New returns engine.New(d, opts), failing t if opts are refused.
+func New(t testing.TB, d engine.Driver, opts engine.Options) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(d, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
 
 // Complete returns s as execution.prepare would have made it: a fresh
 // execution id if it has none, engine.DefaultTimeout if it has no
