@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,12 +92,15 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if sbx != nil {
 		nodeStopped = sbx.EndNodeSandboxes
 	}
-	// The address other nodes forward this node's sandbox calls to, known
-	// once it listens (config.AdvertiseFor); heartbeats carry it.
-	var advertise atomic.Value
-	advertise.Store("")
-	nodeAddress := func() string { return advertise.Load().(string) }
-	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, nodeAddress, logger)
+	// The API's socket is bound first, so the address other nodes forward
+	// this node's sandbox calls to is known (config.AdvertiseFor) before
+	// the first heartbeat carries it; it is served once all is built.
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
+	}
+	defer ln.Close()
+	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, cfg.AdvertiseFor(ln.Addr()), logger)
 	if err != nil {
 		return err
 	}
@@ -128,17 +130,13 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	}
 	go accounts.PurgeEvery(bgCtx, account.PurgeInterval)
 
-	ls, err := listen(cfg, srv, metrics, logger)
+	ls, err := listen(cfg, ln, srv, metrics, logger)
 	if err != nil {
 		return err
 	}
 	// `vertal status` reads the settings in effect from a socket in the
 	// data directory.
 	defer serveOperatorSocket(cfg.DataDir, newServerSettings(cfg, driverName, nodeID, cfg.Workers()), logger)()
-	advertise.Store(cfg.AdvertiseFor(ls.addr))
-	if err := svc.Beat(ctx); err != nil {
-		logger.Warn("heartbeat", "error", err)
-	}
 	base := "http://" + ls.addr.String()
 	announce(e, cfg, base, driverName, storeDesc)
 	if cfg.Dev {
@@ -288,7 +286,7 @@ func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID str
 // as the API does.
 // nodeStopped, if set, hears of each stopped node found (execution.Options).
 func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics,
-	nodeStopped func(context.Context, string), nodeAddress func() string, logger *slog.Logger) (*execution.Service, error) {
+	nodeStopped func(context.Context, string), nodeAddress string, logger *slog.Logger) (*execution.Service, error) {
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
 	return execution.New(execution.Options{
@@ -372,18 +370,14 @@ type listening struct {
 	errc    chan error
 }
 
-// listen serves h on cfg.Addr() and the metrics on cfg.MetricsAddr.
-func listen(cfg config.Config, h http.Handler, metrics *api.Metrics, logger *slog.Logger) (*listening, error) {
-	ln, err := net.Listen("tcp", cfg.Addr())
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
-	}
+// listen serves h on ln (bound to cfg.Addr()) and the metrics on
+// cfg.MetricsAddr.
+func listen(cfg config.Config, ln net.Listener, h http.Handler, metrics *api.Metrics, logger *slog.Logger) (*listening, error) {
 	// Connections cost a file descriptor each and need no key until a
 	// request on them passes the key check; cap them in total and per
 	// client address, and those not yet authenticated per prefix too.
 	proxies, err := cfg.Proxies()
 	if err != nil {
-		_ = ln.Close()
 		return nil, err
 	}
 	conns := api.NewConnLimiter(api.ConnLimits{Max: cfg.MaxConns, PerAddr: cfg.MaxConnsPerIP, PerTenant: cfg.TenantConns(), MaxUnauth: cfg.UnauthConns(),

@@ -82,15 +82,10 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Beat sends one heartbeat now, with the node's address as
-// Options.NodeAddress gives it then (serve calls it once it listens,
-// rather than wait for the next one).
+// Beat sends one heartbeat now, with the node's address
+// (Options.NodeAddress).
 func (s *Service) Beat(ctx context.Context) error {
-	addr := ""
-	if s.opts.NodeAddress != nil {
-		addr = s.opts.NodeAddress()
-	}
-	return s.store.Heartbeat(ctx, s.opts.NodeID, addr, s.now().UTC())
+	return s.store.Heartbeat(ctx, s.opts.NodeID, s.opts.NodeAddress, s.now().UTC())
 }
 
 // settle ends every unfinished execution owned by node as error.

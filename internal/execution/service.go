@@ -90,9 +90,9 @@ type Options struct {
 	// its executions are settled and before its heartbeat is forgotten
 	// (the sandboxes it held end as node_lost).
 	NodeStopped func(ctx context.Context, node string)
-	// NodeAddress, if set, is the base URL other nodes reach this one at,
-	// sent with each heartbeat ("" for none yet).
-	NodeAddress func() string
+	// NodeAddress is the base URL other nodes reach this one at, sent with
+	// each heartbeat ("" for none).
+	NodeAddress string
 	// Metrics counts executions and replays; nil counts nothing.
 	Metrics Metrics
 	// Logger receives what goes wrong after an answer is decided; nil
