@@ -30,15 +30,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/postgres/pgtest"
 )
 
-func needE2E(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("VERTAL_E2E=1 not set (needs root, an OCI runtime and the sandbox rootfs)")
-	}
-}
+func needE2E(t *testing.T) { e2etest.Require(t, "root, an OCI runtime and the sandbox rootfs") }
 
 var (
 	buildOnce sync.Once

@@ -2,31 +2,19 @@ package bench
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
 )
 
-func e2eEnabled() bool { return os.Getenv("VERTAL_E2E") == "1" }
-
-func imageDir() string {
-	if d := os.Getenv("VERTAL_IMAGE_DIR"); d != "" {
-		return d
-	}
-	if r := os.Getenv("VERTAL_ROOTFS"); r != "" {
-		return filepath.Dir(r)
-	}
-	return config.DefaultImageDir
-}
-
 func ociTargets(tb testing.TB, rt string) (engine.Driver, []engine.Language) {
 	tb.Helper()
 	cfg := config.Default()
-	cfg.Driver, cfg.Runtime, cfg.ImageDir = "oci", rt, imageDir()
+	cfg.Driver, cfg.Runtime, cfg.ImageDir = "oci", rt, e2etest.ImageDir(config.DefaultImageDir)
 	langs, err := cfg.ResolveLanguages()
 	if err != nil {
 		tb.Fatal(err)
@@ -42,11 +30,9 @@ func ociTargets(tb testing.TB, rt string) (engine.Driver, []engine.Language) {
 // and checks that every execution printed 42 (the bench counts an
 // execution only when its output is right).
 func TestBenchE2E(t *testing.T) {
-	if !e2eEnabled() {
-		t.Skip("set VERTAL_E2E=1 to benchmark real sandboxes")
-	}
+	e2etest.Require(t, "real sandboxes to benchmark")
 	d, langs := ociTargets(t, "crun")
-	node := filepath.Join(imageDir(), "rootfs/usr/local/bin/node")
+	node := filepath.Join(e2etest.ImageDir(config.DefaultImageDir), "rootfs/usr/local/bin/node")
 	targets := []Target{BareTarget(BareCommands(node)), DriverTarget(d, langs)}
 	rows := Run(context.Background(), targets, nil, Options{N: 4, Warmup: 1, Parallel: []int{1, 2}, Langs: []string{"python", "javascript", "bash"}, CPU: NewHostCPU()})
 	if len(rows) != 6 {
@@ -73,10 +59,8 @@ func TestBenchE2E(t *testing.T) {
 // Go benchmarks of the engine path (go test -bench . with VERTAL_E2E=1):
 // one execution per iteration, bare and through each OCI runtime.
 func BenchmarkExecution(b *testing.B) {
-	if !e2eEnabled() {
-		b.Skip("set VERTAL_E2E=1 to benchmark real sandboxes")
-	}
-	node := filepath.Join(imageDir(), "rootfs/usr/local/bin/node")
+	e2etest.Require(b, "real sandboxes to benchmark")
+	node := filepath.Join(e2etest.ImageDir(config.DefaultImageDir), "rootfs/usr/local/bin/node")
 	targets := []Target{BareTarget(BareCommands(node))}
 	for _, rt := range []string{"crun", "runc", "runsc"} {
 		d, langs := ociTargets(b, rt)

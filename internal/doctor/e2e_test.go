@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
@@ -16,20 +16,7 @@ import (
 )
 
 func requireE2E(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 to run the doctor against real OCI runtimes (root, crun, runc, the rootfs)")
-	}
-}
-
-func imageDir() string {
-	if d := os.Getenv("VERTAL_IMAGE_DIR"); d != "" {
-		return d
-	}
-	if r := os.Getenv("VERTAL_ROOTFS"); r != "" {
-		return filepath.Dir(r)
-	}
-	return config.DefaultImageDir
+	e2etest.Require(t, "root, crun, runc and the rootfs, to run the doctor")
 }
 
 // TestDoctorE2E runs the whole doctor, every probe, through the real
@@ -42,7 +29,7 @@ func TestDoctorE2E(t *testing.T) {
 		t.Run(pair.driver+"/"+rt, func(t *testing.T) {
 			ctx := context.Background()
 			cfg := config.Default()
-			cfg.Driver, cfg.Runtime, cfg.ImageDir = pair.driver, rt, imageDir()
+			cfg.Driver, cfg.Runtime, cfg.ImageDir = pair.driver, rt, e2etest.ImageDir(config.DefaultImageDir)
 			if img := os.Getenv("VERTAL_DOCKER_IMAGE"); img != "" {
 				cfg.DockerImage = img
 			}

@@ -12,14 +12,13 @@ import (
 	dockerimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // requireE2E skips unless VERTAL_E2E=1 (CI sets it and fails on a skip).
 func requireE2E(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 to build a real image (root, debootstrap, npm, network to the mirrors)")
-	}
+	e2etest.Require(t, "root, debootstrap, npm and network to the mirrors, to build a real image")
 }
 
 // TestBuildE2E builds a real image from Debian and npm into a temporary

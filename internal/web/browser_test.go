@@ -31,18 +31,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/web"
 )
 
 // The browser tests drive Debian's chromium through chromedp. They need
 // VERTAL_E2E=1 (CI sets it) and /usr/bin/chromium (or VERTAL_CHROMIUM).
 
-func requireE2E(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("browser test: set VERTAL_E2E=1 (needs chromium)")
-	}
-}
+func requireE2E(t *testing.T) { e2etest.Require(t, "chromium") }
 
 // watchScript runs before any page script: it records Content-Security-
 // Policy violations, so a test fails if the page ever tries something the

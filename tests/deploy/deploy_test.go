@@ -27,17 +27,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // apiImage is the tag the tests build; compose runs it too.
 const apiImage = "vertal/api:e2e"
 
-func requireE2E(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 (root, Docker, scripts/setup.sh test) to run the deploy tests")
-	}
-}
+func requireE2E(t *testing.T) { e2etest.Require(t, "root, Docker and scripts/setup.sh test") }
 
 // repoRoot is the repository's root directory, the image's build context.
 func repoRoot(t *testing.T) string {

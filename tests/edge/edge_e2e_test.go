@@ -30,6 +30,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/web"
 )
 
@@ -280,9 +281,7 @@ func streamedBody(b []byte) io.Reader {
 }
 
 func TestEdgeWorker(t *testing.T) {
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 (root, an OCI runtime, the sandbox image) to run the Worker in front of a real server")
-	}
+	e2etest.Require(t, "root, an OCI runtime and the sandbox image, to run the Worker in front of a real server")
 	e := startEdge(t)
 
 	t.Run("a call through the Worker succeeds", func(t *testing.T) {
@@ -503,9 +502,7 @@ func TestEdgeWorker(t *testing.T) {
 // workflow's bundle builds, and the config binds ORIGIN_URL and
 // MAX_BODY_BYTES but never the secret.
 func TestWorkerDeployDryRun(t *testing.T) {
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 to bundle the Worker with wrangler (needs npm ci in cloudflare/)")
-	}
+	e2etest.Require(t, "npm ci in cloudflare/, to bundle the Worker with wrangler")
 	root := repoRoot(t)
 	tmp := t.TempDir()
 	cmd := exec.Command(filepath.Join(root, "cloudflare", "node_modules", ".bin", "wrangler"),

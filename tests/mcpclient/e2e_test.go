@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // e2e is the server shared by the tests of this package.
@@ -88,9 +89,7 @@ func TestMain(m *testing.M) {
 // (tests and benchmarks alike).
 func server(t testing.TB) {
 	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 (root, OCI runtime, sandbox rootfs) to run the client end-to-end tests")
-	}
+	e2etest.Require(t, "root, an OCI runtime and the sandbox rootfs")
 	e2e.once.Do(func() { e2e.err = startServer() })
 	if e2e.err != nil {
 		t.Fatalf("starting vertal serve: %v\n--- server output ---\n%s", e2e.err, e2e.log)

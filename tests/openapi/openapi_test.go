@@ -17,15 +17,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 const doc = "../../internal/api/openapi.json"
 
 func setup(t *testing.T) {
 	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 (with npm ci done in tests/openapi) to check openapi.json with Redocly and generated TypeScript clients")
-	}
+	e2etest.Require(t, "npm ci done in tests/openapi, to check openapi.json with Redocly and generated TypeScript clients")
 	if _, err := os.Stat(filepath.Join("node_modules", ".bin", "redocly")); err != nil {
 		t.Fatal("the OpenAPI tools are not installed: run npm ci in tests/openapi (scripts/setup.sh test)")
 	}

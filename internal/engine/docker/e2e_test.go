@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
@@ -36,12 +37,7 @@ import (
 // runtimes are the Docker runtimes every end-to-end test runs on.
 var runtimes = []string{"runc", "runsc"}
 
-func requireE2E(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 with a running Docker engine (scripts/dockerd.sh) to run sandbox tests")
-	}
-}
+func requireE2E(t *testing.T) { e2etest.Require(t, "a running Docker engine (scripts/dockerd.sh)") }
 
 func testImage() string {
 	if img := os.Getenv("VERTAL_DOCKER_IMAGE"); img != "" {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/securitytest"
@@ -18,12 +19,7 @@ import (
 
 // e2e skips unless VERTAL_E2E=1 (CI always sets it: root, crun, runc,
 // runsc and the root filesystem are there).
-func e2e(t *testing.T) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 to run against real OCI runtimes (needs root and the rootfs)")
-	}
-}
+func e2e(t *testing.T) { e2etest.Require(t, "real OCI runtimes, root and the rootfs") }
 
 func rootfs() string {
 	if p := os.Getenv("VERTAL_ROOTFS"); p != "" {

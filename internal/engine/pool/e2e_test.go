@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
@@ -23,10 +24,7 @@ import (
 // filesystem (VERTAL_E2E=1, as CI sets).
 
 func e2e(t testing.TB) {
-	t.Helper()
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("set VERTAL_E2E=1 to run warm sandboxes on real OCI runtimes (needs root and the rootfs)")
-	}
+	e2etest.Require(t, "real OCI runtimes, root and the rootfs, to run warm sandboxes")
 }
 
 func rootfs() string {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 func newTestPool(t *testing.T, count uint32, running func(uint32) bool) *Pool {
@@ -268,9 +270,7 @@ func TestReapAfterCrashedHolder(t *testing.T) {
 // runs as is kept; one whose only process is a zombie (an exited sandbox
 // nobody reaps) is released. Needs root to run processes as other uids.
 func TestReapKeepsRunningUIDs(t *testing.T) {
-	if os.Getenv("VERTAL_E2E") != "1" {
-		t.Skip("VERTAL_E2E=1 not set (needs root to run processes as sandbox uids)")
-	}
+	e2etest.Require(t, "root, to run processes as sandbox uids")
 	dir := t.TempDir()
 	p, err := New(dir, reapFirst, 4)
 	if err != nil {
