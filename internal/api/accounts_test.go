@@ -40,6 +40,15 @@ func newAccountNode(t *testing.T, st store.Store, edgeSecret string) *accountEnv
 	if err != nil {
 		t.Fatal(err)
 	}
+	hs := httptest.NewServer(newAccountsAPI(t, st, acc, edgeSecret))
+	t.Cleanup(hs.Close)
+	return &accountEnv{t: t, st: st, srv: hs}
+}
+
+// newAccountsAPI is an API over st with the accounts of acc and the web
+// pages, running executions on the fake driver.
+func newAccountsAPI(t *testing.T, st store.Store, acc *account.Service, edgeSecret string) *Server {
+	t.Helper()
 	svc, err := execution.New(execution.Options{Store: st, Engine: enginetest.New(t, newFakeDriver(), engine.Options{MaxConcurrent: 8, MaxQueue: 32, QueueTimeout: time.Second}),
 		Languages: testLanguages, Render: RenderExecution})
 	if err != nil {
@@ -49,9 +58,7 @@ func newAccountNode(t *testing.T, st store.Store, edgeSecret string) *accountEnv
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(s)
-	t.Cleanup(hs.Close)
-	return &accountEnv{t: t, st: st, srv: hs}
+	return s
 }
 
 // browser is a client with a cookie jar that does not follow redirects.

@@ -20,11 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
-	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
-	"github.com/kuboprotocol/vertal2kubo/internal/web"
 )
 
 // Attacks on the connection limits through the account pages, which take
@@ -44,15 +40,7 @@ func accountsServer(t *testing.T, o ConnLimits, stall time.Duration) (*ConnLimit
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := execution.New(execution.Options{Store: st, Engine: enginetest.New(t, newFakeDriver(), engine.Options{MaxConcurrent: 8, MaxQueue: 32, QueueTimeout: time.Second}),
-		Languages: testLanguages, Render: RenderExecution})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Options{Service: svc, Store: st, Accounts: acc, Pages: web.NewPages(web.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newAccountsAPI(t, st, acc, "")
 	l := NewConnLimiter(o)
 	if stall > 0 {
 		l.stall = stall

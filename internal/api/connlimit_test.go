@@ -18,35 +18,10 @@ import (
 // source addresses (all of 127/8 is loopback on Linux), and checks which
 // are served and which get the 503 in the error shape.
 func TestLimitListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := NewMetrics()
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-		// Long enough that no connection of this test closes by itself.
-		IdleTimeout: time.Minute,
-	}
-	go srv.Serve(LimitListener(ln, ConnLimits{Max: 3, PerAddr: 2, Metrics: m}))
-	t.Cleanup(func() { srv.Close() })
-
+	// Long enough that no connection of this test closes by itself.
+	dial := serveLimitListener(t, ConnLimits{Max: 3, PerAddr: 2, Metrics: m}, time.Minute)
 	var open []net.Conn
-	t.Cleanup(func() {
-		for _, c := range open {
-			c.Close()
-		}
-	})
-	dial := func(from string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatalf("dial from %s: %v", from, err)
-		}
-		open = append(open, c)
-		return c
-	}
 	for i, tc := range []struct {
 		from    string
 		close   int // index of an earlier connection to close first, or -1
@@ -67,6 +42,7 @@ func TestLimitListener(t *testing.T) {
 			waitFor(t, func() bool { return m.openConnections() == 2 })
 		}
 		c := dial(tc.from)
+		open = append(open, c)
 		status, body := get(t, c)
 		if status != tc.status {
 			t.Fatalf("connection %d from %s: status %d, want %d (%s)", i, tc.from, status, tc.status, body)
@@ -100,26 +76,9 @@ func TestLimitListener(t *testing.T) {
 // TestLimitListenerIdleTimeout: a kept-alive connection that sits idle is
 // closed by the server's idle timeout and gives its place back.
 func TestLimitListenerIdleTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := NewMetrics()
-	srv := &http.Server{
-		Handler:     http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-		IdleTimeout: time.Second,
-	}
-	go srv.Serve(LimitListener(ln, ConnLimits{Max: 1, Metrics: m}))
-	t.Cleanup(func() { srv.Close() })
-	dial := func() net.Conn {
-		t.Helper()
-		c, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dialFrom := serveLimitListener(t, ConnLimits{Max: 1, Metrics: m}, time.Second)
+	dial := func() net.Conn { return dialFrom("127.0.0.1") }
 	idle := dial()
 	if status, _ := get(t, idle); status != 200 {
 		t.Fatalf("first: %d", status)
@@ -134,6 +93,37 @@ func TestLimitListenerIdleTimeout(t *testing.T) {
 	idle.SetReadDeadline(time.Now().Add(time.Second))
 	if n, err := idle.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Errorf("the idle connection is still open")
+	}
+}
+
+// serveLimitListener serves "ok" on loopback through LimitListener with o,
+// closing idle connections after idle, and returns a dial to it.
+func serveLimitListener(t *testing.T, o ConnLimits, idle time.Duration) func(from string) net.Conn {
+	t.Helper()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	return serveLoopback(t, &http.Server{Handler: ok, IdleTimeout: idle}, func(ln net.Listener) net.Listener { return LimitListener(ln, o) })
+}
+
+// serveLoopback serves srv on a loopback listener, wrapped by wrap, until
+// the test ends, and returns a dial to it from a loopback address; each
+// connection closes with the test.
+func serveLoopback(t *testing.T, srv *http.Server, wrap func(net.Listener) net.Listener) func(from string) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(wrap(ln))
+	t.Cleanup(func() { srv.Close() })
+	return func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", from, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
 }
 
@@ -332,22 +322,11 @@ type countedDial func(from string, open, evicted int) net.Conn
 // Metrics must be set) and returns it with a countedDial to the server.
 func limitedServer(t *testing.T, o ConnLimits, h http.HandlerFunc) (*ConnLimiter, countedDial) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	l := NewConnLimiter(o)
-	srv := &http.Server{Handler: l.Handler(h), ConnContext: l.ConnContext, IdleTimeout: time.Minute}
-	go srv.Serve(l.Listener(ln))
-	t.Cleanup(func() { srv.Close() })
+	dial := serveLoopback(t, &http.Server{Handler: l.Handler(h), ConnContext: l.ConnContext, IdleTimeout: time.Minute}, l.Listener)
 	return l, func(from string, open, evicted int) net.Conn {
 		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatalf("dial from %s: %v", from, err)
-		}
-		t.Cleanup(func() { c.Close() })
+		c := dial(from)
 		waitFor(t, func() bool { return o.Metrics.openConnections() == open && o.Metrics.evictedConnections() == evicted })
 		return c
 	}
