@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"image/png"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,17 +35,9 @@ raw = b"".join(b"\x00" + bytes(int(r["y"]) for r in rows) for _ in range(2))
 open("chart.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", len(rows), 2, 8, 0, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 print("done")
 `
-		body, _ := json.Marshal(map[string]any{"language": "python", "code": code,
+		res := postStream(t, base+"/v1/executions", key, map[string]any{"language": "python", "code": code,
 			"files":        []any{map[string]any{"path": "data.csv", "content": csv}},
 			"return_files": []string{"*.png", "*.csv"}})
-		req, _ := http.NewRequest("POST", base+"/v1/executions", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer res.Body.Close()
 		if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || !strings.HasPrefix(ct, "text/event-stream") {
 			t.Fatalf("%d %s", res.StatusCode, ct)
@@ -55,22 +45,8 @@ print("done")
 		var id, stateAtMarker string
 		var order []string
 		var result map[string]any
-		sc := bufio.NewScanner(res.Body)
-		sc.Buffer(nil, 1<<20)
-		var typ string
-		for sc.Scan() {
-			line := sc.Text()
-			if v, ok := strings.CutPrefix(line, "event: "); ok {
-				typ = v
-				continue
-			}
-			data, ok := strings.CutPrefix(line, "data: ")
-			if !ok {
-				continue
-			}
+		for typ, ev := range sseEvents(res.Body) {
 			order = append(order, typ)
-			var ev map[string]any
-			_ = json.Unmarshal([]byte(data), &ev)
 			switch typ {
 			case "started":
 				id, _ = ev["id"].(string)

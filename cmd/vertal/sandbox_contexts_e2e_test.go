@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"image/png"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -262,33 +259,11 @@ func TestSandboxContextsMoreE2E(t *testing.T) {
 
 	// Streamed: the cell waits for a file the test writes only once the
 	// first line has arrived, so a stream held to the end would time out.
-	body, _ := json.Marshal(map[string]any{"timeout_s": 30, "code": "import os, time\nprint('marker', flush=True)\n" +
+	res := postStream(t, p.url+"/v1/sandboxes/"+id+"/run", key, map[string]any{"timeout_s": 30, "code": "import os, time\nprint('marker', flush=True)\n" +
 		"while not os.path.exists('/home/user/go'):\n    time.sleep(0.05)\nprint('done')\n'end'"})
-	req, _ := http.NewRequest("POST", p.url+"/v1/sandboxes/"+id+"/run", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var order []string
 	var end map[string]any
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(nil, 1<<20)
-	typ := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "event: "); ok {
-			typ = v
-			continue
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		var ev map[string]any
-		_ = json.Unmarshal([]byte(data), &ev)
+	for typ, ev := range sseEvents(res.Body) {
 		order = append(order, typ)
 		if typ == "stdout" && strings.Contains(fmt.Sprint(ev["text"]), "marker") {
 			if st, raw := sbxRaw(t, p, key, "PUT", id, "/home/user/go", []byte("1")); st/100 != 2 {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"os"
 	"os/exec"
@@ -235,6 +236,48 @@ func call(t *testing.T, method, u, key string, body any, header map[string]strin
 	r := httpResult{status: res.StatusCode, header: res.Header, raw: string(raw)}
 	_ = json.Unmarshal(raw, &r.body)
 	return r
+}
+
+// postStream POSTs body as JSON to u with key, asking for an event
+// stream; the caller reads and closes the response.
+func postStream(t *testing.T, u, key string, body any) *http.Response {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", u, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// sseEvents yields each event of the stream r as it arrives: its type and
+// its data, decoded as a JSON object.
+func sseEvents(r io.Reader) iter.Seq2[string, map[string]any] {
+	return func(yield func(string, map[string]any) bool) {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		typ := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				typ = v
+				continue
+			}
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			var ev map[string]any
+			_ = json.Unmarshal([]byte(data), &ev)
+			if !yield(typ, ev) {
+				return
+			}
+		}
+	}
 }
 
 func (r httpResult) code() string {
