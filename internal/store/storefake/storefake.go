@@ -286,15 +286,26 @@ func (s *Store) create(e store.Execution) {
 	s.executions[e.ID] = e
 }
 
-func (s *Store) StartExecution(_ context.Context, tenant, id string, at time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// unfinished is tenant's execution id, to be changed: ErrNotFound when
+// there is none, ErrFinished (with a copy of it) when it has ended. The
+// caller holds s.mu.
+func (s *Store) unfinished(tenant, id string) (store.Execution, error) {
 	e, ok := s.executions[id]
 	switch {
 	case !ok || e.Tenant != tenant:
-		return store.ErrNotFound
+		return store.Execution{}, store.ErrNotFound
 	case store.Final(e.Status):
-		return store.ErrFinished
+		return clone(e), store.ErrFinished
+	}
+	return e, nil
+}
+
+func (s *Store) StartExecution(_ context.Context, tenant, id string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.unfinished(tenant, id)
+	if err != nil {
+		return err
 	}
 	e.Status, e.StartedAt = store.StatusRunning, ts(at)
 	s.executions[id] = e
@@ -328,12 +339,8 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 func (s *Store) DeleteExecution(_ context.Context, tenant, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.executions[id]
-	switch {
-	case !ok || e.Tenant != tenant:
-		return store.ErrNotFound
-	case store.Final(e.Status):
-		return store.ErrFinished
+	if _, err := s.unfinished(tenant, id); err != nil {
+		return err
 	}
 	delete(s.executions, id)
 	return nil
@@ -342,12 +349,9 @@ func (s *Store) DeleteExecution(_ context.Context, tenant, id string) error {
 func (s *Store) RequestCancel(_ context.Context, tenant, id string) (store.Execution, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.executions[id]
-	switch {
-	case !ok || e.Tenant != tenant:
-		return store.Execution{}, store.ErrNotFound
-	case store.Final(e.Status):
-		return clone(e), store.ErrFinished
+	e, err := s.unfinished(tenant, id)
+	if err != nil {
+		return e, err
 	}
 	e.CancelRequested = true
 	s.executions[id] = e
@@ -513,13 +517,11 @@ func (s *Store) CreateExecutions(_ context.Context, es []store.Execution) error 
 func (s *Store) ClaimExecution(_ context.Context, tenant, id, owner string, at time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.executions[id]
-	switch {
-	case !ok || e.Tenant != tenant:
-		return store.ErrNotFound
-	case store.Final(e.Status):
-		return store.ErrFinished
-	case e.Status != store.StatusQueued:
+	e, err := s.unfinished(tenant, id)
+	if err != nil {
+		return err
+	}
+	if e.Status != store.StatusQueued {
 		return store.ErrNotQueued
 	}
 	e.Status, e.StartedAt, e.Owner = store.StatusRunning, ts(at), owner
@@ -533,13 +535,11 @@ func (s *Store) AbortExecution(_ context.Context, tenant, id, status, reason str
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.executions[id]
-	switch {
-	case !ok || e.Tenant != tenant:
-		return store.Execution{}, store.ErrNotFound
-	case store.Final(e.Status):
-		return clone(e), store.ErrFinished
-	case !slices.Contains(from, e.Status):
+	e, err := s.unfinished(tenant, id)
+	if err != nil {
+		return e, err
+	}
+	if !slices.Contains(from, e.Status) {
 		return clone(e), store.ErrNotQueued
 	}
 	e.Status, e.Reason, e.FinishedAt = status, reason, ts(at)
