@@ -90,6 +90,16 @@ func freePort(t *testing.T) int {
 }
 
 // buildVertal builds the vertal binary for a test that runs it.
+// requireServerE2E is requireE2E for a test of a real `vertal serve`,
+// whose oci driver needs root.
+func requireServerE2E(t *testing.T) {
+	t.Helper()
+	requireE2E(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("the oci driver needs root")
+	}
+}
+
 func buildVertal(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "vertal")
@@ -131,10 +141,7 @@ const xssName = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</scr
 // gone from the page), fill up to 5 keys (the 6th is refused), revoke
 // (the old key gets 401), and a cross-origin form that is refused.
 func TestAccountFlowWithRealServer(t *testing.T) {
-	requireE2E(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("the oci driver needs root")
-	}
+	requireServerE2E(t)
 	dir := t.TempDir()
 	bin := buildVertal(t)
 	sink := startSMTPSink(t)
@@ -345,10 +352,7 @@ func shootAccount(t *testing.T, dir, base string) {
 // `Host: attacker.example` get mail whose links are on --public-url, and
 // serve refuses to start with --smtp-url but no --public-url.
 func TestMailedLinksIgnoreForgedHost(t *testing.T) {
-	requireE2E(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("the oci driver needs root")
-	}
+	requireServerE2E(t)
 	dir := t.TempDir()
 	bin := buildVertal(t)
 	sink := startSMTPSink(t)

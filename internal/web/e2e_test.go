@@ -21,15 +21,9 @@ import (
 // oci driver and the sandbox image, on a fresh SQLite file. A second tenant
 // on a one-execution plan proves the quota message with a real 429.
 func TestPlaygroundWithRealServer(t *testing.T) {
-	requireE2E(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("the oci driver needs root")
-	}
+	requireServerE2E(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "vertal")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kuboprotocol/vertal2kubo/cmd/vertal").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildVertal(t)
 	config := filepath.Join(dir, "config.json")
 	plan := `{"plans": {"one-a-day": {"executions_per_day": 1, "requests_per_minute": 60, "max_timeout_s": 10, "memory_mb": 256, "max_concurrent": 1}}}`
 	if err := os.WriteFile(config, []byte(plan), 0o600); err != nil {

@@ -38,10 +38,7 @@ var notebookCells = []string{
 // that loses the state and an end that deletes the sandbox. Screenshots
 // at laptop and phone widths go to VERTAL_SCREENSHOTS when set.
 func TestNotebookWithRealServer(t *testing.T) {
-	requireE2E(t)
-	if os.Geteuid() != 0 {
-		t.Fatal("the oci driver needs root")
-	}
+	requireServerE2E(t)
 	datasci := os.Getenv("VERTAL_DATASCI_DIR")
 	if datasci == "" {
 		datasci = "/var/lib/vertal/images/datasci"
