@@ -1,13 +1,9 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -112,36 +108,8 @@ func TestWarmPoolAfterImageSwitchE2E(t *testing.T) {
 	needE2E(t)
 	imagesDir, dir := newLiveImage(t)
 	p := startServer(t, t.TempDir(), nil, "--dev", "--image", "live="+dir, "--metrics-addr", "127.0.0.1:0", "--pool-min", "1", "--pool-max", "2")
-	// The server logs the metrics address before it says it listens, but
-	// its stderr is copied here on its own: wait for the line.
-	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics listening" {
-				addr, _ = m["addr"].(string)
-			}
-		}
-	}
-	if addr == "" {
-		t.Fatal("the server never logged its metrics address")
-	}
-	metric := func(name string) float64 {
-		t.Helper()
-		res, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, name+`{language="python"} `); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-		return 0
-	}
+	scrape := metricsOf(t, p)
+	metric := func(name string) float64 { return scrape(name + `{language="python"}`) }
 	runLive := func() httpResult {
 		return call(t, "POST", p.url+"/v1/executions", p.devKey, map[string]any{"image": "live", "language": "python", "code": "import vertal_live; print(vertal_live.VERSION)"}, nil)
 	}

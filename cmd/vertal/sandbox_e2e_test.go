@@ -330,10 +330,15 @@ func TestSandboxEveryRuntimeE2E(t *testing.T) {
 		{"docker/runsc", []string{"--driver", "docker", "--runtime", "runsc", "--docker-image", img}},
 	} {
 		t.Run(strings.ReplaceAll(c.name, "/", "_"), func(t *testing.T) {
-			p := startServer(t, t.TempDir(), nil, c.args...)
+			p := startServer(t, t.TempDir(), nil, append(c.args, "--metrics-addr", "127.0.0.1:0")...)
 			waitFor(t, func() bool { return strings.Contains(p.stdout.String(), "sandboxes: "+c.name) })
 			key := tenantKey(t, p, "agent-author", "pro")
+			// The create takes the sandbox pre-started for the pro plan.
+			before := prestarted(t, metricsOf(t, p), "")
 			id := createSandbox(t, p, key, map[string]any{"timeout_s": 120})
+			if !before[id] {
+				t.Errorf("the create got %s, which was not running before it: not a pre-started sandbox", id)
+			}
 			marker := "sleep " + strconv.Itoa(4300+i)
 			sbxRun(t, p, key, id, "echo kept > kept.txt")
 			if r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"argv": []string{"sh", "-c", marker}, "background": true}); r.status/100 != 2 {

@@ -60,8 +60,15 @@ func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *
 	if budget <= 0 {
 		budget = hostMemory() / 4 * 3
 	}
+	// The warm plan of executions' pool is the sandboxes' too.
+	var warmPlans []config.Plan
+	if p, ok := cfg.Plans[cfg.PoolPlan]; ok && cfg.SandboxPool > 0 {
+		warmPlans = append(warmPlans, p)
+	}
 	return sandboxes.New(sandboxes.Options{
 		MemoryBudget: budget,
+		Warm:         cfg.SandboxPool,
+		WarmPlans:    warmPlans,
 		Admit:        eng,
 		Store:        sst,
 		Starter:      starter,

@@ -91,6 +91,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	var nodeStopped func(context.Context, string)
 	if sbx != nil {
 		nodeStopped = sbx.EndNodeSandboxes
+		metrics.Add(sbx)
 	}
 	// The API's socket is bound first, so the address other nodes forward
 	// this node's sandbox calls to is known (config.AdvertiseFor) before

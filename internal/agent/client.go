@@ -519,6 +519,18 @@ func (c *Client) SetDeadline(ctx context.Context, t time.Time) error {
 	return err
 }
 
+// SetEnv sets the sandbox's environment, the base of every process
+// started from then on (a spawn's own entries override it); names the
+// sandbox's fixed environment sets are dropped. Each call replaces the
+// last.
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	if env == nil {
+		env = map[string]string{}
+	}
+	_, err := c.call(ctx, &msg{Op: "env", Env: env})
+	return err
+}
+
 // Close ends the connection; the agent then ends every process and exits.
 func (c *Client) Close() error {
 	var err error

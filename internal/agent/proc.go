@@ -154,7 +154,7 @@ func (s *server) start(m *msg) (*proc, *os.File, error) {
 			return nil, nil, err
 		}
 	}
-	env, err := mergeEnv(os.Environ(), m.Env)
+	env, err := mergeEnv(s.environ(), m.Env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -283,12 +283,17 @@ func mergeEnv(base []string, add map[string]string) ([]string, error) {
 		}
 	}
 	for k, v := range add {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+		if !validEnv(k, v) {
 			return nil, fmt.Errorf("environment variable %q: %w", k, ErrInvalid)
 		}
 		out = append(out, k+"="+v)
 	}
 	return out, nil
+}
+
+// validEnv says whether NAME=value can be an environment entry.
+func validEnv(k, v string) bool {
+	return k != "" && !strings.ContainsAny(k, "=\x00") && !strings.ContainsRune(v, 0)
 }
 
 // lookPath finds name in env's PATH as a shell would.

@@ -64,6 +64,9 @@ const (
 	DefaultPoolMax      = 4
 	DefaultPoolMemoryMB = 1024
 	DefaultPoolPlan     = "pro"
+	// DefaultSandboxPool is how many sandboxes that stay are kept
+	// pre-started for each image and plan that asked for one lately.
+	DefaultSandboxPool = 1
 
 	DefaultDriver           = "oci"
 	DefaultSignup           = "invite"
@@ -169,6 +172,11 @@ type Config struct {
 	// sandboxes that stay, together (a create or resume past it gets 503);
 	// 0: three quarters of the host's memory.
 	SandboxMemoryMB int `json:"sandbox_memory_mb"`
+	// SandboxPool is how many sandboxes that stay are kept pre-started for
+	// each image and plan a create asked for in the last ten minutes, so
+	// that the next create takes one at once (0: none). They count toward
+	// SandboxMemoryMB, and a create that needs their room gets it.
+	SandboxPool int `json:"sandbox_pool"`
 	// DatabaseURL, when it is a postgres:// URL, selects PostgreSQL instead
 	// of SQLite at DataDir/vertal.db.
 	DatabaseURL string `json:"database_url"`
@@ -305,6 +313,7 @@ func Default() Config {
 		PoolMax:       DefaultPoolMax,
 		PoolMemoryMB:  DefaultPoolMemoryMB,
 		PoolPlan:      DefaultPoolPlan,
+		SandboxPool:   DefaultSandboxPool,
 		Driver:        DefaultDriver,
 		DataDir:       DefaultDataDir,
 		StateDir:      DefaultStateDir,
@@ -418,6 +427,9 @@ func (c Config) Validate() error {
 	// `--pool-max 0` alone works although pool-min defaults to 1.
 	if c.PoolMin < 0 || c.PoolMax < 0 || c.PoolMax > 64 || (c.PoolMax > 0 && c.PoolMin > c.PoolMax) {
 		bad("pool-min %d and pool-max %d must satisfy 0 <= pool-min <= pool-max <= 64 (pool-max 0 turns the pool off)", c.PoolMin, c.PoolMax)
+	}
+	if c.SandboxPool < 0 || c.SandboxPool > 16 {
+		bad("sandbox-pool %d must be from 0 to 16", c.SandboxPool)
 	}
 	if c.PoolMax > 0 && c.PoolMemoryMB < 1 {
 		bad("pool-memory-mb must be positive while the pool is on")

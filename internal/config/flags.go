@@ -140,6 +140,8 @@ var settings = []setting{
 		set: str(func(c *Config) *string { return &c.SandboxAgent })},
 	{name: "sandbox-memory-mb", env: "VERTAL_SANDBOX_MEMORY_MB", usage: "memory limits all live sandboxes that stay may hold together, in MiB; past it a create or resume gets 503", derived: "three quarters of the host's memory",
 		set: integer(func(c *Config) *int { return &c.SandboxMemoryMB })},
+	{name: "sandbox-pool", env: "VERTAL_SANDBOX_POOL", usage: "sandboxes that stay kept pre-started per image and plan asked for in the last ten minutes (0 turns it off)", def: func(c Config) string { return strconv.Itoa(c.SandboxPool) },
+		set: integer(func(c *Config) *int { return &c.SandboxPool })},
 	{name: "database-url", env: "VERTAL_DATABASE_URL", usage: "postgres://... to share one PostgreSQL database between nodes", derived: "SQLite in data-dir",
 		set: str(func(c *Config) *string { return &c.DatabaseURL })},
 	{name: "metrics-addr", env: "VERTAL_METRICS_ADDR", usage: "host:port for Prometheus /metrics", derived: "off",

@@ -57,10 +57,6 @@ type LiveSpec struct {
 	Limits Limits
 	// HomeBytes is the size of the HomeDir tmpfs.
 	HomeBytes int64
-	// Env is the environment of the agent and so the base of every
-	// command's: sandbox.EnvFor's fixed entries (HOME is HomeDir), then
-	// these, as NAME=value.
-	Env []string
 	// Agent is the host path of the agent binary (a static executable),
 	// bind-mounted read-only at AgentPath and run as
 	// `AgentPath serve --deadline <unix seconds>`.

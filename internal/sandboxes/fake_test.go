@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +52,13 @@ func (f *fakeStarter) last() *fakeLive {
 	return f.lives[len(f.lives)-1]
 }
 
+// all is a copy of what was started so far, specs and lives alike.
+func (f *fakeStarter) all() ([]engine.LiveSpec, []*fakeLive) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.specs), slices.Clone(f.lives)
+}
+
 func (f *fakeStarter) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -83,6 +92,7 @@ type fakeAgent struct {
 	mu       sync.Mutex
 	files    map[string][]byte
 	deadline time.Time
+	env      map[string]string
 	pid      int
 	closed   bool
 	saved    []byte // the last SaveHome archive
@@ -370,6 +380,19 @@ func (a *fakeAgent) SetDeadline(ctx context.Context, t time.Time) error {
 	defer a.mu.Unlock()
 	a.deadline = t
 	return nil
+}
+
+func (a *fakeAgent) SetEnv(ctx context.Context, env map[string]string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.env = maps.Clone(env)
+	return nil
+}
+
+func (a *fakeAgent) getEnv() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.env
 }
 
 func (a *fakeAgent) getDeadline() time.Time {

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +60,7 @@ type agentClient interface {
 	SaveHome(ctx context.Context, max int64, w io.Writer) (int64, error)
 	RestoreHome(ctx context.Context, r io.Reader) error
 	SetDeadline(ctx context.Context, t time.Time) error
+	SetEnv(ctx context.Context, env map[string]string) error
 	// Unresponsive is closed once a reply has not come in time.
 	Unresponsive() <-chan struct{}
 	Close() error
@@ -89,6 +89,12 @@ type Options struct {
 	// or resume is refused with 503 overloaded and Retry-After. 0 means
 	// no bound.
 	MemoryBudget int64
+	// Warm is how many sandboxes are kept pre-started for each image and
+	// plan that a create asked for lately (warm.go); 0 keeps none.
+	Warm int
+	// WarmPlans are the plans whose default-image sandboxes are kept
+	// pre-started from Start on, before any create asks.
+	WarmPlans []config.Plan
 	// Admit, if set, admits commands to the node's sandbox slots (admit.go).
 	Admit Admitter
 	// OutputRate bounds, in bytes a second, the output the server relays
@@ -138,6 +144,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
+	warm    *warmPool
 
 	memMu        sync.Mutex
 	memCommitted int64 // the memory limits of the live sandboxes (Options.MemoryBudget)
@@ -174,6 +181,12 @@ func (s *Service) memoryFull(n int64) bool {
 	return s.opts.MemoryBudget > 0 && s.memCommitted+n > s.opts.MemoryBudget
 }
 
+// roomFor reports whether a sandbox of n bytes fits now, once the
+// pre-started sandboxes made room if it would not.
+func (s *Service) roomFor(n int64) bool {
+	return !s.memoryFull(n) || (s.warm.drain() && !s.memoryFull(n))
+}
+
 // entry serializes the lifecycle (create, pause, resume, kill, expiry,
 // timeout) of one sandbox id on this node and holds its live sandbox.
 type entry struct {
@@ -194,6 +207,7 @@ type box struct {
 	live      engine.Live
 	ag        agentClient
 	since     time.Time     // when this live period began, for metering
+	cpuBase   float64       // the CPU seconds spent before it (a pre-started sandbox's start)
 	ending    atomic.Bool   // set when the service ends it, so its Done is not a failure
 	byOwner   atomic.Bool   // set with ending when the tenant asked (pause, kill) or its timeout ran out
 	mem       int64         // its share of Options.MemoryBudget
@@ -206,6 +220,9 @@ type box struct {
 	procs    map[int]*proc
 	contexts map[string]*kernel // code contexts (contexts.go)
 }
+
+// cpu is the CPU seconds of b's live period.
+func (b *box) cpu() float64 { return max(0, b.live.Usage().CPUSeconds-b.cpuBase) }
 
 // New returns a Service; call Start before serving.
 func New(opts Options) (*Service, error) {
@@ -226,6 +243,7 @@ func New(opts Options) (*Service, error) {
 		s.opts.OutputRate = DefaultOutputRate
 	}
 	s.connect = func(l engine.Live) agentClient { return agent.NewClient(l.Conn()) }
+	s.warm = newWarmPool(s, max(0, opts.Warm))
 	return s, nil
 }
 
@@ -235,6 +253,13 @@ func New(opts Options) (*Service, error) {
 func (s *Service) Start(ctx context.Context) error {
 	if err := s.reconcile(ctx); err != nil {
 		return err
+	}
+	if s.opts.Warm > 0 && len(s.opts.WarmPlans) > 0 {
+		if driverImage, _, version, err := s.opts.Image(""); err == nil {
+			for _, p := range s.opts.WarmPlans {
+				s.warm.pin(warmKey{image: driverImage, version: version, lim: limitsFor(p)})
+			}
+		}
 	}
 	go func() {
 		t := time.NewTicker(s.opts.Tick)
@@ -302,6 +327,7 @@ func (s *Service) EndNodeSandboxes(ctx context.Context, node string) {
 // Shutdown pauses every live sandbox, so that a server stop (an upgrade)
 // keeps their files; one that cannot be paused is ended with reason error.
 func (s *Service) Shutdown(ctx context.Context) error {
+	s.warm.close()
 	var errs []error
 	for id, e := range s.liveEntries() {
 		e.mu.Lock()
@@ -514,12 +540,17 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		}
 	}
 	limits, _ := json.Marshal(lim)
+	id := newID()
+	wb := s.warm.take(warmKey{image: driverImage, version: version, lim: lim})
+	if wb != nil {
+		id = wb.id
+	}
 	rec := store.Sandbox{
-		ID: newID(), Tenant: tenant, KeyID: c.Key.ID, Status: string(StatusRunning), Image: recorded, ImageVersion: version,
+		ID: id, Tenant: tenant, KeyID: c.Key.ID, Status: string(StatusRunning), Image: recorded, ImageVersion: version,
 		Limits: limits, Metadata: r.Metadata, Env: r.Env, OnTimeout: onTimeout, TimeoutS: int(timeout / time.Second),
 		Node: s.opts.NodeID, CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(timeout), AccessToken: r.AccessToken,
 	}
-	if s.memoryFull(lim.cgroupBytes()) {
+	if wb == nil && !s.roomFor(lim.cgroupBytes()) {
 		refund()
 		release()
 		return Sandbox{}, errMemoryBudget()
@@ -528,6 +559,9 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := s.store.CreateSandbox(ctx, rec, p.SandboxLimit()); err != nil {
+		if wb != nil {
+			s.discard(wb.b)
+		}
 		refund()
 		release()
 		if errors.Is(err, store.ErrSandboxLimit) {
@@ -535,7 +569,17 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		}
 		return Sandbox{}, &execution.Error{Kind: execution.KindUnavailable, Msg: "the sandbox could not be stored, so it was not started or counted; retry shortly", Err: err, RetryAfter: 5}
 	}
-	b, err := s.startLive(ctx, rec, lim, driverImage)
+	var b *box
+	if wb != nil {
+		if b, err = s.adopt(ctx, wb, rec); err != nil {
+			// It died waiting: start this one cold, under the same name.
+			s.log.Warn("a pre-started sandbox could not be handed over", "sandbox_id", rec.ID, "error", err)
+			s.discard(wb.b)
+		}
+	}
+	if b == nil {
+		b, err = s.startLive(ctx, rec, lim, driverImage)
+	}
 	if err == nil {
 		err = writeFiles(ctx, b.ag, r.Files, lim.MaxFileMB<<20)
 		if err != nil {
@@ -609,30 +653,41 @@ func parseLimits(rec store.Sandbox) Limits {
 	return l
 }
 
-// startLive starts a live sandbox for rec and connects to its agent.
+// startLive starts a live sandbox for rec, cold, with its environment.
 func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, driverImage string) (*box, error) {
-	env := make([]string, 0, len(rec.Env))
-	for k, v := range rec.Env {
-		env = append(env, k+"="+v)
+	b, err := s.launch(ctx, rec.ID, lim, driverImage, rec.ExpiresAt, 0)
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(env)
+	b.tenant = rec.Tenant
+	if err := b.ag.SetEnv(ctx, rec.Env); err != nil {
+		s.discard(b)
+		return nil, fmt.Errorf("setting the environment: %w", err)
+	}
+	return b, nil
+}
+
+// launch starts a live sandbox named id with lim, whose agent ends it at
+// expires (plus deadlineGrace) unless moved, and connects to its agent.
+// Its hard lifetime is lim's maximum plus deadlineGrace plus extra (a
+// pre-started sandbox's wait).
+func (s *Service) launch(ctx context.Context, id string, lim Limits, driverImage string, expires time.Time, extra time.Duration) (*box, error) {
 	spec := engine.LiveSpec{
-		ID:    rec.ID,
+		ID:    id,
 		Image: driverImage,
 		Limits: engine.Limits{
 			MemoryBytes: lim.cgroupBytes(), CPUs: lim.CPUs, Pids: lim.Pids, FileSizeBytes: lim.FileSizeBytes,
 			TmpBytes: lim.TmpMB << 20, OutputBytes: lim.OutputBytes,
-			Lifetime: time.Duration(lim.MaxLifetimeS)*time.Second + deadlineGrace,
+			Lifetime: time.Duration(lim.MaxLifetimeS)*time.Second + deadlineGrace + extra,
 			// A live sandbox has no CodeDir and returns no files; the
 			// engine's defaults keep the spec complete.
 			WorkdirBytes: engine.DefaultWorkdirBytes, ReturnFiles: engine.DefaultReturnFiles, ReturnBytes: engine.DefaultReturnBytes,
 		},
 		HomeBytes: lim.HomeMB << 20,
-		Env:       env,
 		Agent:     s.opts.Agent,
-		Deadline:  rec.ExpiresAt.Add(deadlineGrace),
+		Deadline:  expires.Add(deadlineGrace),
 	}
-	if !s.reserveMemory(spec.Limits.MemoryBytes) {
+	if !s.reserveMemory(spec.Limits.MemoryBytes) && (extra > 0 || !s.warm.drain() || !s.reserveMemory(spec.Limits.MemoryBytes)) {
 		return nil, errMemoryBudget()
 	}
 	live, err := s.opts.Starter.Start(ctx, spec)
@@ -640,7 +695,7 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 		s.releaseMemory(spec.Limits.MemoryBytes)
 		return nil, err
 	}
-	b := &box{tenant: rec.Tenant, live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes,
+	b := &box{live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes,
 		out: rate.NewLimiter(rate.Limit(s.opts.OutputRate), max(outputBurst*s.opts.OutputRate, agent.MaxChunk))}
 	if err := b.ag.Ping(ctx); err != nil {
 		s.discard(b)
@@ -673,7 +728,7 @@ func (s *Service) discard(b *box) {
 // it closes).
 func (s *Service) meter(rec *store.Sandbox, b *box) {
 	alive := max(0, s.now().Sub(b.since).Seconds())
-	cpu := b.live.Usage().CPUSeconds
+	cpu := b.cpu()
 	rec.AliveSeconds += alive
 	rec.CPUSeconds += cpu
 	day, _ := quotaDay(s.now())
@@ -958,7 +1013,7 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 	if b != nil && rec.Status == string(StatusRunning) {
 		u := b.live.Usage()
 		sb.AliveSeconds += max(0, s.now().Sub(b.since).Seconds())
-		sb.CPUSeconds += u.CPUSeconds
+		sb.CPUSeconds += b.cpu()
 		sb.PeakMemoryBytes = u.PeakMemoryBytes
 	}
 	return sb
@@ -1253,7 +1308,7 @@ func (s *Service) Usage(ctx context.Context, c execution.Caller) (Usage, error) 
 		e.mu.Lock()
 		if b := e.b; b != nil && b.tenant == c.Key.Tenant {
 			alive += max(0, s.now().Sub(b.since).Seconds())
-			cpu += b.live.Usage().CPUSeconds
+			cpu += b.cpu()
 		}
 		e.mu.Unlock()
 	}

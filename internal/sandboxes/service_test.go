@@ -137,7 +137,7 @@ func TestCreate(t *testing.T) {
 	}
 	spec := f.starter.specs[0]
 	if spec.ID != sb.ID || spec.Image != "/images/default/rootfs" || spec.HomeBytes != 256<<20 || spec.Agent != "/usr/libexec/vertal-agent" ||
-		fmt.Sprint(spec.Env) != "[A=1 B=2]" || spec.Limits.MemoryBytes != (512+256)<<20 || !spec.Deadline.Equal(sb.ExpiresAt.Add(deadlineGrace)) || spec.Limits.Lifetime != time.Hour+deadlineGrace {
+		fmt.Sprint(f.starter.last().ag.getEnv()) != "map[A:1 B:2]" || spec.Limits.MemoryBytes != (512+256)<<20 || !spec.Deadline.Equal(sb.ExpiresAt.Add(deadlineGrace)) || spec.Limits.Lifetime != time.Hour+deadlineGrace {
 		t.Errorf("LiveSpec %+v", spec)
 	}
 	if got := f.starter.last().ag.files[engine.HomeDir+"/data/in.csv"]; string(got) != "a,b\n" {

@@ -57,10 +57,6 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 	if fi, err := os.Stat(spec.Agent); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("docker: sandbox %s: the agent %s is not a file (%v)", spec.ID, spec.Agent, err)
 	}
-	env, err := liveEnv(spec)
-	if err != nil {
-		return nil, fmt.Errorf("docker: sandbox %s: %w", spec.ID, err)
-	}
 	if err := d.begin(spec.ID); err != nil {
 		return nil, err
 	}
@@ -85,7 +81,7 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 			return nil, err
 		}
 	}
-	cfg, host := d.liveConfig(spec, env, os.Getpid(), l.uid.UID, sock)
+	cfg, host := d.liveConfig(spec, os.Getpid(), l.uid.UID, sock)
 	if err := d.createAttached(ctx, cfg, host, l.name, &l.attachedContainer); err != nil {
 		return nil, err
 	}
@@ -233,14 +229,14 @@ const liveStderrBytes = 64 << 10
 // liveConfig is the container of a live sandbox: the walls, the agent as
 // its command, the home tmpfs and the agent's bind mount.
 // sock, when set, is the host's socket for the agent (listen).
-func (d *Driver) liveConfig(spec engine.LiveSpec, env []string, pid int, uid uint32, sock string) (*container.Config, *container.HostConfig) {
+func (d *Driver) liveConfig(spec engine.LiveSpec, pid int, uid uint32, sock string) (*container.Config, *container.HostConfig) {
 	cfg, host := d.walls(spec.ID, spec.Image, spec.Limits, pid, uid)
 	agent := []string{engine.AgentPath, "serve", "--deadline", strconv.FormatInt(spec.Deadline.Unix(), 10)}
 	if sock != "" {
 		agent = append(agent, "--connect", agentSocket)
 	}
 	cfg.Cmd = sandbox.DeadlineArgv("timeout", spec.Limits.Lifetime, agent)
-	cfg.Env = env
+	cfg.Env = sandbox.LiveEnvFor(spec.Limits)
 	cfg.WorkingDir = engine.HomeDir
 	host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.Agent, Target: engine.AgentPath, ReadOnly: true})
 	if sock != "" {
@@ -261,32 +257,6 @@ func (d *Driver) liveConfig(spec engine.LiveSpec, env []string, pid int, uid uin
 func homeOptions(size int64, uid uint32) string {
 	u := strconv.FormatUint(uint64(uid), 10)
 	return strings.Join([]string{"rw", "noexec", "nosuid", "nodev", "mode=0700", "uid=" + u, "gid=" + u, "size=" + strconv.FormatInt(size, 10)}, ",")
-}
-
-// liveEnv is the agent's environment: the fixed one of user code with
-// HOME and PWD at the home, then spec.Env without the names it fixes.
-func liveEnv(spec engine.LiveSpec) ([]string, error) {
-	fixed := map[string]bool{}
-	var env []string
-	for _, kv := range sandbox.EnvFor(spec.Limits) {
-		name, _, _ := strings.Cut(kv, "=")
-		switch name {
-		case "HOME", "PWD":
-			kv = name + "=" + engine.HomeDir
-		}
-		fixed[name] = true
-		env = append(env, kv)
-	}
-	for _, kv := range spec.Env {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok || name == "" || strings.ContainsRune(kv, 0) {
-			return nil, fmt.Errorf("environment entry %q is not NAME=value", kv)
-		}
-		if !fixed[name] {
-			env = append(env, kv)
-		}
-	}
-	return env, nil
 }
 
 // liveContainer is one started sandbox that stays.

@@ -54,10 +54,6 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	if ls.Deadline.IsZero() {
 		return nil, fmt.Errorf("oci: sandbox %s: Deadline is not set", ls.ID)
 	}
-	env, err := liveEnv(ls.Limits, ls.Env)
-	if err != nil {
-		return nil, fmt.Errorf("oci: sandbox %s: %w", ls.ID, err)
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -105,7 +101,6 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	}
 	if plan == nil {
 		spec.Process.User = specs.User{UID: uid, GID: uid}
-		spec.Process.Env = append(spec.Process.Env, env...)
 		b, err := json.Marshal(spec)
 		if err != nil {
 			return nil, fmt.Errorf("oci: encoding config.json: %w", err)
@@ -120,9 +115,7 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if plan != nil {
-		// The request's part of the environment never reaches bwrap's
-		// own (see innerCommand).
-		rp := plan.render(s.bundle, uid, nil, env)
+		rp := plan.render(s.bundle, uid, nil, nil)
 		rp.agentChannel = true
 		err = s.startBwrap(ctx, rp)
 	} else {
@@ -163,7 +156,7 @@ func (d *Driver) liveSpec(image string, ls engine.LiveSpec, agent string) (*spec
 	}
 	s.Process.Args = append(s.Process.Args[:keep:keep], sandbox.DeadlineArgv(timeoutPath, ls.Limits.Lifetime, argv)...)
 	s.Process.Cwd = engine.HomeDir
-	s.Process.Env = liveFixedEnv(ls.Limits)
+	s.Process.Env = sandbox.LiveEnvFor(ls.Limits)
 	// No /code: commands run in the home.
 	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == engine.CodeDir })
 	s.Mounts = append(s.Mounts,
@@ -171,43 +164,6 @@ func (d *Driver) liveSpec(image string, ls engine.LiveSpec, agent string) (*spec
 		specs.Mount{Destination: engine.AgentPath, Type: "bind", Source: agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
 	return s, nil
-}
-
-// liveFixedEnv is sandbox.EnvFor with HomeDir as HOME and working
-// directory.
-func liveFixedEnv(l engine.Limits) []string {
-	env := sandbox.EnvFor(l)
-	for i, kv := range env {
-		switch {
-		case strings.HasPrefix(kv, "HOME="):
-			env[i] = "HOME=" + engine.HomeDir
-		case strings.HasPrefix(kv, "PWD="):
-			env[i] = "PWD=" + engine.HomeDir
-		}
-	}
-	return env
-}
-
-// liveEnv checks LiveSpec.Env and drops what the fixed environment sets,
-// as sandbox.UserEnv does for an execution's, so the sandbox's own
-// settings stand.
-func liveEnv(l engine.Limits, extra []string) ([]string, error) {
-	fixed := map[string]bool{}
-	for _, kv := range liveFixedEnv(l) {
-		name, _, _ := strings.Cut(kv, "=")
-		fixed[name] = true
-	}
-	var out []string
-	for _, kv := range extra {
-		name, _, ok := strings.Cut(kv, "=")
-		if !ok || name == "" || strings.ContainsRune(kv, 0) {
-			return nil, fmt.Errorf("environment entry %q: not NAME=value", kv)
-		}
-		if !fixed[name] {
-			out = append(out, kv)
-		}
-	}
-	return out, nil
 }
 
 // liveMountPoints makes sure the image has the mount points of a live

@@ -61,19 +61,3 @@ func TestLiveSpecShape(t *testing.T) {
 		})
 	}
 }
-
-func TestLiveEnv(t *testing.T) {
-	l := enginetest.Complete(engine.Spec{}).Limits
-	got, err := liveEnv(l, []string{"A=1", "HOME=/x", "PATH=/evil", "B=x=y"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"A=1", "B=x=y"}, got); diff != "" {
-		t.Errorf("liveEnv (-want +got):\n%s", diff)
-	}
-	for _, bad := range []string{"NOEQUALS", "=v", "A=\x00"} {
-		if _, err := liveEnv(l, []string{bad}); err == nil {
-			t.Errorf("liveEnv accepted %q", bad)
-		}
-	}
-}

@@ -75,6 +75,22 @@ func EnvFor(l engine.Limits) []string {
 	return append(Env(), fmt.Sprintf("NODE_OPTIONS=--max-old-space-size=%d --max-semi-space-size=%d", max(mib/2, 16), semi))
 }
 
+// LiveEnvFor is the environment of a live sandbox's agent, and so the
+// base of its commands': EnvFor with HOME and PWD at engine.HomeDir. The
+// sandbox's own entries are set later through the agent, which keeps
+// these names.
+func LiveEnvFor(l engine.Limits) []string {
+	env := EnvFor(l)
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "HOME", "PWD":
+			env[i] = name + "=" + engine.HomeDir
+		}
+	}
+	return env
+}
+
 // DeadlineArgv is argv run under coreutils timeout(1), so that the
 // sandbox kills itself at lifetime (rounded up to whole seconds) whatever
 // happens to the server: timeout sends SIGKILL to the program's process
