@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -328,21 +329,48 @@ type benchServer struct {
 // answering: no sandbox in use, none being pre-started, and every warm
 // pool back at its target.
 func (s *benchServer) idle(ctx context.Context) (bool, error) {
+	b, err := s.scrape(ctx)
+	if err != nil {
+		return false, err
+	}
+	return serverIdle(bytes.NewReader(b))
+}
+
+// scrape reads the server's /metrics.
+func (s *benchServer) scrape(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.metrics, nil)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("GET /metrics: %s", res.Status)
+		return nil, fmt.Errorf("GET /metrics: %s", res.Status)
 	}
-	return serverIdle(res.Body)
+	return io.ReadAll(io.LimitReader(res.Body, 8<<20))
+}
+
+// gauge reads the sum of a gauge's series from the server's /metrics.
+func (s *benchServer) gauge(ctx context.Context, name string) (float64, error) {
+	b, err := s.scrape(ctx)
+	if err != nil {
+		return 0, err
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return 0, fmt.Errorf("reading /metrics: %w", err)
+	}
+	var sum float64
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetGauge().GetValue()
+	}
+	return sum, nil
 }
 
 // serverIdle reads the gauges of idle from a /metrics text.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,15 +32,17 @@ func sandboxPlan(fill, lifetimeS int) string {
 		max(fill, 2), lifetimeS)
 }
 
-// benchSandboxes starts a private server (oci driver, warm pool off, as
-// the pool does not serve sandboxes) with two tenants and measures
-// through it: create and delete, echo 1 in a live sandbox against bare
-// /bin/sh on the host, one idle sandbox's memory, and the fill.
+// benchSandboxes starts a private server (oci driver, the executions'
+// warm pool off, one sandbox kept pre-started) with two tenants and
+// measures through it: create (with the pool warm) and delete, echo 1 in
+// a live sandbox against bare /bin/sh on the host, one idle sandbox's
+// memory, and the fill; and creates on a second server with the sandbox
+// pool off, in the same rounds.
 func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBench) error {
 	if _, err := findAgent(cfg); err != nil {
 		return fmt.Errorf("--sandboxes: %w", err)
 	}
-	serverEnv := []string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0"}
+	serverEnv := []string{"VERTAL_POOL_MIN=0", "VERTAL_POOL_MAX=0", "VERTAL_SANDBOX_POOL=1"}
 	// The data-science image, when built next to the default one: its
 	// context with pandas imported is measured too.
 	dataImage := ""
@@ -53,7 +56,27 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 		return fmt.Errorf("--sandboxes: %w", err)
 	}
 	defer srv.stop()
+	coldSrv, err := startBenchServerWith(ctx, cfg, sb.runtime, sb.serverConcurr, filepath.Join(sb.work, "sandboxes cold "+sb.runtime),
+		append(serverEnv, "VERTAL_SANDBOX_POOL=0"), sandboxPlan(sb.fill, sb.sandboxLifeS), []string{"bench"})
+	if err != nil {
+		return fmt.Errorf("--sandboxes: %w", err)
+	}
+	defer coldSrv.stop()
 	life := time.Duration(sb.sandboxLifeS) * time.Second
+	cold, err := bench.NewClientSandboxes(coldSrv.base, coldSrv.keys[0], life)
+	if err != nil {
+		return err
+	}
+	waitWarm := func(ctx context.Context) error {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+			if n, err := srv.gauge(ctx, "vertal_sandbox_pool_ready"); err != nil || n >= 1 {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return errors.New("no pre-started sandbox within 30 s")
+			}
+		}
+	}
 	api, err := bench.NewClientSandboxes(srv.base, srv.keys[0], life)
 	if err != nil {
 		return err
@@ -63,7 +86,7 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 		return err
 	}
 	fmt.Fprintf(e.Stderr, "bench: sandboxes (oci/%s): create, delete and echo 1, n=%d\n", sb.runtime, sb.n)
-	lat, err := bench.MeasureSandboxLatency(ctx, api, bench.BareEcho, sb.n, sb.warmup, sb.rounds)
+	lat, err := bench.MeasureSandboxLatency(ctx, api, cold, waitWarm, bench.BareEcho, sb.n, sb.warmup, sb.rounds)
 	if err != nil {
 		return err
 	}
@@ -116,7 +139,7 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 		}
 		capa = &c
 	}
-	fmt.Fprintf(e.Stdout, "\nSandboxes that stay, through the API (oci/%s, a private server with the warm pool off), n=%d in %d interleaved rounds, against bare /bin/sh on the host:\n\n", sb.runtime, sb.n, sb.rounds)
+	fmt.Fprintf(e.Stdout, "\nSandboxes that stay, through the API (oci/%s, a private server keeping one sandbox pre-started, and one with that pool off for the cold creates), n=%d in %d interleaved rounds, against bare /bin/sh on the host:\n\n", sb.runtime, sb.n, sb.rounds)
 	bench.WriteSandboxes(e.Stdout, lat, idle, idleContext, pandasContext, capa)
 	return nil
 }
