@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 )
 
 // TestUsageShowsTheDefaults: what `vertal serve -h` says a default is
@@ -120,5 +121,14 @@ func TestPlanLimits(t *testing.T) {
 	}
 	if got.Lifetime != 7*time.Second+engine.LifetimeGrace {
 		t.Errorf("Lifetime = %v", got.Lifetime)
+	}
+}
+
+// TestQueueDefaultsMatch: the engine's test helper writes config's queue
+// defaults out (it may not import config); they agree.
+func TestQueueDefaultsMatch(t *testing.T) {
+	got := enginetest.Options(3)
+	if got.MaxQueue != DefaultQueuePerSlot*3 || got.QueueTimeout != DefaultQueue {
+		t.Errorf("enginetest.Options(3) = %+v; want a queue of %d and a %v timeout", got, DefaultQueuePerSlot*3, DefaultQueue)
 	}
 }

@@ -9,16 +9,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
+	"time"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
 // Options returns the queue options a server with slots sandbox slots and
-// config's defaults would run with: config.DefaultQueuePerSlot places per
-// slot and the config.DefaultQueue queue timeout.
+// config's defaults runs with: 4 places per slot and a 30 s queue timeout
+// (config.DefaultQueuePerSlot and config.DefaultQueue, written out here:
+// config sits above the engine and may not be imported from under it;
+// TestQueueDefaultsMatch in config checks that they agree).
 func Options(slots int) engine.Options {
-	return engine.Options{MaxConcurrent: slots, MaxQueue: config.DefaultQueuePerSlot * slots, QueueTimeout: config.DefaultQueue}
+	return engine.Options{MaxConcurrent: slots, MaxQueue: 4 * slots, QueueTimeout: 30 * time.Second}
 }
 
 // New returns engine.New(d, opts), failing t if opts are refused.
