@@ -1,0 +1,306 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
+)
+
+// zone is a fake DNS: every test name and what it resolves to. Nothing
+// here asks a real resolver, and every connection stays on loopback.
+type zone map[string][]netip.Addr
+
+func (z zone) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := z[strings.ToLower(strings.TrimSuffix(host, "."))]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+// world is a proxy in front of a fake internet on loopback: 127.0.0.1
+// stands for a public address (the guard lets it through), everything
+// else internal is refused as in production.
+type world struct {
+	proxy     *Proxy
+	proxyURL  *url.URL
+	httpPort  int
+	tlsPort   int
+	mu        sync.Mutex
+	attempts  []Attempt
+	tlsServer *httptest.Server
+}
+
+func newWorld(t *testing.T, maxBytes int64) *world {
+	t.Helper()
+	big := strings.Repeat("x", 100_000)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s via %s", r.Host, r.Header.Get("X-Forwarded-For"))
+	})
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, big) })
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	ts := httptest.NewTLSServer(mux)
+	t.Cleanup(ts.Close)
+	w := &world{httpPort: port(t, hs.URL), tlsPort: port(t, ts.URL), tlsServer: ts}
+	pol, err := Parse([]string{"api.example.test", "*.wild.example.test", "rebind.example.test", "meta.example.test", "mixed.example.test", "v6.example.test"}, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.proxy, err = NewProxy(Options{
+		Policy: pol,
+		Guard:  webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil),
+		Resolver: zone{
+			"api.example.test":    addrs("127.0.0.1"),
+			"a.wild.example.test": addrs("127.0.0.1"),
+			"other.example.test":  addrs("127.0.0.1"),
+			"rebind.example.test": addrs("10.0.0.1"),
+			"meta.example.test":   addrs("169.254.169.254"),
+			"mixed.example.test":  addrs("127.0.0.1", "10.0.0.1"),
+			"v6.example.test":     addrs("::1"),
+		},
+		HTTPPorts: []int{w.httpPort},
+		TLSPorts:  []int{w.tlsPort},
+		Log: func(a Attempt) {
+			w.mu.Lock()
+			w.attempts = append(w.attempts, a)
+			w.mu.Unlock()
+		},
+		HelloTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := httptest.NewServer(w.proxy)
+	t.Cleanup(ps.Close)
+	t.Cleanup(func() { w.proxy.Close() })
+	w.proxyURL, _ = url.Parse(ps.URL)
+	return w
+}
+
+func port(t *testing.T, raw string) int {
+	u, _ := url.Parse(raw)
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// client is what code in a sandbox uses: HTTP(S)_PROXY pointing at the
+// proxy. TLS verification is off: the fake servers' certificate does not
+// name the test hosts, and what is tested is the proxy's decision.
+func (w *world) client(serverName string) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy:             http.ProxyURL(w.proxyURL),
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, ServerName: serverName},
+		DisableKeepAlives: true,
+	}}
+}
+
+// get fetches rawURL through the proxy and waits until the proxy has
+// logged the attempt (a tunnel is logged once both sides closed).
+func (w *world) get(t *testing.T, rawURL, serverName string) (int, string, error) {
+	t.Helper()
+	w.mu.Lock()
+	n := len(w.attempts)
+	w.mu.Unlock()
+	defer func() {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			w.mu.Lock()
+			done := len(w.attempts) > n
+			w.mu.Unlock()
+			if done {
+				return
+			}
+		}
+		t.Errorf("GET %s: the proxy logged no attempt", rawURL)
+	}()
+	res, err := w.client(serverName).Get(rawURL)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), err
+}
+
+func (w *world) last() Attempt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.attempts) == 0 {
+		return Attempt{}
+	}
+	return w.attempts[len(w.attempts)-1]
+}
+
+// TestProxyDecides: allowed names work over HTTP and through CONNECT;
+// every other name, an address, a name that resolves inward (DNS
+// rebinding, the metadata address, loopback over IPv6, a mixed answer)
+// and another port are refused, each with its reason in the audit log.
+func TestProxyDecides(t *testing.T) {
+	w := newWorld(t, 0)
+	httpURL := func(host, path string) string { return fmt.Sprintf("http://%s:%d%s", host, w.httpPort, path) }
+	tlsURL := func(host, path string) string { return fmt.Sprintf("https://%s:%d%s", host, w.tlsPort, path) }
+
+	for _, host := range []string{"api.example.test", "a.wild.example.test"} {
+		st, body, err := w.get(t, httpURL(host, "/hello"), "")
+		if err != nil || st != 200 || body != fmt.Sprintf("hello %s:%d via ", host, w.httpPort) {
+			t.Errorf("http %s: %d %q %v", host, st, body, err)
+		}
+		if a := w.last(); !a.Allowed || a.Kind != "http" || a.Host != host || a.BytesIn == 0 || a.BytesOut == 0 || a.Addr != fmt.Sprintf("127.0.0.1:%d", w.httpPort) {
+			t.Errorf("audit of http %s: %+v", host, a)
+		}
+		st, body, err = w.get(t, tlsURL(host, "/hello"), host)
+		if err != nil || st != 200 || !strings.HasPrefix(body, "hello "+host) {
+			t.Errorf("https %s: %d %q %v", host, st, body, err)
+		}
+		if a := w.last(); !a.Allowed || a.Kind != "tls" || a.BytesIn == 0 || a.BytesOut == 0 {
+			t.Errorf("audit of https %s: %+v", host, a)
+		}
+	}
+
+	for _, tc := range []struct{ host, reason string }{
+		{"other.example.test", "not in the allowlist"},
+		{"wild.example.test", "not in the allowlist"},
+		{"127.0.0.1", "not in the allowlist"},
+		{"rebind.example.test", "resolves to an internal address"},
+		{"meta.example.test", "resolves to an internal address"},
+		{"mixed.example.test", "resolves to an internal address"},
+		{"v6.example.test", "resolves to an internal address"},
+		{"nxdomain.example.test", "not in the allowlist"},
+	} {
+		st, _, err := w.get(t, httpURL(tc.host, "/hello"), "")
+		if err != nil || st != http.StatusForbidden {
+			t.Errorf("http %s: %d %v; want 403", tc.host, st, err)
+		}
+		if a := w.last(); a.Allowed || a.Host != tc.host || !strings.Contains(a.Reason, tc.reason) {
+			t.Errorf("audit of http %s: %+v; want refused, %q", tc.host, a, tc.reason)
+		}
+		if _, _, err := w.get(t, tlsURL(tc.host, "/hello"), tc.host); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+			t.Errorf("https %s: %v; want the CONNECT refused", tc.host, err)
+		}
+	}
+	// Another port: TLS's port over plain HTTP, and the reverse.
+	if st, _, _ := w.get(t, fmt.Sprintf("http://api.example.test:%d/hello", w.tlsPort), ""); st != http.StatusForbidden || !strings.Contains(w.last().Reason, "port") {
+		t.Errorf("http to the TLS port: %d, %+v", st, w.last())
+	}
+	if _, _, err := w.get(t, fmt.Sprintf("https://api.example.test:%d/hello", w.httpPort), "api.example.test"); err == nil || !strings.Contains(w.last().Reason, "port") {
+		t.Errorf("CONNECT to the HTTP port: %v, %+v", err, w.last())
+	}
+	// Not a proxy request (origin form) is a 400.
+	res, err := http.Get(w.proxyURL.String() + "/hello")
+	if err != nil || res.StatusCode != http.StatusBadRequest {
+		t.Errorf("origin-form request: %v %v", res, err)
+	}
+}
+
+// TestProxyChecksTLS: through CONNECT, a ClientHello naming another host
+// than the CONNECT target (domain fronting) is refused, and so is anything
+// that is not TLS.
+func TestProxyChecksTLS(t *testing.T) {
+	w := newWorld(t, 0)
+	if _, _, err := w.get(t, fmt.Sprintf("https://api.example.test:%d/hello", w.tlsPort), "other.example.test"); err == nil {
+		t.Error("a ClientHello for other.example.test went through a CONNECT to api.example.test")
+	}
+	if a := w.last(); a.Allowed || !strings.Contains(a.Reason, `"other.example.test"`) {
+		t.Errorf("audit: %+v", a)
+	}
+
+	c, err := net.Dial("tcp", w.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n", w.tlsPort, w.tlsPort)
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", res, err)
+	}
+	fmt.Fprintf(c, "GET /hello HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(br); len(b) != 0 {
+		t.Errorf("plain HTTP inside CONNECT got an answer: %q", b)
+	}
+	if a := w.last(); a.Allowed || !strings.HasPrefix(a.Reason, "not TLS") {
+		t.Errorf("audit: %+v", a)
+	}
+}
+
+// TestProxyByteBound: past the policy's bytes the connection is cut, and
+// later ones are refused; Close cuts what is open.
+func TestProxyByteBound(t *testing.T) {
+	w := newWorld(t, 10_000)
+	st, body, err := w.get(t, fmt.Sprintf("http://api.example.test:%d/big", w.httpPort), "")
+	if err == nil && st == 200 && len(body) == 100_000 {
+		t.Fatal("100 kB went through a 10 kB bound")
+	}
+	if used := w.proxy.Used(); used < 10_000 || used > 80_000 {
+		t.Errorf("used %d bytes; want the bound passed, by at most a few reads", used)
+	}
+	st, _, _ = w.get(t, fmt.Sprintf("http://api.example.test:%d/hello", w.httpPort), "")
+	if st != http.StatusForbidden || !strings.Contains(w.last().Reason, "10000 bytes") {
+		t.Errorf("after the bound: %d %+v", st, w.last())
+	}
+	if _, _, err := w.get(t, fmt.Sprintf("https://api.example.test:%d/hello", w.tlsPort), "api.example.test"); err == nil {
+		t.Error("a CONNECT after the bound went through")
+	}
+}
+
+func TestProxyCloseCuts(t *testing.T) {
+	w := newWorld(t, 0)
+	c, err := net.Dial("tcp", w.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n", w.tlsPort)
+	br := bufio.NewReader(c)
+	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", res, err)
+	}
+	tc := tls.Client(&brConn{Conn: c, r: br}, &tls.Config{InsecureSkipVerify: true, ServerName: "api.example.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	w.proxy.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Errorf("after Close the tunnel still stands: %v", err)
+	}
+}
+
+type brConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *brConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
