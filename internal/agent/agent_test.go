@@ -734,9 +734,9 @@ func TestChildrenAreTheOOMKillersFirstChoice(t *testing.T) {
 // which lands just after the exec, is in (or what it is after 5 s).
 const childScore = `i=0; while [ "$(cat /proc/$$/oom_score_adj)" != 1000 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; cat /proc/$$/oom_score_adj`
 
-// TestSetEnv: the sandbox's environment is the base of later spawns, a
-// spawn's own entries override it, the agent's own names stand, and a
-// second call replaces the first.
+// TestSetEnv: the sandbox's environment is the base of later spawns, over
+// the agent's own and under a spawn's own entries, and a second call
+// replaces the first.
 func TestSetEnv(t *testing.T) {
 	t.Setenv("VERTAL_AGENT_FIXED", "fixed")
 	c, _, _ := serve(t, nil)
@@ -747,13 +747,13 @@ func TestSetEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _, _ := collect(t, p); out != "1 own fixed\n" {
-		t.Errorf("environment %q, want %q", out, "1 own fixed\n")
+	if out, _, _ := collect(t, p); out != "1 own evil\n" {
+		t.Errorf("environment %q, want %q", out, "1 own evil\n")
 	}
 	if err := c.SetEnv(ctxT(t), map[string]string{"B": "3"}); err != nil {
 		t.Fatal(err)
 	}
-	if out, _, _ := run(t, c, "sh", "-c", `echo "[$A] $B"`); out != "[] 3\n" {
+	if out, _, _ := run(t, c, "sh", "-c", `echo "[$A] $B $VERTAL_AGENT_FIXED"`); out != "[] 3 fixed\n" {
 		t.Errorf("after a second SetEnv %q", out)
 	}
 	for _, bad := range []map[string]string{{"": "x"}, {"A=B": "x"}, {"A": "x\x00y"}} {

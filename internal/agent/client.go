@@ -520,9 +520,9 @@ func (c *Client) SetDeadline(ctx context.Context, t time.Time) error {
 }
 
 // SetEnv sets the sandbox's environment, the base of every process
-// started from then on (a spawn's own entries override it); names the
-// sandbox's fixed environment sets are dropped. Each call replaces the
-// last.
+// started from then on: over the agent's own environment, under a
+// spawn's own entries. The caller leaves out what it must not change.
+// Each call replaces the last.
 func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
 	if env == nil {
 		env = map[string]string{}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +56,7 @@ type server struct {
 	groups   map[int]bool       // every process group started, for the end
 	streams  map[uint64]*stream // outgoing streams by id
 	uploads  map[uint64]*upload // incoming transfers by ref
-	env      []string           // the sandbox's environment (setEnv), NAME=value
+	env      map[string]string  // the sandbox's environment (setEnv)
 	timer    *time.Timer        // the deadline
 	expired  chan struct{}      // closed at the deadline
 	expireMu sync.Once
@@ -245,34 +245,30 @@ func (s *server) setDeadline(m *msg) {
 }
 
 // setEnv sets the sandbox's environment: the base of every process
-// started from then on, between the agent's own environment and the
-// spawn's. The agent's own names (the sandbox's fixed environment: HOME,
-// PATH, ...) stand; the sandbox's entries for them are dropped, as a
-// request's are for an execution. Each call replaces the last.
+// started from then on, over the agent's own environment and under the
+// spawn's. The host leaves out the names the sandbox fixes (HOME, PATH,
+// ...). Each call replaces the last.
 func (s *server) setEnv(m *msg) {
-	env := make([]string, 0, len(m.Env))
 	for k, v := range m.Env {
 		if !validEnv(k, v) {
 			s.reply(errMsg(m.ID, fmt.Errorf("environment variable %q: %w", k, ErrInvalid)))
 			return
 		}
-		if _, fixed := os.LookupEnv(k); !fixed {
-			env = append(env, k+"="+v)
-		}
 	}
-	slices.Sort(env)
 	s.mu.Lock()
-	s.env = env
+	s.env = maps.Clone(m.Env)
 	s.mu.Unlock()
 	s.ok(m.ID)
 }
 
-// environ is the base environment of a process: the agent's own, then
-// the sandbox's (setEnv).
+// environ is the base environment of a process: the agent's own with the
+// sandbox's (setEnv) over it.
 func (s *server) environ() []string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append(os.Environ(), s.env...)
+	env := s.env
+	s.mu.Unlock()
+	out, _ := mergeEnv(os.Environ(), env) // setEnv checked the entries
+	return out
 }
 
 func (s *server) moveDeadline(t time.Time) {

@@ -39,6 +39,7 @@ func (f *fakeStarter) Start(ctx context.Context, spec engine.LiveSpec) (engine.L
 		return nil, err
 	}
 	l := &fakeLive{done: make(chan struct{}), ag: newFakeAgent(spec.Deadline)}
+	l.cpuMilli.Store(40) // the start's own CPU, which no tenant pays for
 	f.mu.Lock()
 	f.specs = append(f.specs, spec)
 	f.lives = append(f.lives, l)
@@ -69,13 +70,19 @@ type fakeLive struct {
 	done      chan struct{}
 	once      sync.Once
 	discarded atomic.Bool
+	cpuMilli  atomic.Int64
 	ag        *fakeAgent
 }
 
 func (l *fakeLive) Conn() io.ReadWriteCloser { return nil }
 func (l *fakeLive) Done() <-chan struct{}    { return l.done }
-func (l *fakeLive) Usage() engine.Usage      { return engine.Usage{CPUSeconds: 0.5} }
-func (l *fakeLive) MemoryBytes() int64       { return 1 << 20 }
+func (l *fakeLive) Usage() engine.Usage {
+	return engine.Usage{CPUSeconds: float64(l.cpuMilli.Load()) / 1000}
+}
+
+// addCPU makes the sandbox's cgroup count ms more milliseconds of CPU.
+func (l *fakeLive) addCPU(ms int64)    { l.cpuMilli.Add(ms) }
+func (l *fakeLive) MemoryBytes() int64 { return 1 << 20 }
 func (l *fakeLive) Discard(context.Context) error {
 	l.discarded.Store(true)
 	l.die()

@@ -31,6 +31,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -157,11 +158,13 @@ func errMemoryBudget() error {
 		Msg: "this server holds as many sandboxes as its memory allows; retry later, or pause or kill one"}
 }
 
-// reserveMemory takes n bytes of the budget for a live sandbox.
-func (s *Service) reserveMemory(n int64) bool {
+// reserveMemory takes n bytes of the budget for a live sandbox, and
+// leaves at least spare bytes of it free (a pre-started sandbox leaves
+// room for one create of its size).
+func (s *Service) reserveMemory(n, spare int64) bool {
 	s.memMu.Lock()
 	defer s.memMu.Unlock()
-	if s.opts.MemoryBudget > 0 && s.memCommitted+n > s.opts.MemoryBudget {
+	if s.opts.MemoryBudget > 0 && s.memCommitted+n+spare > s.opts.MemoryBudget {
 		return false
 	}
 	s.memCommitted += n
@@ -540,11 +543,23 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		}
 	}
 	limits, _ := json.Marshal(lim)
+	// A tenant at its cap is refused before a pre-started sandbox is
+	// taken, so that refused creates do not burn them (the store's insert
+	// below is the check that holds under a parallel burst).
+	if running, paused, err := s.store.CountSandboxes(ctx, tenant); err == nil && running+paused >= p.SandboxLimit() {
+		refund()
+		release()
+		return Sandbox{}, errSandboxLimit(p)
+	}
+	key := warmKey{image: driverImage, version: version, lim: lim}
 	id := newID()
-	wb := s.warm.take(warmKey{image: driverImage, version: version, lim: lim})
+	wb := s.warm.take(key)
 	if wb != nil {
 		id = wb.id
 	}
+	// The key's next sandbox starts once this create has its memory (or
+	// gave up), so that it never takes the room this one needs.
+	defer s.warm.fill(key)
 	rec := store.Sandbox{
 		ID: id, Tenant: tenant, KeyID: c.Key.ID, Status: string(StatusRunning), Image: recorded, ImageVersion: version,
 		Limits: limits, Metadata: r.Metadata, Env: r.Env, OnTimeout: onTimeout, TimeoutS: int(timeout / time.Second),
@@ -565,7 +580,7 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		refund()
 		release()
 		if errors.Is(err, store.ErrSandboxLimit) {
-			return Sandbox{}, execution.Errorf(execution.KindSandboxLimit, "your plan allows %d sandbox(es) at once, running or paused, and you hold them all; kill one first", p.SandboxLimit())
+			return Sandbox{}, errSandboxLimit(p)
 		}
 		return Sandbox{}, &execution.Error{Kind: execution.KindUnavailable, Msg: "the sandbox could not be stored, so it was not started or counted; retry shortly", Err: err, RetryAfter: 5}
 	}
@@ -608,6 +623,11 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		}
 	}
 	return s.view(rec, b), nil
+}
+
+// errSandboxLimit is the answer to a create past the plan's cap.
+func errSandboxLimit(p config.Plan) error {
+	return execution.Errorf(execution.KindSandboxLimit, "your plan allows %d sandbox(es) at once, running or paused, and you hold them all; kill one first", p.SandboxLimit())
 }
 
 // claim claims idemKey; replay is true when an earlier request with the
@@ -660,11 +680,25 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 		return nil, err
 	}
 	b.tenant = rec.Tenant
-	if err := b.ag.SetEnv(ctx, rec.Env); err != nil {
+	if err := b.ag.SetEnv(ctx, userEnv(rec.Env)); err != nil {
 		s.discard(b)
 		return nil, fmt.Errorf("setting the environment: %w", err)
 	}
+	// The start's CPU is not the tenant's, as for a pre-started one.
+	b.cpuBase = b.live.Usage().CPUSeconds
 	return b, nil
+}
+
+// userEnv is a sandbox's environment without the names every sandbox
+// fixes (sandbox.LiveEnvFor: HOME, PATH, LANG, PWD, NODE_OPTIONS), which
+// a create does not override (a command's own env may).
+func userEnv(env map[string]string) map[string]string {
+	out := maps.Clone(env)
+	for _, kv := range sandbox.LiveEnvFor(engine.Limits{}) {
+		name, _, _ := strings.Cut(kv, "=")
+		delete(out, name)
+	}
+	return out
 }
 
 // launch starts a live sandbox named id with lim, whose agent ends it at
@@ -687,7 +721,13 @@ func (s *Service) launch(ctx context.Context, id string, lim Limits, driverImage
 		Agent:     s.opts.Agent,
 		Deadline:  expires.Add(deadlineGrace),
 	}
-	if !s.reserveMemory(spec.Limits.MemoryBytes) && (extra > 0 || !s.warm.drain() || !s.reserveMemory(spec.Limits.MemoryBytes)) {
+	// A pre-started sandbox (extra > 0) leaves room for a create of its
+	// size; a create makes room by discarding the waiting ones.
+	var spare int64
+	if extra > 0 {
+		spare = spec.Limits.MemoryBytes
+	}
+	if !s.reserveMemory(spec.Limits.MemoryBytes, spare) && (extra > 0 || !s.warm.drain() || !s.reserveMemory(spec.Limits.MemoryBytes, 0)) {
 		return nil, errMemoryBudget()
 	}
 	live, err := s.opts.Starter.Start(ctx, spec)

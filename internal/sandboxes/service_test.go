@@ -318,6 +318,7 @@ func TestExpiry(t *testing.T) {
 			c := caller("acme", freePlan())
 			sb := f.create(t, c, CreateRequest{TimeoutS: 60, OnTimeout: tc.onTimeout})
 			live := f.starter.last()
+			live.addCPU(500)
 			f.clock.Add(59 * time.Second)
 			f.s.expireDue(t.Context())()
 			if got, _ := f.s.Get(t.Context(), c, sb.ID); got.Status != StatusRunning {

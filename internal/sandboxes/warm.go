@@ -24,16 +24,18 @@ import (
 // Options.WarmPlans from the start. They hold their memory limits of
 // Options.MemoryBudget; a create that needs the room discards them first.
 
-// warmMaxIdle is how long a pre-started sandbox waits to be taken. Its
-// agent's deadline ends it shortly after (so one the service lost track
-// of, a SIGKILLed server's, never outlives it by more), and the key's
-// next one replaces it. Its hard lifetime is the plan's maximum lifetime
-// plus this, so the sandbox taken at the end of its wait still has the
-// whole of the plan's lifetime.
+// warmMaxIdle is how long a pre-started sandbox waits to be taken; then
+// the pool discards it and starts the key's next. Its agent's own
+// deadline is warmMargin (plus deadlineGrace) later, so one the service
+// lost track of (a SIGKILLed server's) never outlives its wait by much,
+// and one taken at the end of its wait still gets its new deadline in
+// time. Its hard lifetime is the plan's maximum lifetime plus this, so the
+// sandbox taken at the end of its wait still has the whole of the plan's
+// lifetime.
 const warmMaxIdle = 2 * time.Minute
 
-// warmMargin: a pre-started sandbox this close to its deadline is not
-// handed over (the hand-over moves the deadline, but it must get there).
+// warmMargin is how long before its agent's deadline a waiting sandbox
+// stops being handed over: the hand-over must move the deadline first.
 const warmMargin = 15 * time.Second
 
 // warmKeyTTL is how long a key is kept warm after its last create.
@@ -50,7 +52,7 @@ type warmBox struct {
 	id    string // its host-side name, and the id of the sandbox that takes it
 	key   warmKey
 	b     *box
-	until time.Time     // its agent's deadline
+	until time.Time     // when the pool retires it; its agent's deadline is later
 	taken chan struct{} // closed at the hand-over
 }
 
@@ -82,8 +84,9 @@ func (p *warmPool) pin(key warmKey) {
 	p.fill(key)
 }
 
-// take hands out a pre-started sandbox for key, or nil, and starts the
-// one behind it.
+// take hands out a pre-started sandbox for key, or nil. The caller starts
+// the one behind it (fill) once its own sandbox has its memory, so that a
+// pre-start never takes the room a create needs.
 func (p *warmPool) take(key warmKey) *warmBox {
 	if p.size == 0 {
 		return nil
@@ -109,9 +112,12 @@ func (p *warmPool) take(key warmKey) *warmBox {
 	}
 	q := p.ready[key]
 	for len(q) > 0 && wb == nil {
-		// The oldest first: the newer ones have longer to wait.
-		if next := q[0]; now.Add(warmMargin).Before(next.until) {
+		// The oldest first: the newer ones have longer to wait. One past
+		// its wait (its retirement is due) is discarded.
+		if next := q[0]; now.Before(next.until) {
 			wb = next
+		} else {
+			stale = append(stale, next)
 		}
 		q = q[1:]
 	}
@@ -126,7 +132,6 @@ func (p *warmPool) take(key warmKey) *warmBox {
 	} else {
 		p.misses.Add(1)
 	}
-	p.fill(key)
 	return wb
 }
 
@@ -168,13 +173,16 @@ func (p *warmPool) prestart(key warmKey) {
 	go p.watch(wb)
 }
 
-// watch discards a pre-started sandbox that ends while it waits (its
-// deadline, a crash) and starts the next.
+// watch retires a pre-started sandbox at the end of its wait, or when it
+// ends while it waits (a crash), and starts the next.
 func (p *warmPool) watch(wb *warmBox) {
+	t := time.NewTimer(max(0, wb.until.Sub(p.s.now())))
+	defer t.Stop()
 	select {
 	case <-wb.taken:
 		return
 	case <-wb.b.live.Done():
+	case <-t.C:
 	}
 	if p.remove(wb) {
 		p.s.discard(wb.b)
@@ -264,7 +272,7 @@ func (s *Service) prestart(key warmKey) (*warmBox, error) {
 	defer cancel()
 	id := newID()
 	until := s.now().Add(warmMaxIdle)
-	b, err := s.launch(ctx, id, key.lim, key.image, until, warmMaxIdle)
+	b, err := s.launch(ctx, id, key.lim, key.image, until.Add(warmMargin), warmMaxIdle)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +283,7 @@ func (s *Service) prestart(key warmKey) (*warmBox, error) {
 // environment and deadline, and its metering from now.
 func (s *Service) adopt(ctx context.Context, wb *warmBox, rec store.Sandbox) (*box, error) {
 	b := wb.b
-	if err := b.ag.SetEnv(ctx, rec.Env); err != nil {
+	if err := b.ag.SetEnv(ctx, userEnv(rec.Env)); err != nil {
 		return nil, err
 	}
 	if err := b.ag.SetDeadline(ctx, rec.ExpiresAt.Add(deadlineGrace)); err != nil {
@@ -284,5 +292,6 @@ func (s *Service) adopt(ctx context.Context, wb *warmBox, rec store.Sandbox) (*b
 	b.tenant = rec.Tenant
 	b.since = s.now()
 	b.cpuBase = b.live.Usage().CPUSeconds
+	s.log.Debug("handed a pre-started sandbox over", "sandbox_id", rec.ID)
 	return b, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 )
 
 // warmFixture is a fixture whose service keeps size sandboxes warm.
@@ -52,7 +53,7 @@ func TestWarmCreate(t *testing.T) {
 	}
 	warm := specs()[w]
 	if warm.ID == first.ID || warm.Limits.Lifetime != time.Hour+deadlineGrace+warmMaxIdle ||
-		!warm.Deadline.Equal(f.clock.Now().Add(warmMaxIdle+deadlineGrace)) {
+		!warm.Deadline.Equal(f.clock.Now().Add(warmMaxIdle+warmMargin+deadlineGrace)) {
 		t.Errorf("pre-started spec %+v", warm)
 	}
 	if env := lives()[w].ag.getEnv(); env != nil {
@@ -60,7 +61,7 @@ func TestWarmCreate(t *testing.T) {
 	}
 
 	f.clock.Add(30 * time.Second)
-	sb := f.create(t, caller("globex", pro), CreateRequest{TimeoutS: 120, Env: map[string]string{"K": "v"},
+	sb := f.create(t, caller("globex", pro), CreateRequest{TimeoutS: 120, Env: map[string]string{"K": "v", "HOME": "/elsewhere"},
 		Files: []File{{Path: "in.txt", Content: []byte("x")}}})
 	if sb.ID != warm.ID {
 		t.Fatalf("the second create is %s; want the pre-started %s", sb.ID, warm.ID)
@@ -134,13 +135,17 @@ func TestWarmKeys(t *testing.T) {
 		t.Error("a pre-started sandbox that died was not discarded")
 	}
 
-	// Near their deadline they are not handed over.
-	f.clock.Add(warmMaxIdle - warmMargin)
-	before := f.starter.count()
+	// At the end of their wait they are not handed over, and are
+	// discarded, not only forgotten: they hold memory and mounts.
+	f.clock.Add(warmMaxIdle)
+	before, old := specs(), lives()
 	sb = f.create(t, caller("umbrella", pro), CreateRequest{})
-	for _, sp := range specs()[:before] {
+	for i, sp := range before {
 		if sb.ID == sp.ID {
-			t.Errorf("a sandbox %v from its deadline was handed over", warmMargin)
+			t.Errorf("a sandbox at the end of its wait was handed over")
+		}
+		if sp.Image == "/images/default/rootfs" && sp.Limits.MemoryBytes == (512+256)<<20 && sp.ID != first.ID && !old[i].discarded.Load() {
+			t.Errorf("the pro sandbox past its wait (%s) was not discarded", sp.ID)
 		}
 	}
 }
@@ -152,24 +157,29 @@ func TestWarmPlansAndBudget(t *testing.T) {
 	f := warmFixture(t, 1)
 	specs := func() []engine.LiveSpec { s, _ := f.starter.all(); return s }
 	lives := func() []*fakeLive { _, l := f.starter.all(); return l }
-	pro := config.DefaultPlans()["pro"]
-	f.s.opts.WarmPlans = []config.Plan{pro}
-	f.s.opts.MemoryBudget = (512 + 256) << 20 // one pro sandbox
+	free, pro := freePlan(), config.DefaultPlans()["pro"]
+	f.s.opts.WarmPlans = []config.Plan{free}
+	// Room for a waiting free sandbox and a create of its size, not for a
+	// pro create beside it: a pre-start always leaves room for one create
+	// of its own size.
+	f.s.opts.MemoryBudget = 800 << 20
 	if err := f.s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, f, 1)
-	if specs()[0].Limits.MemoryBytes != (512+256)<<20 {
-		t.Fatalf("pre-started %+v; want the pro plan's", specs()[0].Limits)
+	if got := specs()[0].Limits.MemoryBytes; got != limitsFor(free).cgroupBytes() {
+		t.Fatalf("pre-started %+v; want the free plan's", specs()[0].Limits)
 	}
-	// A free sandbox needs the room the pro one holds: it gets it.
-	sb := f.create(t, caller("acme", freePlan()), CreateRequest{})
+	// A pro sandbox needs the room the free one holds: it gets it.
+	sb := f.create(t, caller("acme", pro), CreateRequest{})
 	if !lives()[0].discarded.Load() || sb.ID == specs()[0].ID {
-		t.Errorf("the waiting pro sandbox was not discarded for a free create")
+		t.Errorf("the waiting free sandbox was not discarded for a pro create")
 	}
-	if _, err := f.s.Kill(t.Context(), caller("acme", freePlan()), sb.ID); err != nil {
+	if _, err := f.s.Kill(t.Context(), caller("acme", pro), sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The pinned key refills at its next create, or here by hand.
+	f.s.warm.fill(warmKey{image: "/images/default/rootfs", version: "v7", lim: limitsFor(free)})
 	waitWarm(t, f, 1)
 	last := f.starter.last()
 	if err := f.s.Shutdown(t.Context()); err != nil {
@@ -215,4 +225,42 @@ func TestWarmImageRebuilt(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	waitWarm(t, f, 1)
+}
+
+// TestWarmNeverTurnsACreateAway: a pre-start leaves room for a create of
+// its size, so with the budget for two sandboxes and one held, a tenant
+// that kills and creates again is never refused, however the pool
+// refills behind it.
+func TestWarmNeverTurnsACreateAway(t *testing.T) {
+	f := warmFixture(t, 1)
+	pro := config.DefaultPlans()["pro"]
+	f.s.opts.MemoryBudget = 2 * (512 + 256) << 20
+	f.create(t, caller("bob", pro), CreateRequest{})
+	sb := f.create(t, caller("alice", pro), CreateRequest{})
+	for range 10 {
+		if _, err := f.s.Kill(t.Context(), caller("alice", pro), sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if sb, err = f.s.Create(t.Context(), caller("alice", pro), "", CreateRequest{}); err != nil {
+			t.Fatalf("create with a slot free: %v", err)
+		}
+	}
+}
+
+// TestWarmNotBurnedByRefusals: a tenant at its cap is refused before a
+// pre-started sandbox is taken.
+func TestWarmNotBurnedByRefusals(t *testing.T) {
+	f := warmFixture(t, 1)
+	free := freePlan() // one sandbox at once
+	f.create(t, caller("acme", free), CreateRequest{})
+	waitWarm(t, f, 1)
+	n, hits := f.starter.count(), f.s.warm.stats().Hits
+	for range 5 {
+		_, err := f.s.Create(t.Context(), caller("acme", free), "", CreateRequest{})
+		wantKind(t, "a create past the cap", err, execution.KindSandboxLimit)
+	}
+	if st := f.s.warm.stats(); st.Ready != 1 || st.Hits != hits || f.starter.count() != n {
+		t.Errorf("refused creates used the pool: %+v, %d started (was %d)", st, f.starter.count(), n)
+	}
 }
