@@ -28,6 +28,8 @@ type fakeStarter struct {
 	specs []engine.LiveSpec
 	lives []*fakeLive
 	fail  atomic.Bool
+	// gate, if set, says what a Start must wait for first (nil: nothing).
+	gate func(engine.LiveSpec) <-chan struct{}
 }
 
 func (f *fakeStarter) Start(ctx context.Context, spec engine.LiveSpec) (engine.Live, error) {
@@ -37,6 +39,11 @@ func (f *fakeStarter) Start(ctx context.Context, spec engine.LiveSpec) (engine.L
 	// The drivers refuse an incomplete spec; so does the fake.
 	if err := spec.Limits.Validate(); err != nil {
 		return nil, err
+	}
+	if f.gate != nil {
+		if ch := f.gate(spec); ch != nil {
+			<-ch
+		}
 	}
 	l := &fakeLive{done: make(chan struct{}), ag: newFakeAgent(spec.Deadline)}
 	l.cpuMilli.Store(40) // the start's own CPU, which no tenant pays for

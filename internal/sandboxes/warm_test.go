@@ -230,12 +230,40 @@ func TestWarmImageRebuilt(t *testing.T) {
 // TestWarmNeverTurnsACreateAway: a pre-start leaves room for a create of
 // its size, so with the budget for two sandboxes and one held, a tenant
 // that kills and creates again is never refused, however the pool
-// refills behind it.
+// refills behind it, even while a pre-start is under way (and so cannot
+// be discarded to make room).
 func TestWarmNeverTurnsACreateAway(t *testing.T) {
 	f := warmFixture(t, 1)
 	pro := config.DefaultPlans()["pro"]
 	f.s.opts.MemoryBudget = 2 * (512 + 256) << 20
 	f.create(t, caller("bob", pro), CreateRequest{})
+
+	// Pro starts from here on are pre-starts (bob's is done): held.
+	gate := make(chan struct{})
+	f.starter.gate = func(s engine.LiveSpec) <-chan struct{} {
+		if s.Limits.MemoryBytes == limitsFor(pro).cgroupBytes() {
+			return gate
+		}
+		return nil
+	}
+	f.s.warm.pin(warmKey{image: "/images/default/rootfs", version: "v7", lim: limitsFor(pro)})
+	for range 500 {
+		f.s.memMu.Lock()
+		held := f.s.memCommitted
+		f.s.memMu.Unlock()
+		if f.s.warm.stats().Starting == 0 || held == f.s.opts.MemoryBudget {
+			break // the pre-start was refused, or holds the room (the bug)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	free, err := f.s.Create(t.Context(), caller("carol", freePlan()), "", CreateRequest{})
+	close(gate)
+	if err != nil {
+		t.Fatalf("a create while the pool pre-starts: %v", err)
+	}
+	if _, err := f.s.Kill(t.Context(), caller("carol", freePlan()), free.ID); err != nil {
+		t.Fatal(err)
+	}
 	sb := f.create(t, caller("alice", pro), CreateRequest{})
 	for range 10 {
 		if _, err := f.s.Kill(t.Context(), caller("alice", pro), sb.ID); err != nil {
