@@ -390,10 +390,17 @@ func (m *meteredConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Write counts b before it is written, and takes back what was not: the
+// peer may answer (and the attempt be logged) before a writer goroutine
+// is scheduled again after its write returns.
 func (m *meteredConn) Write(b []byte) (int, error) {
+	m.c.out.Add(int64(len(b)))
+	m.add(len(b))
 	n, err := m.Conn.Write(b)
-	m.c.out.Add(int64(n))
-	m.add(n)
+	if short := int64(len(b) - n); short > 0 {
+		m.c.out.Add(-short)
+		m.p.used.Add(-short)
+	}
 	return n, err
 }
 
