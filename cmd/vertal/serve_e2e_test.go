@@ -348,7 +348,8 @@ func TestServeE2E(t *testing.T) {
 		if got, want := []any{body["image"], body["image_version"]}, []any{"default", imageVersion(t, base, key, "default")}; !cmp.Equal(want, got) {
 			t.Errorf("image, image_version = %v, want %v", got, want)
 		}
-		if u := body["usage"].(map[string]any); u["sandbox_seconds"].(float64) <= 0 {
+		// Rounded to the millisecond: a warm print(6 * 7) can take less.
+		if u := body["usage"].(map[string]any); u["sandbox_seconds"] == nil || u["sandbox_seconds"].(float64) < 0 {
 			t.Errorf("usage %v", u)
 		}
 		if !regexp.MustCompile(`^exe_[0-9a-f]{32}$`).MatchString(body["id"].(string)) || !regexp.MustCompile(`^req_[0-9a-f]{32}$`).MatchString(body["request_id"].(string)) {

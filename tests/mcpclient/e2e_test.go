@@ -294,7 +294,7 @@ func TestGoSDK(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", base, err)
 		}
-		if ex.Status != client.StatusSucceeded || ex.Stdout != "42\n" || ex.ExitCode != 0 || ex.Usage.SandboxSeconds <= 0 {
+		if ex.Status != client.StatusSucceeded || ex.Stdout != "42\n" || ex.ExitCode != 0 || ex.Usage.SandboxSeconds < 0 { // rounded to the ms: a warm run can be 0
 			t.Errorf("%s: Run = %+v", base, ex)
 		}
 	}
