@@ -762,3 +762,246 @@ func TestSetEnv(t *testing.T) {
 		}
 	}
 }
+
+// freePort is a loopback port nothing listens on (as far as a moment ago).
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// egressServer listens on a unix socket in a fresh directory: each
+// connection gets "hi\n" at once, then, once the peer half-closed,
+// "got " and all it sent, and the end of the stream. quiet: each
+// connection is only read to its end, then closed.
+func egressServer(t *testing.T, quiet bool) (path string, conns <-chan struct{}) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "proxy.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan struct{}, 1024)
+	go func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			go func() {
+				defer c.Close()
+				if quiet {
+					io.Copy(io.Discard, c)
+					return
+				}
+				io.WriteString(c, "hi\n")
+				b, err := io.ReadAll(c) // until the relayed half-close
+				if err != nil {
+					return
+				}
+				c.Write(append([]byte("got "), b...))
+			}()
+		}
+	}()
+	return path, accepted
+}
+
+func TestEgressRelay(t *testing.T) {
+	sock, _ := egressServer(t, false)
+	c, _, done := serve(t, nil)
+	port := freePort(t)
+	if err := c.Egress(ctxT(t), sock, port); err != nil {
+		t.Fatalf("Egress: %v", err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for i := range 3 { // each connection gets a socket connection of its own
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		// Host to sandbox before the sandbox sent anything.
+		hi := make([]byte, 3)
+		if _, err := io.ReadFull(conn, hi); err != nil || string(hi) != "hi\n" {
+			t.Fatalf("greeting %q, %v", hi, err)
+		}
+		payload := bytes.Repeat([]byte(strconv.Itoa(i)), 300<<10)
+		if _, err := conn.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+		// The half-close reaches the host, which answers after it; the
+		// host's close reaches the sandbox as the end of the stream.
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		if want := append([]byte("got "), payload...); !bytes.Equal(got, want) {
+			t.Errorf("connection %d: answer of %d bytes, want %d", i, len(got), len(want))
+		}
+		conn.Close()
+	}
+
+	// One relay per agent; the arguments are checked.
+	if err := c.Egress(ctxT(t), sock, freePort(t)); !errors.Is(err, ErrExist) {
+		t.Errorf("a second Egress: %v, want ErrExist", err)
+	}
+	for _, bad := range []struct {
+		path string
+		port int
+	}{{"", port}, {sock, 0}, {sock, 70000}} {
+		if err := c.Egress(ctxT(t), bad.path, bad.port); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Egress(%q, %d): %v, want ErrInvalid", bad.path, bad.port, err)
+		}
+	}
+	if _, err := c.call(ctxT(t), &msg{Op: "egress", Path: "proxy.sock", Port: port}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a relative socket path: %v, want ErrInvalid", err)
+	}
+
+	// The relay ends with the agent.
+	c.Close()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if conn, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		conn.Close()
+		t.Errorf("127.0.0.1:%d still accepts after the agent ended", port)
+	}
+}
+
+func TestEgressRefusesATakenPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, _, _ := serve(t, nil)
+	err = c.Egress(ctxT(t), "/nonexistent/proxy.sock", ln.Addr().(*net.TCPAddr).Port)
+	if !errors.Is(err, ErrExist) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("Egress on a taken port: %v, want ErrExist (address already in use)", err)
+	}
+	// The failure left no relay behind: another port works.
+	if err := c.Egress(ctxT(t), "/nonexistent/proxy.sock", freePort(t)); err != nil {
+		t.Errorf("Egress after a refused one: %v", err)
+	}
+}
+
+// TestEgressWithoutTheSocket: a connection the host's socket cannot take
+// (not there yet) is closed; the relay keeps serving.
+func TestEgressWithoutTheSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "proxy.sock")
+	c, _, _ := serve(t, nil)
+	port := freePort(t)
+	if err := c.Egress(ctxT(t), sock, port); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if b, err := io.ReadAll(conn); len(b) != 0 || err != nil {
+		t.Errorf("without the socket: read %q, %v; want the end of the stream", b, err)
+	}
+	conn.Close()
+	// The socket appears: the next connection goes through.
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if u, err := ln.Accept(); err == nil {
+			io.WriteString(u, "late\n")
+			u.Close()
+		}
+	}()
+	conn, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if b, err := io.ReadAll(conn); string(b) != "late\n" || err != nil {
+		t.Errorf("once the socket is there: %q, %v", b, err)
+	}
+}
+
+// TestEgressIsBounded: over maxRelays connections at once, a new one is
+// closed; one ending makes room again.
+func TestEgressIsBounded(t *testing.T) {
+	sock, accepted := egressServer(t, true)
+	c, _, _ := serve(t, nil)
+	port := freePort(t)
+	if err := c.Egress(ctxT(t), sock, port); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var conns []net.Conn
+	defer func() {
+		for _, conn := range conns {
+			conn.Close()
+		}
+	}()
+	timeout := time.After(60 * time.Second)
+	for range maxRelays {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+		select {
+		case <-accepted:
+		case <-timeout:
+			t.Fatalf("%d connections relayed; want %d", len(conns)-1, maxRelays)
+		}
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("connection %d: %v, want it closed (io.EOF)", maxRelays+1, err)
+	}
+	select {
+	case <-accepted:
+		t.Errorf("connection %d reached the host's socket", maxRelays+1)
+	default:
+	}
+	// One ends (its half-close reaches the host, which closes): a new one
+	// is relayed again.
+	conns[0].Close()
+	conns = conns[1:]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+		select {
+		case <-accepted:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no room after a relayed connection ended")
+		}
+		conn.Close()
+		conns = conns[:len(conns)-1]
+	}
+}

@@ -8,8 +8,9 @@
 // process group of its own), relays their stdin, output and signals,
 // reaps every child (it may be PID 1), does file operations with its own
 // (the sandbox user's) permissions inside the sandbox's mount namespace,
-// archives and restores the home directory, and ends everything at its
-// deadline. The protocol leaves room for code contexts (long-lived
+// archives and restores the home directory, relays the sandbox's proxy
+// port to the host's egress socket (egress.go), and ends everything at
+// its deadline. The protocol leaves room for code contexts (long-lived
 // interpreters), which a later change adds.
 //
 // This file is the host's side (the contract the host is written
@@ -528,6 +529,20 @@ func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
 		env = map[string]string{}
 	}
 	_, err := c.call(ctx, &msg{Op: "env", Env: env})
+	return err
+}
+
+// Egress has the agent relay every TCP connection to 127.0.0.1:port
+// inside the sandbox (engine.EgressPort) to the unix socket at socketPath
+// (engine.EgressSocket), until the agent exits. The socket need not exist
+// yet: each connection dials it anew, and one that cannot reach it is
+// closed. At most 256 connections are relayed at once. A second call, or
+// a port already taken in the sandbox, is refused with ErrExist.
+func (c *Client) Egress(ctx context.Context, socketPath string, port int) error {
+	if socketPath == "" || port <= 0 || port > 65535 {
+		return fmt.Errorf("egress to %q on port %d: %w", socketPath, port, ErrInvalid)
+	}
+	_, err := c.call(ctx, &msg{Op: "egress", Path: socketPath, Port: port})
 	return err
 }
 

@@ -55,6 +55,7 @@ type msg struct {
 	Code     int    `json:"code,omitempty"`
 	N        int64  `json:"n,omitempty"`
 	PID      int    `json:"pid,omitempty"`
+	Port     int    `json:"port,omitempty"`
 	Deadline int64  `json:"deadline,omitempty"` // unix nanoseconds
 
 	Info  *FileInfo  `json:"info,omitempty"`

@@ -51,15 +51,16 @@ type server struct {
 	wmu    sync.Mutex // serialises frame writes
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	procs    map[uint64]*proc   // by spawn id
-	groups   map[int]bool       // every process group started, for the end
-	streams  map[uint64]*stream // outgoing streams by id
-	uploads  map[uint64]*upload // incoming transfers by ref
-	env      map[string]string  // the sandbox's environment (setEnv)
-	timer    *time.Timer        // the deadline
-	expired  chan struct{}      // closed at the deadline
-	expireMu sync.Once
+	mu         sync.Mutex
+	procs      map[uint64]*proc   // by spawn id
+	groups     map[int]bool       // every process group started, for the end
+	streams    map[uint64]*stream // outgoing streams by id
+	uploads    map[uint64]*upload // incoming transfers by ref
+	env        map[string]string  // the sandbox's environment (setEnv)
+	egressPort int                // the loopback port relayed (egress); 0 if none
+	timer      *time.Timer        // the deadline
+	expired    chan struct{}      // closed at the deadline
+	expireMu   sync.Once
 }
 
 // handler serves one op. Inline handlers run on the read loop and must
@@ -91,6 +92,7 @@ func init() {
 		"move":     {fn: (*server).move},
 		"save":     {fn: (*server).saveHome},
 		"restore":  {fn: (*server).restoreHome},
+		"egress":   {fn: (*server).egress},
 	}
 }
 
