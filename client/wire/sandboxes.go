@@ -15,6 +15,46 @@ type SandboxRequest struct {
 	Files    []File            `json:"files,omitempty"` // placed under /home/user
 	// OnTimeout is "kill" (the default) or "pause".
 	OnTimeout *string `json:"on_timeout,omitempty"`
+	// Network narrows the plan's egress allowlist; left out, the sandbox
+	// gets the plan's (none on the built-in plans).
+	Network *NetworkRequest `json:"network,omitempty"`
+}
+
+// NetworkRequest is a sandbox's allowlist: names ("pypi.org"), wildcards
+// ("*.pythonhosted.org") and address prefixes, each within the plan's;
+// empty is no network.
+type NetworkRequest struct {
+	Allow []string `json:"allow"`
+}
+
+// SandboxNetwork is limits.network: what the sandbox may reach, and the
+// bytes in and out its connections may carry in all.
+type SandboxNetwork struct {
+	Allow    []string `json:"allow"`
+	MaxBytes int64    `json:"max_bytes"`
+}
+
+// NetworkUsage is a running sandbox's traffic through its egress proxy
+// in its current live period: bytes of its closed connections, how many
+// were made and refused, and the newest attempts (at most 100).
+type NetworkUsage struct {
+	BytesIn     int64            `json:"bytes_in"`
+	BytesOut    int64            `json:"bytes_out"`
+	Connections int64            `json:"connections"`
+	Refused     int64            `json:"refused"`
+	Attempts    []NetworkAttempt `json:"attempts"`
+}
+
+// NetworkAttempt is one connection a sandbox asked for.
+type NetworkAttempt struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Kind     string `json:"kind"` // http or tls
+	Allowed  bool   `json:"allowed"`
+	Reason   string `json:"reason,omitempty"` // why it was refused or cut
+	Addr     string `json:"addr,omitempty"`   // the address dialled
+	BytesOut int64  `json:"bytes_out"`
+	BytesIn  int64  `json:"bytes_in"`
 }
 
 // Sandbox is one sandbox, as create, get, list, timeout, pause, resume
@@ -37,7 +77,9 @@ type Sandbox struct {
 	// its CPU time.
 	AliveSeconds float64 `json:"alive_seconds"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
-	RequestID    string  `json:"request_id"`
+	// Network is set on a running sandbox with network.
+	Network   *NetworkUsage `json:"network,omitempty"`
+	RequestID string        `json:"request_id"`
 }
 
 // SandboxLimits are a sandbox's resources.
@@ -51,6 +93,8 @@ type SandboxLimits struct {
 	MaxLifetimeS  int     `json:"max_lifetime_s"`
 	MaxFileMB     int64   `json:"max_file_mb"` // one upload or download
 	FileSizeBytes int64   `json:"file_size_bytes"`
+	// Network is what it may reach; left out, nothing.
+	Network *SandboxNetwork `json:"network,omitempty"`
 }
 
 // SandboxList is the answer to GET /v1/sandboxes: newest first, and the

@@ -14,6 +14,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/image"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 // newSandboxes is the service of sandboxes that stay, on the driver's
@@ -76,8 +77,25 @@ func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *
 		Agent:        agent,
 		DataDir:      cfg.DataDir,
 		NodeID:       nodeID,
+		Egress:       egressOptions(cfg, nodeID),
 		Logger:       logger,
 	})
+}
+
+// egressOptions turn sandboxes' egress on when a plan allows any: a
+// socket directory per node under the data dir, and the webhooks' address
+// guard without the operator's webhook ranges (a sandbox never reaches a
+// private, loopback or metadata address, nor this host's networks).
+func egressOptions(cfg config.Config, nodeID string) *sandboxes.EgressOptions {
+	for _, p := range cfg.Plans {
+		if p.Egress != nil {
+			return &sandboxes.EgressOptions{
+				Dir:   filepath.Join(cfg.DataDir, "egress", nodeID),
+				Guard: webhook.NewGuard(nil, webhook.InterfaceNetworks),
+			}
+		}
+	}
+	return nil
 }
 
 // agentBinary is the name of the agent that sandboxes that stay run,

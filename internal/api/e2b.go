@@ -219,11 +219,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *Caller) er
 	if err := s.e2bDecode(w, r, &req); err != nil {
 		return err
 	}
+	network, err := e2bNetwork(req.AllowInternetAccess, req.Network)
+	if err != nil {
+		return err
+	}
 	switch {
-	case req.AllowInternetAccess != nil && *req.AllowInternetAccess:
-		return errorf(KindInvalidRequest, "allow_internet_access is not available: Vertal Run sandboxes have no network")
-	case len(req.Network) > 0:
-		return errorf(KindInvalidRequest, "network settings are not available: Vertal Run sandboxes have no network")
 	case len(req.VolumeMounts) > 0:
 		return errorf(KindInvalidRequest, "volumes are not supported by Vertal Run's E2B API")
 	case len(req.MCP) > 0:
@@ -235,7 +235,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *Caller) er
 	}
 	cr := sandboxes.CreateRequest{
 		Image: s.e2bTemplate(c, req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata,
-		AccessToken: randomHex(e2bTokenPrefix, 24),
+		AccessToken: randomHex(e2bTokenPrefix, 24), Network: network,
 	}
 	if req.Timeout != nil {
 		if *req.Timeout < 0 || *req.Timeout > 1<<31 {
@@ -259,6 +259,46 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *Caller) er
 	return s.writeJSON(w, r, http.StatusCreated, e2bAnswer(sb))
 }
 
+// e2bNetwork maps E2B's network options onto a sandbox's allowlist:
+// allow_internet_access false is no network; true, E2B's default that
+// its Python SDK always sends, is the plan's allowlist, which is none on
+// the built-in plans (Vertal Run has no open internet; the sandbox's
+// allowInternetAccess then reads false); network.allowOut narrows the
+// plan's, and denyOut may only be E2B's ALL_TRAFFIC ("0.0.0.0/0"), which
+// is what an allowlist means anyway. Left out, the sandbox gets the
+// plan's, as on /v1.
+func e2bNetwork(allowInternet *bool, network map[string]any) (*sandboxes.NetworkRequest, error) {
+	var out *sandboxes.NetworkRequest
+	if allowInternet != nil && !*allowInternet {
+		return &sandboxes.NetworkRequest{}, nil
+	}
+	for k, v := range network {
+		switch k {
+		case "allowOut":
+			list, ok := v.([]any)
+			if !ok {
+				return nil, errorf(KindInvalidRequest, "network.allowOut must be a list of names, wildcards and CIDRs")
+			}
+			out = &sandboxes.NetworkRequest{Allow: []string{}}
+			for _, e := range list {
+				str, ok := e.(string)
+				if !ok {
+					return nil, errorf(KindInvalidRequest, "network.allowOut must be a list of names, wildcards and CIDRs")
+				}
+				out.Allow = append(out.Allow, str)
+			}
+		case "denyOut":
+			list, ok := v.([]any)
+			if !ok || len(list) > 1 || len(list) == 1 && list[0] != "0.0.0.0/0" {
+				return nil, errorf(KindInvalidRequest, "network.denyOut may only be ALL_TRAFFIC (0.0.0.0/0): a sandbox reaches nothing but its allowOut list")
+			}
+		default:
+			return nil, errorf(KindInvalidRequest, "network.%s is not supported by Vertal Run's E2B API (allowOut and denyOut are)", clip(k, 40))
+		}
+	}
+	return out, nil
+}
+
 func e2bAnswer(sb sandboxes.Sandbox) e2bSandboxAnswer {
 	return e2bSandboxAnswer{
 		TemplateID: e2bTemplateOf(sb.Image), SandboxID: sb.ID, ClientID: e2bClientID,
@@ -271,12 +311,12 @@ func e2bDetailOf(sb sandboxes.Sandbox) e2bDetail {
 	if md == nil {
 		md = map[string]string{}
 	}
-	no := false
+	internet := sb.Limits.Network != nil
 	return e2bDetail{
 		TemplateID: e2bTemplateOf(sb.Image), SandboxID: sb.ID, ClientID: e2bClientID,
 		StartedAt: sb.CreatedAt.UTC(), EndAt: sb.ExpiresAt.UTC(), EnvdVersion: e2bEnvdVersion,
 		CPUCount: max(1, int(sb.Limits.CPUs+0.999)), MemoryMB: sb.Limits.MemoryMB, DiskSizeMB: sb.Limits.HomeMB,
-		Metadata: md, State: string(sb.Status), VolumeMounts: []any{}, AllowInternetAccess: &no,
+		Metadata: md, State: string(sb.Status), VolumeMounts: []any{}, AllowInternetAccess: &internet,
 	}
 }
 

@@ -162,13 +162,24 @@ func toWireSandbox(sb sandboxes.Sandbox, requestID string) wire.Sandbox {
 		t := sb.EndedAt.UTC()
 		ended = &t
 	}
+	var nl *wire.SandboxNetwork
+	if n := l.Network; n != nil {
+		nl = &wire.SandboxNetwork{Allow: n.Allow, MaxBytes: n.MaxBytes}
+	}
+	var nu *wire.NetworkUsage
+	if n := sb.Network; n != nil {
+		nu = &wire.NetworkUsage{BytesIn: n.BytesIn, BytesOut: n.BytesOut, Connections: n.Connections, Refused: n.Refused, Attempts: []wire.NetworkAttempt{}}
+		for _, a := range n.Attempts {
+			nu.Attempts = append(nu.Attempts, wire.NetworkAttempt(a))
+		}
+	}
 	return wire.Sandbox{
 		ID: sb.ID, Status: string(sb.Status), Reason: nilIfEmpty(sb.Reason), Message: nilIfEmpty(sb.Message),
 		Image: sb.Image, ImageVersion: sb.ImageVersion,
 		CreatedAt: sb.CreatedAt.UTC(), ExpiresAt: sb.ExpiresAt.UTC(), EndedAt: ended, OnTimeout: sb.OnTimeout,
 		Limits: wire.SandboxLimits{MemoryMB: l.MemoryMB, CPUs: l.CPUs, Pids: l.Pids, HomeMB: l.HomeMB, TmpMB: l.TmpMB,
-			OutputBytes: l.OutputBytes, MaxLifetimeS: l.MaxLifetimeS, MaxFileMB: l.MaxFileMB, FileSizeBytes: l.FileSizeBytes},
-		Metadata: md, AliveSeconds: round3(sb.AliveSeconds), CPUSeconds: round3(sb.CPUSeconds), RequestID: requestID,
+			OutputBytes: l.OutputBytes, MaxLifetimeS: l.MaxLifetimeS, MaxFileMB: l.MaxFileMB, FileSizeBytes: l.FileSizeBytes, Network: nl},
+		Metadata: md, AliveSeconds: round3(sb.AliveSeconds), CPUSeconds: round3(sb.CPUSeconds), Network: nu, RequestID: requestID,
 	}
 }
 
@@ -190,6 +201,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *Caller
 		return err
 	}
 	req := sandboxes.CreateRequest{Env: in.Env, Metadata: in.Metadata}
+	if in.Network != nil {
+		req.Network = &sandboxes.NetworkRequest{Allow: in.Network.Allow}
+	}
 	if in.Image != nil {
 		req.Image = *in.Image
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,36 @@ func TestPoolOff(t *testing.T) {
 	}
 }
 
+// TestEgress: plans have no network by default; the config file and
+// --egress (or VERTAL_EGRESS) give a plan an allowlist, the flag adding to
+// the file's, and a plan's cap defaults to DefaultEgressMaxBytes.
+func TestEgress(t *testing.T) {
+	c, err := resolve(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range c.Plans {
+		if p.Egress != nil || p.EgressPolicy().Enabled() {
+			t.Errorf("plan %s has egress by default: %+v", name, p.Egress)
+		}
+	}
+	file := writeFile(t, `{"plans": {"pro": {"egress": {"allow": ["pypi.org", "*.pythonhosted.org"], "max_bytes": 1048576}}}}`)
+	c, err = resolve(t, []string{"--config", file, "--egress", "pro:203.0.113.0/24", "--egress", "free:example.com,free:example.org"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pro, free := c.Plans["pro"].EgressPolicy(), c.Plans["free"].EgressPolicy()
+	if got := pro.Strings(); !slices.Equal(got, []string{"pypi.org", "*.pythonhosted.org", "203.0.113.0/24"}) || pro.MaxBytes != 1<<20 {
+		t.Errorf("pro's egress = %q, %d bytes", got, pro.MaxBytes)
+	}
+	if got := free.Strings(); !slices.Equal(got, []string{"example.com", "example.org"}) || free.MaxBytes != DefaultEgressMaxBytes {
+		t.Errorf("free's egress = %q, %d bytes", got, free.MaxBytes)
+	}
+	if c.Plans["enterprise"].Egress != nil {
+		t.Errorf("enterprise got egress: %+v", c.Plans["enterprise"].Egress)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -142,6 +173,13 @@ func TestInvalid(t *testing.T) {
 		{"plan max_concurrent", nil, nil, `{"plans": {"pro": {"max_concurrent": 0}}}`, "plan pro: max_concurrent must be in 1..1024"},
 		{"plan max_sandboxes", nil, nil, `{"plans": {"pro": {"max_sandboxes": -1}}}`, "plan pro: max_sandboxes must be in 0..1024"},
 		{"plan sandbox lifetime", nil, nil, `{"plans": {"pro": {"max_sandbox_lifetime_s": 604801}}}`, "plan pro: max_sandbox_lifetime_s"},
+		{"egress without allow", nil, nil, `{"plans": {"pro": {"egress": {"allow": []}}}}`, "plan pro: egress: allow is empty"},
+		{"egress bad rule", nil, nil, `{"plans": {"pro": {"egress": {"allow": ["https://pypi.org"]}}}}`, "plan pro: egress"},
+		{"egress negative cap", nil, nil, `{"plans": {"pro": {"egress": {"allow": ["pypi.org"], "max_bytes": -1}}}}`, "plan pro: egress"},
+		{"egress unknown key", nil, nil, `{"plans": {"pro": {"egress": {"allow": ["pypi.org"], "deny": ["x.org"]}}}}`, "unknown field"},
+		{"egress flag without plan", []string{"--egress", "pypi.org"}, nil, "", "PLAN:RULE"},
+		{"egress flag unknown plan", []string{"--egress", "team:pypi.org"}, nil, "", `no plan "team"`},
+		{"egress flag bad rule", nil, map[string]string{"VERTAL_EGRESS": "pro:*.org"}, "", "plan pro: egress"},
 		{"unknown language", nil, nil, `{"languages": {"ruby": {"image": "ruby:3"}}}`, `language "ruby"`},
 		{"file with path", nil, nil, `{"languages": {"python": {"file": "../main.py"}}}`, "plain file name"},
 		{"bad duration in file", nil, nil, `{"queue_timeout": true}`, "duration"},

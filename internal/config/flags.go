@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -192,6 +193,30 @@ var settings = []setting{
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryFor })},
 	{name: "webhook-retry-base", env: "VERTAL_WEBHOOK_RETRY_BASE", usage: "the first wait between webhook attempts, doubled each time up to 1h", def: func(c Config) string { return shortDuration(c.WebhookRetryBase) },
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryBase })},
+	{name: "egress", env: "VERTAL_EGRESS", repeat: true, usage: "let PLAN's sandboxes that stay reach RULE (a name, *.suffix or CIDR) through the egress proxy, as PLAN:RULE; repeatable, or comma-separated; adds to the config file's egress.allow", derived: "no network for any plan",
+		set: func(c *Config, v string) error {
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p == "" {
+					continue
+				}
+				name, rule, ok := strings.Cut(p, ":")
+				if !ok || name == "" || rule == "" {
+					return fmt.Errorf("%q is not PLAN:RULE", p)
+				}
+				plan, ok := c.Plans[name]
+				if !ok {
+					return fmt.Errorf("%q: no plan %q", p, name)
+				}
+				e := Egress{}
+				if plan.Egress != nil {
+					e = *plan.Egress
+				}
+				e.Allow = append(slices.Clone(e.Allow), rule)
+				plan.Egress = &e
+				c.Plans[name] = plan
+			}
+			return nil
+		}},
 	{name: "docker-image", env: "VERTAL_DOCKER_IMAGE", usage: "image for the docker driver", def: func(c Config) string { return c.DockerImage },
 		set: str(func(c *Config) *string { return &c.DockerImage })},
 }

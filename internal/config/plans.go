@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
@@ -37,6 +38,40 @@ type Plan struct {
 	MaxSandboxLifetimeS int   `json:"max_sandbox_lifetime_s"`
 	SandboxHomeMB       int64 `json:"sandbox_home_mb"`
 	PausedStorageMB     int64 `json:"paused_storage_mb"`
+	// Egress is the network this plan's sandboxes that stay may reach
+	// (package egress); nil, the default of every built-in plan, is none.
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// Egress is a plan's allowlist: domain names ("pypi.org"), wildcards
+// ("*.pythonhosted.org") and address prefixes ("203.0.113.0/24"), and
+// the bytes in and out one sandbox's connections may carry in all (0
+// means DefaultEgressMaxBytes).
+type Egress struct {
+	Allow    []string `json:"allow"`
+	MaxBytes int64    `json:"max_bytes,omitempty"`
+}
+
+// DefaultEgressMaxBytes is the byte cap of a plan's egress that names
+// none: a few package installs.
+const DefaultEgressMaxBytes = 100 << 20
+
+// EgressPolicy is the network p's sandboxes may reach; the zero Policy
+// (nothing) when p has no egress. The config was validated at load, so
+// the allowlist parses.
+func (p Plan) EgressPolicy() egress.Policy {
+	if p.Egress == nil {
+		return egress.Policy{}
+	}
+	pol, err := p.Egress.policy()
+	if err != nil {
+		return egress.Policy{}
+	}
+	return pol
+}
+
+func (e *Egress) policy() (egress.Policy, error) {
+	return egress.Parse(e.Allow, orDefault(e.MaxBytes, DefaultEgressMaxBytes))
 }
 
 // The free plan's file caps, which a plan without its own gets.
@@ -170,6 +205,15 @@ func (p Plan) validate() error {
 	}
 	if p.PausedStorageMB < 0 || p.PausedStorageMB > 1<<20 {
 		errs = append(errs, errors.New("paused_storage_mb must be in 0..1048576 (0: the free plan's)"))
+	}
+	if p.Egress != nil {
+		if _, err := p.Egress.policy(); err != nil {
+			errs = append(errs, err)
+		} else if p.Egress.MaxBytes < 0 {
+			errs = append(errs, errors.New("egress: max_bytes must not be negative (0: 100 MiB)"))
+		} else if len(p.Egress.Allow) == 0 {
+			errs = append(errs, errors.New("egress: allow is empty; leave egress out for no network"))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -65,7 +65,24 @@ type LiveSpec struct {
 	// ends every process at that time even when the server is gone; the
 	// host moves it with the agent's SetDeadline.
 	Deadline time.Time
+	// EgressDir, if set, is a host directory bind-mounted read-only at
+	// EgressDir (the constant) inside the sandbox. The server may later
+	// listen on a unix socket in it (EgressSocket), the sandbox's only way
+	// out (package egress); the agent relays 127.0.0.1:EgressPort to it.
+	// Under runsc the driver lets the sandbox open host unix sockets
+	// (--host-uds=open) for it.
+	EgressDir string
 }
+
+// Where a live sandbox reaches the server's egress proxy: the directory
+// (LiveSpec.EgressDir), the socket the server listens on in it, and the
+// loopback port the agent relays to that socket inside the sandbox (the
+// sandbox's HTTP_PROXY and HTTPS_PROXY).
+const (
+	EgressDir    = "/.vertal/net"
+	EgressSocket = EgressDir + "/proxy.sock"
+	EgressPort   = 3128
+)
 
 // Live is one started sandbox that stays.
 type Live interface {

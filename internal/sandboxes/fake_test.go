@@ -67,6 +67,17 @@ func (f *fakeStarter) all() ([]engine.LiveSpec, []*fakeLive) {
 	return slices.Clone(f.specs), slices.Clone(f.lives)
 }
 
+// byID is the sandbox started as id, nil if none.
+func (f *fakeStarter) byID(id string) *fakeLive {
+	specs, lives := f.all()
+	for i, s := range specs {
+		if s.ID == id {
+			return lives[i]
+		}
+	}
+	return nil
+}
+
 func (f *fakeStarter) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -107,6 +118,7 @@ type fakeAgent struct {
 	files    map[string][]byte
 	deadline time.Time
 	env      map[string]string
+	egress   []string // the relays asked for, "socket:port"
 	pid      int
 	closed   bool
 	saved    []byte // the last SaveHome archive
@@ -401,6 +413,19 @@ func (a *fakeAgent) SetEnv(ctx context.Context, env map[string]string) error {
 	defer a.mu.Unlock()
 	a.env = maps.Clone(env)
 	return nil
+}
+
+func (a *fakeAgent) Egress(ctx context.Context, socket string, port int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.egress = append(a.egress, socket+":"+strconv.Itoa(port))
+	return nil
+}
+
+func (a *fakeAgent) getEgress() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.egress)
 }
 
 func (a *fakeAgent) getEnv() map[string]string {

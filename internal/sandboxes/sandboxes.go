@@ -78,6 +78,8 @@ type Limits struct {
 	MaxFileMB     int64   `json:"max_file_mb"` // one upload or download
 	FileSizeBytes int64   `json:"file_size_bytes"`
 	PausedMB      int64   `json:"paused_storage_mb"` // the largest saved home of a pause
+	// Network is what the sandbox may reach (network.go); nil is nothing.
+	Network *Network `json:"network,omitempty"`
 }
 
 // cgroupBytes is the memory limit of a live sandbox with l: the home is a
@@ -103,6 +105,9 @@ type Sandbox struct {
 	// Usage so far: wall time alive (running, not paused) and CPU.
 	AliveSeconds float64 `json:"alive_seconds"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
+	// Network is a running sandbox's traffic in its live period, when
+	// Limits.Network allows any.
+	Network *NetworkUsage `json:"network,omitempty"`
 	// AccessToken is the E2B data plane's token of a sandbox made through
 	// /e2b ("" otherwise); only the E2B routes show it, to its owner.
 	AccessToken string `json:"-"`
@@ -131,6 +136,8 @@ type CreateRequest struct {
 	Metadata  map[string]string
 	Files     []File
 	OnTimeout string // "" is "kill"
+	// Network narrows the plan's egress; nil takes the plan's.
+	Network *NetworkRequest
 	// AccessToken, for a sandbox made through the E2B API, is the token its
 	// data plane calls must carry (see Service.ByAccessToken).
 	AccessToken string `json:"-"`

@@ -62,6 +62,7 @@ type agentClient interface {
 	RestoreHome(ctx context.Context, r io.Reader) error
 	SetDeadline(ctx context.Context, t time.Time) error
 	SetEnv(ctx context.Context, env map[string]string) error
+	Egress(ctx context.Context, socket string, port int) error
 	// Unresponsive is closed once a reply has not come in time.
 	Unresponsive() <-chan struct{}
 	Close() error
@@ -106,6 +107,9 @@ type Options struct {
 	// the server reads more slowly, and the sandbox's writers wait on
 	// their full pipes, as on a slow terminal.
 	OutputRate int
+	// Egress, if set, lets the sandboxes of plans with egress reach what
+	// their allowlist names (network.go); nil refuses a create that asks.
+	Egress *EgressOptions
 	// Tick is how often expiries are looked at (default 1 s).
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -149,6 +153,9 @@ type Service struct {
 
 	memMu        sync.Mutex
 	memCommitted int64 // the memory limits of the live sandboxes (Options.MemoryBudget)
+
+	// egress metrics, all sandboxes together
+	egressConns, egressRefused, egressIn, egressOut atomic.Int64
 }
 
 // errMemoryBudget is the answer when the node's live sandboxes hold its
@@ -206,7 +213,9 @@ func (e *entry) live() bool {
 
 // box is one live sandbox.
 type box struct {
+	id        string
 	tenant    string
+	net       *boxNet // its egress proxy, nil without network
 	live      engine.Live
 	ag        agentClient
 	since     time.Time     // when this live period began, for metering
@@ -254,6 +263,9 @@ func New(opts Options) (*Service, error) {
 // not live (the server restarted without pausing them: node_lost), then
 // ends or pauses sandboxes at their expiry until ctx ends.
 func (s *Service) Start(ctx context.Context) error {
+	if err := s.reapEgress(); err != nil {
+		return fmt.Errorf("sandboxes: start: %w", err)
+	}
 	if err := s.reconcile(ctx); err != nil {
 		return err
 	}
@@ -503,6 +515,13 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 	if err := checkMetadata(r.Metadata); err != nil {
 		return Sandbox{}, err
 	}
+	nw, err := networkFor(p, r.Network)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if nw != nil && s.opts.Egress == nil {
+		return Sandbox{}, execution.Errorf(execution.KindUnavailable, "this server cannot give sandboxes a network (its egress is off); ask the operator")
+	}
 	name := r.Image
 	if name == "" {
 		name = config.DefaultImage
@@ -542,6 +561,10 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 			s.log.Error("refunding quota", "error", err)
 		}
 	}
+	// Pre-started sandboxes have no network: the hand-over opens the
+	// create's own.
+	key := warmKey{image: driverImage, version: version, lim: lim}
+	lim.Network = nw
 	limits, _ := json.Marshal(lim)
 	// A tenant at its cap is refused before a pre-started sandbox is
 	// taken, so that refused creates do not burn them (the store's insert
@@ -551,7 +574,6 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 		release()
 		return Sandbox{}, errSandboxLimit(p)
 	}
-	key := warmKey{image: driverImage, version: version, lim: lim}
 	id := newID()
 	wb := s.warm.take(key)
 	if wb != nil {
@@ -680,13 +702,31 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 		return nil, err
 	}
 	b.tenant = rec.Tenant
-	if err := b.ag.SetEnv(ctx, userEnv(rec.Env)); err != nil {
+	if err := s.handOver(ctx, b, rec, lim); err != nil {
 		s.discard(b)
-		return nil, fmt.Errorf("setting the environment: %w", err)
+		return nil, err
 	}
 	// The start's CPU is not the tenant's, as for a pre-started one.
 	b.cpuBase = b.live.Usage().CPUSeconds
 	return b, nil
+}
+
+// handOver gives b rec's network (lim.Network) and environment.
+func (s *Service) handOver(ctx context.Context, b *box, rec store.Sandbox, lim Limits) error {
+	env := userEnv(rec.Env)
+	if lim.Network != nil {
+		if err := s.openNetwork(ctx, b, rec.ID, rec.Tenant, lim.Network); err != nil {
+			return fmt.Errorf("opening the network: %w", err)
+		}
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, proxyEnv())
+	}
+	if err := b.ag.SetEnv(ctx, env); err != nil {
+		return fmt.Errorf("setting the environment: %w", err)
+	}
+	return nil
 }
 
 // userEnv is a sandbox's environment without the names every sandbox
@@ -720,6 +760,12 @@ func (s *Service) launch(ctx context.Context, id string, lim Limits, driverImage
 		HomeBytes: lim.HomeMB << 20,
 		Agent:     s.opts.Agent,
 		Deadline:  expires.Add(deadlineGrace),
+		EgressDir: s.egressDir(id),
+	}
+	if spec.EgressDir != "" {
+		if err := os.MkdirAll(spec.EgressDir, 0o755); err != nil {
+			return nil, fmt.Errorf("the egress directory: %w", err)
+		}
 	}
 	// A pre-started sandbox (extra > 0) leaves room for a create of its
 	// size; a create makes room by discarding the waiting ones.
@@ -733,9 +779,12 @@ func (s *Service) launch(ctx context.Context, id string, lim Limits, driverImage
 	live, err := s.opts.Starter.Start(ctx, spec)
 	if err != nil {
 		s.releaseMemory(spec.Limits.MemoryBytes)
+		if spec.EgressDir != "" {
+			os.RemoveAll(spec.EgressDir)
+		}
 		return nil, err
 	}
-	b := &box{live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes,
+	b := &box{id: id, live: live, ag: s.connect(live), since: s.now(), procs: map[int]*proc{}, mem: spec.Limits.MemoryBytes,
 		out: rate.NewLimiter(rate.Limit(s.opts.OutputRate), max(outputBurst*s.opts.OutputRate, agent.MaxChunk))}
 	if err := b.ag.Ping(ctx); err != nil {
 		s.discard(b)
@@ -758,6 +807,7 @@ func (s *Service) discard(b *box) {
 	if err := b.live.Discard(ctx); err != nil {
 		s.log.Error("discarding a live sandbox", "error", err)
 	}
+	s.closeNetwork(b.id, b)
 	if !b.released.Swap(true) {
 		s.releaseMemory(b.mem)
 	}
@@ -1055,6 +1105,9 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 		sb.AliveSeconds += max(0, s.now().Sub(b.since).Seconds())
 		sb.CPUSeconds += b.cpu()
 		sb.PeakMemoryBytes = u.PeakMemoryBytes
+		if b.net != nil {
+			sb.Network = b.net.usage()
+		}
 	}
 	return sb
 }

@@ -1,0 +1,203 @@
+package sandboxes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
+)
+
+func TestNetworkFor(t *testing.T) {
+	none := config.DefaultPlans()["pro"]
+	open := none
+	open.Egress = &config.Egress{Allow: []string{"pypi.org", "*.pythonhosted.org", "203.0.113.0/24"}}
+	for _, tc := range []struct {
+		name  string
+		plan  config.Plan
+		req   *NetworkRequest
+		want  *Network
+		error execution.Kind
+	}{
+		{"no egress, nothing asked", none, nil, nil, 0},
+		{"no egress, none asked", none, &NetworkRequest{}, nil, 0},
+		{"no egress, some asked", none, &NetworkRequest{Allow: []string{"pypi.org"}}, nil, execution.KindForbidden},
+		{"the plan's", open, nil, &Network{Allow: []string{"pypi.org", "*.pythonhosted.org", "203.0.113.0/24"}, MaxBytes: config.DefaultEgressMaxBytes}, 0},
+		{"narrowed", open, &NetworkRequest{Allow: []string{"files.pythonhosted.org", "203.0.113.8/29"}},
+			&Network{Allow: []string{"files.pythonhosted.org", "203.0.113.8/29"}, MaxBytes: config.DefaultEgressMaxBytes}, 0},
+		{"turned off", open, &NetworkRequest{Allow: []string{}}, nil, 0},
+		{"widened by name", open, &NetworkRequest{Allow: []string{"evil.example"}}, nil, execution.KindForbidden},
+		{"widened by wildcard", open, &NetworkRequest{Allow: []string{"*.example.org"}}, nil, execution.KindForbidden},
+		{"widened by prefix", open, &NetworkRequest{Allow: []string{"203.0.0.0/16"}}, nil, execution.KindForbidden},
+		{"not a rule", open, &NetworkRequest{Allow: []string{"http://pypi.org/"}}, nil, execution.KindInvalidRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := networkFor(tc.plan, tc.req)
+			if tc.error != 0 {
+				wantKind(t, "networkFor", err, tc.error)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("networkFor = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// zone resolves test names to loopback, where the fake sites listen.
+type zone map[string][]netip.Addr
+
+func (z zone) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := z[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// egressFixture is a fixture whose service gives network to a plan
+// allowing allowed.test and other.test, both served by one local site
+// (the guard lets loopback through here, as no real one does).
+func egressFixture(t *testing.T, warm int) (*fixture, config.Plan, string) {
+	t.Helper()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", r.Host)
+	}))
+	t.Cleanup(site.Close)
+	port, _ := strconv.Atoi(site.URL[len("http://127.0.0.1:"):])
+	f := warmFixture(t, warm)
+	lo := netip.MustParseAddr("127.0.0.1")
+	f.s.opts.Egress = &EgressOptions{
+		Dir:       filepath.Join(f.dir, "net"),
+		Guard:     webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
+		Resolver:  zone{"allowed.test": {lo}, "other.test": {lo}},
+		HTTPPorts: []int{port},
+	}
+	if err := f.s.reapEgress(); err != nil {
+		t.Fatal(err)
+	}
+	p := config.DefaultPlans()["pro"]
+	p.Egress = &config.Egress{Allow: []string{"allowed.test", "other.test"}, MaxBytes: 1 << 20}
+	return f, p, strconv.Itoa(port)
+}
+
+// through fetches u through sandbox id's proxy socket, as the agent's
+// relay would carry a program's request; the status, or -1 when the
+// socket is gone.
+func through(t *testing.T, f *fixture, id, u string) (int, string) {
+	t.Helper()
+	sock := filepath.Join(f.s.opts.Egress.Dir, id, filepath.Base(engine.EgressSocket))
+	c := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	resp, err := c.Get(u)
+	if err != nil {
+		return -1, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestNetworkSandbox: a sandbox with network gets its own proxy with its
+// own policy, the agent's relay and the proxy environment; its attempts
+// are counted and shown; ending it closes the proxy and removes its
+// socket. A sandbox without network gets none of it.
+func TestNetworkSandbox(t *testing.T) {
+	for _, warm := range []int{0, 1} {
+		t.Run(fmt.Sprintf("warm=%d", warm), func(t *testing.T) {
+			f, p, port := egressFixture(t, warm)
+			if warm > 0 {
+				f.create(t, caller("warmup", p), CreateRequest{TimeoutS: 60, Network: &NetworkRequest{}})
+				waitWarm(t, f, 1)
+			}
+			a := f.create(t, caller("acme", p), CreateRequest{TimeoutS: 60, Env: map[string]string{"HTTP_PROXY": "http://elsewhere"}})
+			b := f.create(t, caller("beta", p), CreateRequest{TimeoutS: 60, Network: &NetworkRequest{Allow: []string{"other.test"}}})
+			if warm > 0 && f.s.warm.stats().Hits == 0 {
+				t.Fatalf("no create took the pre-started sandbox: %+v", f.s.warm.stats())
+			}
+			if code, body := through(t, f, a.ID, "http://allowed.test:"+port+"/"); code != 200 || body != "hello from allowed.test:"+port {
+				t.Errorf("a to allowed.test: %d %q", code, body)
+			}
+			if code, _ := through(t, f, a.ID, "http://evil.test:"+port+"/"); code == 200 {
+				t.Errorf("a reached a name outside its allowlist")
+			}
+			if code, _ := through(t, f, b.ID, "http://allowed.test:"+port+"/"); code == 200 {
+				t.Errorf("b reached allowed.test, which its own request left out: the policies are mixed")
+			}
+			if code, _ := through(t, f, b.ID, "http://other.test:"+port+"/"); code != 200 {
+				t.Errorf("b to other.test: %d", code)
+			}
+
+			for _, sb := range []Sandbox{a, b} {
+				l := f.starter.byID(sb.ID)
+				if got := l.ag.getEgress(); !slices.Equal(got, []string{engine.EgressSocket + ":3128"}) {
+					t.Errorf("%s: relays %q", sb.ID, got)
+				}
+				if env := l.ag.getEnv(); env["HTTPS_PROXY"] != "http://127.0.0.1:3128" || env["HTTP_PROXY"] != "http://127.0.0.1:3128" || env["NODE_USE_ENV_PROXY"] != "1" {
+					t.Errorf("%s: env %v", sb.ID, env)
+				}
+			}
+			got, err := f.s.Get(t.Context(), caller("acme", p), a.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Limits.Network == nil || !slices.Equal(got.Limits.Network.Allow, []string{"allowed.test", "other.test"}) || got.Limits.Network.MaxBytes != 1<<20 {
+				t.Errorf("limits.network = %+v", got.Limits.Network)
+			}
+			if n := got.Network; n == nil || n.Connections != 1 || n.Refused != 1 || n.BytesIn == 0 || n.BytesOut == 0 || len(n.Attempts) != 2 {
+				t.Errorf("network usage = %+v", n)
+			} else if at := n.Attempts[1]; at.Host != "evil.test" || at.Allowed || at.Reason == "" {
+				t.Errorf("the refused attempt = %+v", at)
+			}
+			if _, err := f.s.Kill(t.Context(), caller("acme", p), a.ID); err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := through(t, f, a.ID, "http://allowed.test:"+port+"/"); code != -1 {
+				t.Errorf("a killed sandbox's proxy still answers: %d", code)
+			}
+			if _, err := os.Stat(filepath.Join(f.s.opts.Egress.Dir, a.ID)); !os.IsNotExist(err) {
+				t.Errorf("a killed sandbox's egress directory: %v", err)
+			}
+
+			free := f.create(t, caller("gamma", config.DefaultPlans()["pro"]), CreateRequest{TimeoutS: 60})
+			if got := f.starter.byID(free.ID).ag.getEgress(); got != nil || free.Limits.Network != nil {
+				t.Errorf("a sandbox of a plan without egress: relays %q, limits.network %+v", got, free.Limits.Network)
+			}
+			if env := f.starter.byID(free.ID).ag.getEnv(); env["HTTP_PROXY"] != "" {
+				t.Errorf("a sandbox without network has HTTP_PROXY %q", env["HTTP_PROXY"])
+			}
+		})
+	}
+}
+
+// TestNetworkRefusedWithoutEgress: a server without egress refuses a
+// create that would get network, before counting it.
+func TestNetworkRefusedWithoutEgress(t *testing.T) {
+	f := newFixture(t)
+	p := config.DefaultPlans()["pro"]
+	p.Egress = &config.Egress{Allow: []string{"pypi.org"}}
+	_, err := f.s.Create(t.Context(), caller("acme", p), "", CreateRequest{})
+	wantKind(t, "create", err, execution.KindUnavailable)
+	if n := f.used(t, "acme"); n != 0 {
+		t.Errorf("counted %d", n)
+	}
+}
