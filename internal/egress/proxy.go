@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,9 +284,16 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	at := Attempt{Kind: "tls"}
 	host, port, err := hostPort(r.Host, 443)
 	at.Host, at.Port = host, port
+	// A tunnel to an HTTP port carries plain HTTP (Node's fetch and other
+	// undici clients send every request through CONNECT): its first
+	// request must name the same host.
+	ports := p.opts.TLSPorts
+	if slices.Contains(p.opts.HTTPPorts, port) && !slices.Contains(p.opts.TLSPorts, port) {
+		at.Kind, ports = "http", p.opts.HTTPPorts
+	}
 	var ap netip.AddrPort
 	if err == nil {
-		ap, err = p.decide(r.Context(), host, port, p.opts.TLSPorts)
+		ap, err = p.decide(r.Context(), host, port, ports)
 	}
 	if err != nil {
 		at.Reason = err.Error()
@@ -307,14 +315,26 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = client.SetReadDeadline(time.Now().Add(p.opts.HelloTimeout))
-	sni, hello, err := clientHello(brw.Reader)
-	_ = client.SetReadDeadline(time.Time{})
-	switch {
-	case err != nil:
-		at.Reason = "not TLS: " + err.Error()
-	case !sameHost(sni, host):
-		at.Reason = fmt.Sprintf("the TLS server name %q is not %q", sni, host)
+	var hello []byte
+	if at.Kind == "tls" {
+		var sni string
+		sni, hello, err = clientHello(brw.Reader)
+		switch {
+		case err != nil:
+			at.Reason = "not TLS: " + err.Error()
+		case !sameHost(sni, host):
+			at.Reason = fmt.Sprintf("the TLS server name %q is not %q", sni, host)
+		}
+	} else {
+		var name string
+		name, hello, err = requestHead(brw.Reader)
+		if h, _, herr := hostPort(name, port); err != nil || herr != nil {
+			at.Reason = fmt.Sprintf("not HTTP: %v", errors.Join(err, herr))
+		} else if !sameName(h, host) {
+			at.Reason = fmt.Sprintf("the request's Host %q is not %q", name, host)
+		}
 	}
+	_ = client.SetReadDeadline(time.Time{})
 	if at.Reason != "" {
 		p.log(at)
 		return
@@ -362,6 +382,17 @@ func sameHost(sni, host string) bool {
 	a, err1 := normalName(sni)
 	b, err2 := normalName(host)
 	return err1 == nil && err2 == nil && a == b
+}
+
+// sameName says whether an HTTP Host names host: the same address, or
+// the same name.
+func sameName(h, host string) bool {
+	a, err1 := netip.ParseAddr(strings.Trim(h, "[]"))
+	b, err2 := netip.ParseAddr(host)
+	if err1 == nil || err2 == nil {
+		return err1 == nil && err2 == nil && a.Unmap() == b.Unmap()
+	}
+	return sameHost(h, host)
 }
 
 func (p *Proxy) log(a Attempt) {
@@ -456,6 +487,18 @@ func clientHello(r *bufio.Reader) (string, []byte, error) {
 		return "", nil, err
 	}
 	return sni, rec.Bytes(), nil
+}
+
+// requestHead reads the head of the HTTP request that starts r and
+// returns its Host and the bytes it took (perhaps with some of the body),
+// to be sent on unchanged.
+func requestHead(r *bufio.Reader) (string, []byte, error) {
+	var rec bytes.Buffer
+	req, err := http.ReadRequest(bufio.NewReader(io.TeeReader(r, &rec)))
+	if err != nil {
+		return "", nil, err
+	}
+	return req.Host, rec.Bytes(), nil
 }
 
 // helloConn is a net.Conn that only reads.

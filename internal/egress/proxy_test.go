@@ -207,8 +207,9 @@ func TestProxyDecides(t *testing.T) {
 	if st, _, _ := w.get(t, fmt.Sprintf("http://api.example.test:%d/hello", w.tlsPort), ""); st != http.StatusForbidden || !strings.Contains(w.last().Reason, "port") {
 		t.Errorf("http to the TLS port: %d, %+v", st, w.last())
 	}
-	if _, _, err := w.get(t, fmt.Sprintf("https://api.example.test:%d/hello", w.httpPort), "api.example.test"); err == nil || !strings.Contains(w.last().Reason, "port") {
-		t.Errorf("CONNECT to the HTTP port: %v, %+v", err, w.last())
+	// A tunnel to the HTTP port carries HTTP only (TestProxyTunnelsHTTP).
+	if _, _, err := w.get(t, fmt.Sprintf("https://api.example.test:%d/hello", w.httpPort), "api.example.test"); err == nil || !strings.Contains(w.last().Reason, "not HTTP") {
+		t.Errorf("TLS through a CONNECT to the HTTP port: %v, %+v", err, w.last())
 	}
 	// Not a proxy request (origin form) is a 400.
 	res, err := http.Get(w.proxyURL.String() + "/hello")
@@ -303,4 +304,59 @@ func (c *brConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestProxyTunnelsHTTP: a CONNECT to an HTTP port (how Node's fetch sends
+// plain HTTP through a proxy) carries HTTP whose Host is the tunnel's
+// host; another Host, or TLS, is refused.
+func TestProxyTunnelsHTTP(t *testing.T) {
+	w := newWorld(t, 0)
+	tunnel := func(hostHeader, payload string) (string, Attempt) {
+		t.Helper()
+		w.mu.Lock()
+		n := len(w.attempts)
+		w.mu.Unlock()
+		c, err := net.Dial("tcp", w.proxyURL.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n", w.httpPort, w.httpPort)
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", res, err)
+		}
+		if payload == "" {
+			payload = "GET /hello HTTP/1.1\r\nHost: " + hostHeader + "\r\nConnection: close\r\n\r\n"
+		}
+		io.WriteString(c, payload)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(br)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			w.mu.Lock()
+			done := len(w.attempts) > n
+			w.mu.Unlock()
+			if done {
+				break
+			}
+		}
+		return string(b), w.last()
+	}
+	for _, host := range []string{"api.example.test", fmt.Sprintf("API.example.test:%d", w.httpPort)} {
+		body, a := tunnel(host, "")
+		if !strings.Contains(body, "200 OK") || !strings.Contains(body, "hello "+host) || !a.Allowed || a.Kind != "http" || a.BytesIn == 0 || a.BytesOut == 0 {
+			t.Errorf("Host %s: %q, audit %+v", host, body, a)
+		}
+	}
+	for _, tc := range []struct{ host, payload, reason string }{
+		{"other.example.test", "", "is not"},
+		{"127.0.0.1", "", "is not"},
+		{"", "\x16\x03\x01\x00\x05hello", "not HTTP"},
+	} {
+		body, a := tunnel(tc.host, tc.payload)
+		if body != "" || a.Allowed || !strings.Contains(a.Reason, tc.reason) {
+			t.Errorf("Host %q: %q went through, audit %+v", tc.host, body, a)
+		}
+	}
 }
