@@ -19,6 +19,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
@@ -31,8 +32,11 @@ import (
 // /code is not mounted; and its home, engine.HomeDir, is a host tmpfs of
 // LiveSpec.HomeBytes owned by the sandbox's uid, mode 0700, noexec,
 // nosuid and nodev like /tmp, which is also its working directory and
-// HOME. Everything else (walls, cgroup limits, cleanup, Reap) is the cold
-// path's.
+// HOME. With LiveSpec.EgressDir, that host directory is bind-mounted
+// read-only, nosuid, nodev and noexec at engine.EgressDir (hostBind, then
+// the spec's bind of it), and runsc may connect to the host's unix socket
+// there (--host-uds=open). Everything else (walls, cgroup limits, cleanup,
+// Reap) is the cold path's.
 
 var _ engine.Starter = (*Driver)(nil)
 
@@ -53,6 +57,11 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	}
 	if ls.Deadline.IsZero() {
 		return nil, fmt.Errorf("oci: sandbox %s: Deadline is not set", ls.ID)
+	}
+	if ls.EgressDir != "" {
+		if fi, err := os.Stat(ls.EgressDir); !filepath.IsAbs(ls.EgressDir) || err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("oci: sandbox %s: EgressDir %q is not an absolute path to a directory (%v)", ls.ID, ls.EgressDir, err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -84,6 +93,7 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 		return nil, err
 	}
 	h.agentChannel = true
+	h.hostUDS = ls.EgressDir != ""
 	s := &liveSandbox{held: h, started: time.Now()}
 	s.beforeCleanup = s.snapshot
 	defer func() {
@@ -98,6 +108,11 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	home := fmt.Sprintf("mode=0700,uid=%d,gid=%d", uid, uid)
 	if err := hostTmpfs(filepath.Join(s.bundle, "home"), home, ls.HomeBytes); err != nil {
 		return nil, fmt.Errorf("oci: home: %w", err)
+	}
+	if ls.EgressDir != "" {
+		if err := hostBind(ls.EgressDir, filepath.Join(s.bundle, egressSource)); err != nil {
+			return nil, fmt.Errorf("oci: egress: %w", err)
+		}
 	}
 	if plan == nil {
 		spec.Process.User = specs.User{UID: uid, GID: uid}
@@ -163,22 +178,53 @@ func (d *Driver) liveSpec(image string, ls engine.LiveSpec, agent string) (*spec
 		specs.Mount{Destination: engine.HomeDir, Type: "bind", Source: "home", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		specs.Mount{Destination: engine.AgentPath, Type: "bind", Source: agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
+	if ls.EgressDir != "" {
+		// The bundle's bind of EgressDir (hostBind), already read-only,
+		// nosuid, nodev and noexec: bwrap keeps a source's flags and
+		// resolves the source as the sandbox's uid, which may not pass
+		// through EgressDir's parents on the host.
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: engine.EgressDir, Type: "bind", Source: egressSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	return s, nil
 }
 
+// egressSource is the bundle's mount point for LiveSpec.EgressDir.
+const egressSource = "net"
+
+// hostBind bind-mounts the directory src at dst (created, in a bundle)
+// read-only, nosuid, nodev and noexec, not recursively. Read-only also
+// keeps the bundle's removal from deleting anything of src should the
+// unmount before it fail.
+func hostBind(src, dst string) error {
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dst, err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding %s at %s: %w", src, dst, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+		_ = unix.Unmount(dst, unix.MNT_DETACH)
+		return fmt.Errorf("making %s read-only: %w", dst, err)
+	}
+	return nil
+}
+
 // liveMountPoints makes sure the image has the mount points of a live
-// sandbox, an empty HomeDir and an empty file at AgentPath, as checkImage
+// sandbox, an empty HomeDir and EgressDir and an empty file at AgentPath, as checkImage
 // adds CodeDir: a runtime must never create them in the shared image
 // (nor can it, under a read-only root). Lstat: a link in the image is
 // not followed on the host.
 func liveMountPoints(image string) error {
-	home := filepath.Join(image, engine.HomeDir)
-	if fi, err := os.Lstat(home); err != nil {
-		if err := os.MkdirAll(home, 0o755); err != nil {
-			return fmt.Errorf("image %q: adding %s: %w", image, engine.HomeDir, err)
+	for _, p := range []string{engine.HomeDir, engine.EgressDir} {
+		dir := filepath.Join(image, p)
+		if fi, err := os.Lstat(dir); err != nil {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("image %q: adding %s: %w", image, p, err)
+			}
+		} else if !fi.IsDir() {
+			return fmt.Errorf("image %q: %s is not a directory", image, p)
 		}
-	} else if !fi.IsDir() {
-		return fmt.Errorf("image %q: %s is not a directory", image, engine.HomeDir)
 	}
 	agent := filepath.Join(image, engine.AgentPath)
 	if fi, err := os.Lstat(agent); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
@@ -54,6 +55,18 @@ func TestLiveSpecShape(t *testing.T) {
 			}
 			if got := mounts[engine.AgentPath]; got != "/state/agents/x bind,ro,nosuid,nodev" {
 				t.Errorf("agent mount %q", got)
+			}
+			if got, ok := mounts[engine.EgressDir]; ok {
+				t.Errorf("egress mount %q without EgressDir", got)
+			}
+			eg, err := d.liveSpec("/img", engine.LiveSpec{ID: "sbx_1", Limits: l, Deadline: deadline, EgressDir: "/srv/egress/sbx_1"}, "/state/agents/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bundle's read-only bind of EgressDir (hostBind), last.
+			wantNet := specs.Mount{Destination: engine.EgressDir, Type: "bind", Source: "net", Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}}
+			if diff := cmp.Diff(append(s.Mounts, wantNet), eg.Mounts); diff != "" {
+				t.Errorf("mounts with EgressDir (-want +got):\n%s", diff)
 			}
 			if !s.Root.Readonly || len(s.Process.Capabilities.Effective)+len(s.Process.Capabilities.Bounding) > 0 || s.Linux.Seccomp == nil {
 				t.Errorf("the cold path's walls are gone: root %+v, caps %+v", s.Root, s.Process.Capabilities)

@@ -163,6 +163,9 @@ type held struct {
 	// (stdio.openAgent, or fd 3 under runc), so the same file.
 	agentChannel bool
 	proxyOut     *os.File // runc's stdout pipe, unused beside the agent's fd 3
+	// hostUDS lets the sandbox connect to a host unix socket mounted into
+	// it (a live sandbox's egress): runsc refuses them by default.
+	hostUDS bool
 
 	// beforeCleanup, if set, runs once in Discard when the sandbox's
 	// processes are gone and its cgroup not yet removed.
@@ -305,6 +308,11 @@ func (s *held) start() error {
 	}
 	s.stdin, s.stdout, s.stderr = pipes.ours[0], pipes.ours[1], pipes.ours[2]
 	args := []string{"run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid")}
+	if s.hostUDS && d.rt.gvisor {
+		// A global flag, after runtimeCmd's: connecting to an existing
+		// socket only, never creating one on the host.
+		args = append([]string{"--host-uds=open"}, args...)
+	}
 	var agentEnd *os.File
 	if viaFD {
 		ours, child, err := agentSocket()
