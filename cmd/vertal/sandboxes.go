@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,10 +91,18 @@ func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *
 func egressOptions(cfg config.Config, nodeID string) *sandboxes.EgressOptions {
 	for _, p := range cfg.Plans {
 		if p.Egress != nil {
-			return &sandboxes.EgressOptions{
+			o := &sandboxes.EgressOptions{
 				Dir:   filepath.Join(cfg.DataDir, "egress", nodeID),
 				Guard: webhook.NewGuard(nil, webhook.InterfaceNetworks),
 			}
+			if cfg.EgressDNS != "" {
+				// Validated with the configuration.
+				o.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, network, cfg.EgressDNS)
+				}}
+			}
+			return o
 		}
 	}
 	return nil

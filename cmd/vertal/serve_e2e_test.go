@@ -119,8 +119,15 @@ var (
 // and waits until it prints its address (and, with --dev, its key).
 func startServer(t *testing.T, dataDir string, env []string, args ...string) *serverProc {
 	t.Helper()
+	return startServerWith(t, exec.Command, dataDir, env, args...)
+}
+
+// startServerWith is startServer with the command built by command (for
+// one that runs in a network namespace of its own, fakenet.Net.Command).
+func startServerWith(t *testing.T, command func(string, ...string) *exec.Cmd, dataDir string, env []string, args ...string) *serverProc {
+	t.Helper()
 	full := append([]string{"serve", "--port", "0", "--data-dir", dataDir, "--image-dir", imageDir(), "--max-concurrent", "4", "--queue-timeout", "60s"}, args...)
-	cmd := exec.Command(vertalBinary(t), full...)
+	cmd := command(vertalBinary(t), full...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &serverProc{t: t, cmd: cmd, dataDir: dataDir, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
 	pr, pw := io.Pipe()

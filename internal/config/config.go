@@ -250,6 +250,9 @@ type Config struct {
 	// WebhookRetryBase is the first wait (0: 10 s).
 	WebhookRetryFor  Duration `json:"webhook_retry_for"`
 	WebhookRetryBase Duration `json:"webhook_retry_base"`
+	// EgressDNS is the DNS server (host:port) the egress proxy resolves
+	// sandboxes' names with; "" is the host's resolver.
+	EgressDNS string `json:"egress_dns"`
 	// DockerImage is the image every language uses with the docker driver.
 	DockerImage string `json:"docker_image"`
 	// MaxCodeBytes and MaxStdinBytes cap one request (413 above them).
@@ -389,6 +392,11 @@ func (c Config) Validate() error {
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		bad("port %d is not in 0..65535", c.Port)
+	}
+	if c.EgressDNS != "" {
+		if _, err := netip.ParseAddrPort(c.EgressDNS); err != nil {
+			bad("egress-dns %q is not an address and port (203.0.113.53:53, [2001:db8::53]:53)", c.EgressDNS)
+		}
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 4096 {
 		bad("max-concurrent %d is not in 1..4096", c.MaxConcurrent)

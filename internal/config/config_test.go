@@ -173,6 +173,7 @@ func TestInvalid(t *testing.T) {
 		{"plan max_concurrent", nil, nil, `{"plans": {"pro": {"max_concurrent": 0}}}`, "plan pro: max_concurrent must be in 1..1024"},
 		{"plan max_sandboxes", nil, nil, `{"plans": {"pro": {"max_sandboxes": -1}}}`, "plan pro: max_sandboxes must be in 0..1024"},
 		{"plan sandbox lifetime", nil, nil, `{"plans": {"pro": {"max_sandbox_lifetime_s": 604801}}}`, "plan pro: max_sandbox_lifetime_s"},
+		{"egress dns not an address", []string{"--egress-dns", "dns.example:53"}, nil, "", "egress-dns"},
 		{"egress without allow", nil, nil, `{"plans": {"pro": {"egress": {"allow": []}}}}`, "plan pro: egress: allow is empty"},
 		{"egress bad rule", nil, nil, `{"plans": {"pro": {"egress": {"allow": ["https://pypi.org"]}}}}`, "plan pro: egress"},
 		{"egress negative cap", nil, nil, `{"plans": {"pro": {"egress": {"allow": ["pypi.org"], "max_bytes": -1}}}}`, "plan pro: egress"},

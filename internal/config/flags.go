@@ -217,6 +217,8 @@ var settings = []setting{
 			}
 			return nil
 		}},
+	{name: "egress-dns", env: "VERTAL_EGRESS_DNS", usage: "host:port of the DNS server the egress proxy resolves sandboxes' names with (e.g. a filtering resolver)", derived: "the host's resolver",
+		set: str(func(c *Config) *string { return &c.EgressDNS })},
 	{name: "docker-image", env: "VERTAL_DOCKER_IMAGE", usage: "image for the docker driver", def: func(c Config) string { return c.DockerImage },
 		set: str(func(c *Config) *string { return &c.DockerImage })},
 }

@@ -57,7 +57,7 @@ type Net struct {
 
 	HTTPAddr  string // "203.0.113.10:80"
 	HTTPSAddr string // "203.0.113.10:443"
-	DNSAddr   string // "203.0.113.10:53", UDP: records, does not answer
+	DNSAddr   string // "203.0.113.10:53", UDP: records, and answers A and AAAA queries from the fake zone (NXDOMAIN for other names)
 	UDPAddr   string // "203.0.113.10:9999", UDP: records and echoes
 
 	// IPv6 reports whether the namespaces have IPv6; then the servers also
@@ -273,6 +273,16 @@ func (n *Net) lookup(name string) (netip.Addr, bool) {
 func (n *Net) Command(name string, args ...string) *exec.Cmd {
 	argv := n.argv(name, args)
 	return exec.Command(argv[0], argv[1:]...)
+}
+
+// NetCommand returns a command that runs name in ServerNS alone: the
+// host's mounts and files, its /etc/hosts and resolv.conf included (whose
+// resolvers ServerNS has no route to). A server that must create mounts
+// other processes see (the docker driver's, which dockerd binds from the
+// host's mount namespace) runs so, and resolves the fake zone through
+// DNSAddr.
+func (n *Net) NetCommand(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=" + nsPath(n.ServerNS), "--", name}, args...)...)
 }
 
 // CommandContext is Command with exec.CommandContext.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,4 +307,37 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 	return string(out)
+}
+
+// TestDNS: the fake internet's DNS server answers for the zone and
+// NXDOMAIN for everything else, over IPv4 and IPv6.
+func TestDNS(t *testing.T) {
+	n := fakenet.Start(t)
+	servers := []string{n.DNSAddr}
+	if n.IPv6 {
+		servers = append(servers, n.DNSAddr6)
+	}
+	for _, server := range servers {
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return n.DialContext(ctx, network, server)
+		}}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		got, err := r.LookupNetIP(ctx, "ip", "allowed.test")
+		want := []netip.Addr{netip.MustParseAddr(fakenet.InetIP4)}
+		if n.IPv6 {
+			want = append(want, netip.MustParseAddr(fakenet.InetIP6))
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: allowed.test = %v, %v; want %v", server, got, err, want)
+		}
+		if got, err := r.LookupNetIP(ctx, "ip4", "meta.test"); err != nil || len(got) != 1 || got[0].String() != "169.254.169.254" {
+			t.Errorf("%s: meta.test = %v, %v", server, got, err)
+		}
+		var dnsErr *net.DNSError
+		if got, err := r.LookupNetIP(ctx, "ip", "nowhere.test"); !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
+			t.Errorf("%s: nowhere.test = %v, %v; want not found", server, got, err)
+		}
+	}
 }

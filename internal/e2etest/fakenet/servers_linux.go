@@ -231,12 +231,13 @@ func (n *Net) serve(t testing.TB, cert tls.Certificate) error {
 	}
 	for i, pc := range pcs {
 		echo := udps[i] == n.UDPAddr || udps[i] == n.UDPAddr6
-		wg.Go(func() { n.serveUDP(pc, echo) })
+		dns := udps[i] == n.DNSAddr || udps[i] == n.DNSAddr6
+		wg.Go(func() { n.serveUDP(pc, echo, dns) })
 	}
 	return nil
 }
 
-func (n *Net) serveUDP(pc *net.UDPConn, echo bool) {
+func (n *Net) serveUDP(pc *net.UDPConn, echo, dns bool) {
 	local := addrPort(pc.LocalAddr())
 	buf := make([]byte, 64<<10)
 	for {
@@ -253,6 +254,11 @@ func (n *Net) serveUDP(pc *net.UDPConn, echo bool) {
 		n.mu.Unlock()
 		if echo {
 			_, _ = pc.WriteToUDPAddrPort(buf[:k], from)
+		}
+		if dns {
+			if a := n.answerDNS(buf[:k]); a != nil {
+				_, _ = pc.WriteToUDPAddrPort(a, from)
+			}
 		}
 	}
 }

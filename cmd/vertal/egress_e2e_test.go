@@ -1,0 +1,302 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest/fakenet"
+)
+
+// nsHost is the loopback address servers in a fake internet's ServerNS
+// listen on: no server of the host's own namespace uses it, so a dial to
+// it goes to the namespace registered for its port (nsDialers).
+const nsHost = "127.0.0.2"
+
+// nsDialers maps "127.0.0.2:port" to the dialer of the namespace that
+// port's server listens in.
+var nsDialers sync.Map
+
+func init() {
+	tr := http.DefaultTransport.(*http.Transport)
+	plain := (&net.Dialer{Timeout: 30 * time.Second}).DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if d, ok := nsDialers.Load(addr); ok {
+			return d.(func(context.Context, string, string) (net.Conn, error))(ctx, network, addr)
+		}
+		return plain(ctx, network, addr)
+	}
+}
+
+// startNetServer starts a server in n's ServerNS, whose egress proxy
+// resolves names with the fake internet's DNS server, and that the test's
+// HTTP calls reach.
+func startNetServer(t *testing.T, n *fakenet.Net, dataDir string, args ...string) *serverProc {
+	t.Helper()
+	p := startServerWith(t, n.NetCommand, dataDir, nil, append([]string{"--host", nsHost, "--metrics-addr", nsHost + ":0", "--egress-dns", n.DNSAddr}, args...)...)
+	register := func(u string) {
+		addr := strings.TrimPrefix(u, "http://")
+		nsDialers.Store(addr, n.DialContext)
+		t.Cleanup(func() { nsDialers.Delete(addr) })
+	}
+	register(p.url)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, l := range strings.Split(p.stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics listening" {
+				register("http://" + m["addr"].(string))
+				return p
+			}
+		}
+	}
+	t.Fatal("the server never logged its metrics address")
+	return nil
+}
+
+// egressProbe runs inside a sandbox: each argument is a probe, and it
+// prints one JSON object of probe → result ("ok:<body>" or "err:<why>").
+const egressProbe = `
+import json, socket, ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile="/home/user/ca.pem")
+out = {}
+for p in sys.argv[1:]:
+    try:
+        if p.startswith("http"):
+            with urllib.request.urlopen(p, timeout=15, context=ctx) as r:
+                body = r.read()
+                out[p] = "ok:%d:%s" % (len(body), body[:60].decode(errors="replace"))
+        elif p == "dns":
+            out[p] = "ok:" + str(socket.getaddrinfo("allowed.test", 443))
+        elif p.startswith("tcp:"):
+            host, port = p[4:].rsplit(":", 1)
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+            out[p] = "ok"
+        elif p.startswith("udp:"):
+            host, port = p[4:].rsplit(":", 1)
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(3)
+            s.sendto(b"exfiltrated", (host.strip("[]"), int(port)))
+            out[p] = "ok:" + repr(s.recvfrom(100))
+        elif p == "ifaces":
+            out[p] = "ok:" + ",".join(sorted(l.split(":")[0].strip() for l in open("/proc/net/dev") if ":" in l))
+    except Exception as e:
+        out[p] = "err:%s:%s" % (type(e).__name__, str(e)[:120])
+print(json.dumps(out))
+`
+
+// nodeFetch fetches its argument with Node's fetch, which follows
+// HTTPS_PROXY with NODE_USE_ENV_PROXY (set in every sandbox with network).
+const nodeFetch = `fetch(process.argv[1]).then(r => r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status))).then(t => console.log("ok:" + t.trim()), e => console.log("err:" + (e.cause ? e.cause.code || e.cause.message : e.message)))`
+
+func probeIn(t *testing.T, p *serverProc, key, id string, probes ...string) map[string]string {
+	t.Helper()
+	r := sbxCall(t, p, key, "POST", id, "/commands", map[string]any{"argv": append([]string{"python3", "/home/user/probe.py"}, probes...), "timeout_s": 60})
+	if r.status != 200 {
+		t.Fatalf("probe: %d %s", r.status, r.raw)
+	}
+	out := map[string]string{}
+	if err := json.Unmarshal([]byte(r.body["stdout"].(string)), &out); err != nil {
+		t.Fatalf("probe output %q (stderr %q): %v", r.body["stdout"], r.body["stderr"], err)
+	}
+	return out
+}
+
+// TestEgressE2E: on every driver and runtime, a sandbox reaches exactly
+// what its own allowlist (within its plan's) names, by name, over HTTP
+// and TLS, with Python and Node, through its server's proxy; and nothing
+// else: not a name outside the list, not a bare address, not a name that
+// resolves to loopback, a private or the metadata address, not UDP, not
+// DNS. Two sandboxes with different lists at once keep their own. The
+// byte cap cuts a download. The first create takes a pre-started
+// sandbox. A sandbox whose create asks for no network has only lo. All of
+// it on the fake internet of internal/e2etest/fakenet, in namespaces of
+// the test's own.
+func TestEgressE2E(t *testing.T) {
+	needE2E(t)
+	img := os.Getenv("VERTAL_DOCKER_IMAGE")
+	if img == "" {
+		img = "vertal/default:latest"
+	}
+	n := fakenet.Start(t)
+	ca, err := os.ReadFile(n.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "vertal.json")
+	if err := os.WriteFile(config, []byte(`{"plans": {"pro": {"egress": {"max_bytes": 300000,
+		"allow": ["allowed.test", "other.test", "v6only.test", "loop.test", "private.test", "meta.test"]}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := []map[string]string{{"path": "probe.py", "content": egressProbe}, {"path": "ca.pem", "content": string(ca)}}
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"oci/bwrap", nil},
+		{"oci/crun", []string{"--runtime", "crun"}},
+		{"oci/runc", []string{"--runtime", "runc"}},
+		{"oci/runsc", []string{"--runtime", "runsc"}},
+		{"docker/runc", []string{"--driver", "docker", "--runtime", "runc", "--docker-image", img}},
+		{"docker/runsc", []string{"--driver", "docker", "--runtime", "runsc", "--docker-image", img}},
+	} {
+		t.Run(strings.ReplaceAll(c.name, "/", "_"), func(t *testing.T) {
+			data := t.TempDir()
+			p := startNetServer(t, n, data, append(c.args, "--config", config)...)
+			key := tenantKey(t, p, "agent", "pro")
+			metric := metricsOf(t, p)
+			before := prestarted(t, metric, "")
+
+			// Two creates at once, each with its own list.
+			ids := make([]string, 2)
+			var wg sync.WaitGroup
+			for i, allow := range [][]string{{"allowed.test", "v6only.test", "loop.test", "private.test", "meta.test"}, {"other.test"}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := sbxCall(t, p, key, "POST", "", "", map[string]any{"timeout_s": 120, "files": files, "network": map[string]any{"allow": allow}})
+					if r.status == 201 {
+						ids[i] = r.body["id"].(string)
+					} else {
+						t.Errorf("create with %q: %d %s", allow, r.status, r.raw)
+					}
+				}()
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			a, b := ids[0], ids[1]
+			if !before[a] && !before[b] {
+				t.Errorf("neither create took the pre-started sandbox (%v running before; got %s, %s)", before, a, b)
+			}
+
+			got := probeIn(t, p, key, a, "http://allowed.test/a", "https://allowed.test/a", "https://v6only.test/a",
+				"http://other.test/a", "https://other.test/a", "http://203.0.113.10/a", "https://203.0.113.10/a",
+				"http://loop.test/a", "http://private.test/a", "https://meta.test/a", "http://169.254.169.254/latest/meta-data/",
+				"dns", "tcp:203.0.113.10:80", "tcp:[2001:db8::10]:443", "udp:203.0.113.10:9999", "udp:203.0.113.10:53", "ifaces")
+			for probe, want := range map[string]string{
+				"http://allowed.test/a":  "hello from allowed.test /a",
+				"https://allowed.test/a": "hello from allowed.test /a",
+				"https://v6only.test/a":  "hello from v6only.test /a",
+			} {
+				if !strings.HasPrefix(got[probe], "ok:") || !strings.Contains(got[probe], want) {
+					t.Errorf("%s: %q, want %q", probe, got[probe], want)
+				}
+			}
+			if got["ifaces"] != "ok:lo" {
+				t.Errorf("interfaces in a sandbox with network: %q; want lo alone", got["ifaces"])
+			}
+			for _, probe := range []string{"http://other.test/a", "https://other.test/a", "http://203.0.113.10/a", "https://203.0.113.10/a",
+				"http://loop.test/a", "http://private.test/a", "https://meta.test/a", "http://169.254.169.254/latest/meta-data/",
+				"dns", "tcp:203.0.113.10:80", "tcp:[2001:db8::10]:443", "udp:203.0.113.10:9999", "udp:203.0.113.10:53"} {
+				if !strings.HasPrefix(got[probe], "err:") {
+					t.Errorf("%s got through: %q", probe, got[probe])
+				}
+			}
+			out := sbxRun(t, p, key, a, "NODE_EXTRA_CA_CERTS=/home/user/ca.pem node -e '"+nodeFetch+"' https://allowed.test/node; node -e '"+nodeFetch+"' http://allowed.test/node; node -e '"+nodeFetch+"' http://other.test/node")
+			if lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n"); len(lines) != 3 || lines[0] != "ok:hello from allowed.test /node" || lines[1] != lines[0] || !strings.HasPrefix(lines[2], "err:") {
+				t.Errorf("node fetch: %q (stderr %q)", out["stdout"], out["stderr"])
+			}
+			// The cap (300000 bytes in and out, this sandbox's connections
+			// together) cuts a download short, and refuses what follows.
+			got = probeIn(t, p, key, a, "http://allowed.test/bytes?n=1000000", "http://allowed.test/after")
+			if r := got["http://allowed.test/bytes?n=1000000"]; strings.HasPrefix(r, "ok:1000000:") {
+				t.Errorf("a 1 MB download went through a cap of 300 kB: %q", r)
+			}
+			if r := got["http://allowed.test/after"]; !strings.HasPrefix(r, "err:") {
+				t.Errorf("a request after the cap: %q", r)
+			}
+
+			got = probeIn(t, p, key, b, "http://other.test/b", "https://other.test/b", "http://allowed.test/b", "https://allowed.test/b")
+			if !strings.Contains(got["http://other.test/b"], "hello from other.test /b") || !strings.Contains(got["https://other.test/b"], "hello from other.test /b") ||
+				!strings.HasPrefix(got["http://allowed.test/b"], "err:") || !strings.HasPrefix(got["https://allowed.test/b"], "err:") {
+				t.Errorf("the second sandbox's list is not its own: %q", got)
+			}
+
+			// What reached the fake internet: only allowed names, each from
+			// the sandbox that may reach it.
+			for _, r := range n.Requests() {
+				host := r.Host
+				if r.SNI != "" {
+					host = r.SNI
+				}
+				host, _, _ = strings.Cut(host, ":")
+				if !slices.Contains([]string{"allowed.test", "other.test", "v6only.test"}, host) {
+					t.Errorf("the fake internet got a request for %q: %+v", host, r)
+				}
+				if host == "other.test" && strings.HasSuffix(r.Path, "/a") || host == "allowed.test" && strings.HasSuffix(r.Path, "/b") {
+					t.Errorf("a sandbox reached a name outside its own list: %+v", r)
+				}
+			}
+			// The proxy's own DNS queries are there; nothing of the
+			// sandboxes'.
+			for _, d := range n.UDPSeen() {
+				if d.Local.Port() != 53 || strings.Contains(string(d.Data), "exfiltrated") {
+					t.Errorf("the sandbox's UDP reached the fake internet: %+v", d)
+				}
+			}
+
+			// The record shows the attempts and the bytes.
+			r := sbxCall(t, p, key, "GET", a, "", nil)
+			nw, _ := r.body["network"].(map[string]any)
+			lim, _ := r.body["limits"].(map[string]any)
+			if nw == nil || nw["connections"].(float64) < 4 || nw["refused"].(float64) < 6 || nw["bytes_in"].(float64) == 0 {
+				t.Errorf("network usage: %v", r.body["network"])
+			}
+			if ln, _ := lim["network"].(map[string]any); ln == nil || len(ln["allow"].([]any)) != 5 || ln["max_bytes"].(float64) != 300000 {
+				t.Errorf("limits.network: %v", lim["network"])
+			}
+			if metric("vertal_egress_refused_total") < 6 || metric("vertal_egress_connections_total") < 4 {
+				t.Errorf("egress metrics: refused %v, connections %v", metric("vertal_egress_refused_total"), metric("vertal_egress_connections_total"))
+			}
+			if !strings.Contains(p.stderr.String(), `"msg":"egress","sandbox_id":"`+a) {
+				t.Errorf("no egress audit line for %s in the log", a)
+			}
+
+			// Asking for more than the plan allows is 403; for nothing,
+			// no network at all.
+			if r := sbxCall(t, p, key, "POST", "", "", map[string]any{"network": map[string]any{"allow": []string{"evil.test"}}}); r.status != 403 || r.body["error"] == nil {
+				t.Errorf("a create widening the plan's list: %d %s", r.status, r.raw)
+			}
+			sbxCall(t, p, key, "DELETE", b, "", nil)
+			none := createSandbox(t, p, key, map[string]any{"timeout_s": 60, "files": files, "network": map[string]any{"allow": []string{}}})
+			if got := probeIn(t, p, key, none, "ifaces", "http://allowed.test/none"); got["ifaces"] != "ok:lo" || !strings.HasPrefix(got["http://allowed.test/none"], "err:") {
+				t.Errorf("a sandbox without network: %q", got)
+			}
+
+			// SIGKILL: the proxies go with the server (nothing listens on
+			// their sockets), and the next start removes their directories.
+			egressDir := filepath.Join(data, "egress")
+			socks, _ := filepath.Glob(filepath.Join(egressDir, "*", "sbx_*", "proxy.sock"))
+			if len(socks) == 0 {
+				t.Fatalf("no proxy socket under %s", egressDir)
+			}
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.exited
+			p.exited <- nil
+			for _, s := range socks {
+				if c, err := net.Dial("unix", s); err == nil {
+					c.Close()
+					t.Errorf("%s still answers after SIGKILL", s)
+				}
+			}
+			p2 := startNetServer(t, n, data, append(c.args, "--config", config)...)
+			waitFor(t, func() bool {
+				left, _ := filepath.Glob(filepath.Join(egressDir, "*", "sbx_*", "proxy.sock"))
+				return len(left) == 0
+			})
+			p2.stop()
+		})
+	}
+}
