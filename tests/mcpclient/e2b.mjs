@@ -10,7 +10,7 @@
 // its error and exits 1. The Go test (e2b_test.go) requires every name.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { Sandbox, CommandExitError, AuthenticationError, NotFoundError } from 'e2b';
+import { Sandbox, CommandExitError, AuthenticationError, NotFoundError, ALL_TRAFFIC } from 'e2b';
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter';
 
 const base = process.env.E2B_API_URL;
@@ -318,10 +318,49 @@ async function interpreter() {
   });
 }
 
+// network runs E2B's network options against a key whose plan allows
+// allowed.test and its subdomains (the server's --egress): the sandbox's
+// list is the plan's, narrowed by allowOut, or nothing; a wider list is
+// refused. Traffic itself is TestEgressE2E's (cmd/vertal), on a fake
+// internet this test has no part of.
+async function network() {
+  const proxyOf = async (sbx) => (await sbx.commands.run('echo "[$HTTPS_PROXY]"')).stdout.trim();
+  await check('plan network by default', async () => {
+    const sbx = await Sandbox.create({ timeoutMs: 60_000 });
+    assert.equal((await sbx.getInfo()).allowInternetAccess, true);
+    assert.equal(await proxyOf(sbx), '[http://127.0.0.1:3128]');
+    await sbx.kill();
+  });
+  await check('allowInternetAccess false', async () => {
+    const sbx = await Sandbox.create({ allowInternetAccess: false, timeoutMs: 60_000 });
+    assert.equal((await sbx.getInfo()).allowInternetAccess, false);
+    assert.equal(await proxyOf(sbx), '[]');
+    await sbx.kill();
+  });
+  await check('allowOut narrows', async () => {
+    const sbx = await Sandbox.create({ network: { allowOut: ['api.allowed.test'], denyOut: [ALL_TRAFFIC] }, timeoutMs: 60_000 });
+    assert.equal((await sbx.getInfo()).allowInternetAccess, true);
+    // The proxy answers for the sandbox: a name outside its list is
+    // refused there (403), before any lookup.
+    const code = `import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\\r\\nHost: allowed.test:443\\r\\n\\r\\n")
+print(s.recv(100).split(b"\\r\\n")[0].decode())`;
+    const r = await sbx.commands.run(`python3 -c '${code.replaceAll("'", "'\\''")}'`);
+    assert.equal(r.stdout.trim(), 'HTTP/1.1 403 Forbidden');
+    await sbx.kill();
+  });
+  await check('allowOut wider than the plan', async () => {
+    const err = await rejects(() => Sandbox.create({ network: { allowOut: ['evil.test'] } }));
+    assert.match(String(err?.message ?? err), /more than your plan allows/);
+  });
+}
+
 const mode = process.argv[2];
 if (mode === 'sdk') await sdk();
 else if (mode === 'interpreter') await interpreter();
+else if (mode === 'network') await network();
 else {
-  console.error('usage: node e2b.mjs sdk|interpreter');
+  console.error('usage: node e2b.mjs sdk|interpreter|network');
   process.exit(2);
 }

@@ -89,6 +89,16 @@ func TestE2BSDK(t *testing.T) {
 	}
 }
 
+// TestE2BNetwork runs E2B's network options with the official SDK:
+// allowInternetAccess, network.allowOut with denyOut ALL_TRAFFIC, and a
+// list wider than the plan's.
+func TestE2BNetwork(t *testing.T) {
+	server(t)
+	e2bFlows(t, "network", newKey(t, "enterprise"), []string{
+		"plan network by default", "allowInternetAccess false", "allowOut narrows", "allowOut wider than the plan",
+	})
+}
+
 // TestE2BCodeInterpreter runs `@e2b/code-interpreter`: state across
 // cells, the last value, logs, errors with a traceback, streaming, contexts
 // that share nothing, a JavaScript context, and on the datasci image a

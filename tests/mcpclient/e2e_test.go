@@ -125,8 +125,11 @@ func startServer() error {
 	l.Close()
 	e2e.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 	e2e.log = &lockedBuffer{}
+	// The enterprise plan's sandboxes may reach allowed.test and its
+	// subdomains (e2b_test.go's TestE2BNetwork); the fake internet of
+	// cmd/vertal's TestEgressE2E is where traffic is tested.
 	args := []string{"serve", "--dev", "--driver", "oci", "--host", "127.0.0.1",
-		"--port", fmt.Sprint(port), "--data-dir", e2e.dataDir}
+		"--port", fmt.Sprint(port), "--data-dir", e2e.dataDir, "--egress", "enterprise:allowed.test,enterprise:*.allowed.test"}
 	// The image with the data stack, where setup built it: the E2B code
 	// interpreter's template maps to it (e2b_test.go).
 	if _, err := os.Stat(datasciDir()); err == nil {
