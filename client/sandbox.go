@@ -82,6 +82,9 @@ type Sandbox struct {
 	// CPU time.
 	AliveSeconds float64 `json:"alive_seconds"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
+	// Network is a running sandbox's traffic through its egress proxy (nil
+	// without network): bytes, connections and its last attempts.
+	Network *wire.NetworkUsage `json:"network,omitempty"`
 
 	// Commands runs commands in the sandbox; Files reads and writes its
 	// files.
@@ -117,7 +120,7 @@ func (sb *Sandbox) set(w wire.Sandbox) {
 	if w.EndedAt != nil {
 		sb.EndedAt = *w.EndedAt
 	}
-	sb.Limits, sb.Metadata, sb.AliveSeconds, sb.CPUSeconds = w.Limits, w.Metadata, w.AliveSeconds, w.CPUSeconds
+	sb.Limits, sb.Metadata, sb.AliveSeconds, sb.CPUSeconds, sb.Network = w.Limits, w.Metadata, w.AliveSeconds, w.CPUSeconds, w.Network
 }
 
 // SandboxParams configure CreateSandbox; every field may be left zero for
@@ -137,6 +140,11 @@ type SandboxParams struct {
 	// OnTimeout is "kill" (the default) or "pause": what happens at
 	// ExpiresAt.
 	OnTimeout string
+	// Network narrows the plan's egress allowlist: nil takes the plan's
+	// (none on the built-in plans), an empty Allow asks for no network,
+	// and names, *.suffix wildcards and CIDRs beyond the plan's are
+	// refused (403).
+	Network *wire.NetworkRequest
 	// IdempotencyKey makes the create retry-safe across processes: the
 	// same key returns the same sandbox. Without it the client makes one
 	// per call, which protects its own retries.
@@ -155,6 +163,9 @@ func wholeSeconds(d time.Duration) *float64 {
 // out.
 func (p SandboxParams) request() wire.SandboxRequest {
 	req := wire.SandboxRequest{Image: nonEmpty(p.Image), TimeoutS: wholeSeconds(p.Timeout), OnTimeout: nonEmpty(p.OnTimeout)}
+	if p.Network != nil {
+		req.Network = &wire.NetworkRequest{Allow: append([]string{}, p.Network.Allow...)}
+	}
 	if len(p.Env) > 0 {
 		req.Env = p.Env
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // TestSandboxRequestBodies holds the bodies the SDK sends for sandboxes
@@ -12,7 +14,8 @@ import (
 func TestSandboxRequestBodies(t *testing.T) {
 	create := SandboxParams{Image: "datasci", Timeout: 90*time.Second + time.Millisecond, Env: map[string]string{"A": "1"},
 		Metadata: map[string]string{"team": "ml"}, OnTimeout: "pause",
-		Files: []File{{Path: "in.csv", Content: []byte("a,b\n")}, {Path: "blob", Content: []byte{0, 0xff}}}}
+		Files:   []File{{Path: "in.csv", Content: []byte("a,b\n")}, {Path: "blob", Content: []byte{0, 0xff}}},
+		Network: &wire.NetworkRequest{Allow: []string{"pypi.org", "*.pythonhosted.org"}}}
 	var cs Commands
 	fg, err := cs.request("python3 main.py", []CommandOption{WithCwd("/tmp"), WithCommandEnv(map[string]string{"X": "y"}),
 		WithCommandStdin("in"), WithCommandTimeout(5 * time.Second)}, false)
@@ -35,6 +38,7 @@ func TestSandboxRequestBodies(t *testing.T) {
 	checkGolden(t, "testdata/sandbox_requests.json", map[string]any{
 		"create":         create.request(),
 		"create_default": SandboxParams{}.request(),
+		"create_offline": SandboxParams{Network: &wire.NetworkRequest{}}.request(),
 		"command":        json.RawMessage(fg),
 		"background":     json.RawMessage(bg),
 		"run_code":       json.RawMessage(cell.body),

@@ -56,6 +56,16 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(self.client.slept, [1.0])
         self.assertEqual(self.client.create_sandbox(idempotency_key="job-7").id, again.id)
 
+    def test_create_with_network(self):
+        self.client.create_sandbox(network=["pypi.org", "*.pythonhosted.org"])
+        self.assertEqual(self.last()[3], {"network": {"allow": ["pypi.org", "*.pythonhosted.org"]}})
+        self.client.create_sandbox(network=[])
+        self.assertEqual(self.last()[3], {"network": {"allow": []}})
+        self.client.create_sandbox()
+        self.assertNotIn("network", self.last()[3])
+        with self.assertRaises(TypeError):
+            self.client.create_sandbox(network="pypi.org")
+
     def test_create_refused(self):
         with self.assertRaises(KuboError) as cm:
             self.client.create_sandbox("missing")

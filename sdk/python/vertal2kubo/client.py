@@ -50,7 +50,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 __all__ = ["KuboClient", "KuboError", "DEFAULT_URL"]
 
@@ -368,9 +368,14 @@ class KuboClient:
     def create_sandbox(self, image: Optional[str] = None, timeout_s: Optional[int] = None, *,
                        env: Optional[Mapping[str, str]] = None, metadata: Optional[Mapping[str, str]] = None,
                        files: Optional[Files] = None, on_timeout: Optional[str] = None,
+                       network: Optional[Sequence[str]] = None,
                        idempotency_key: Optional[str] = None) -> Any:
         """Create a sandbox that stays (POST /v1/sandboxes) and return it
         as a ``vertal2kubo.sandbox.Sandbox``, running.
+
+        network narrows the plan's egress allowlist (names, *.suffix
+        wildcards, CIDRs; beyond the plan's is a 403 ApiError); [] is no
+        network, None the plan's (none on the built-in plans).
 
         timeout_s is its lifetime from now (extend it with set_timeout);
         on_timeout "pause" pauses it at the end instead of killing it.
@@ -380,7 +385,7 @@ class KuboClient:
         creates two."""
         from . import sandbox
         return sandbox.create(self, image, timeout_s, env=env, metadata=metadata, files=files,
-                              on_timeout=on_timeout, idempotency_key=idempotency_key)
+                              on_timeout=on_timeout, network=network, idempotency_key=idempotency_key)
 
     def get_sandbox(self, id: str) -> Any:  # noqa: A002
         """An existing sandbox of this key's tenant, by its sbx_ id."""

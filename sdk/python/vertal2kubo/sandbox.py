@@ -28,7 +28,7 @@ import http.client
 import json
 import urllib.parse
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from .client import _EVENT_STREAM, _MAX_RESPONSE_BYTES, Files, KuboError, _encode_files, _SSEParser
 
@@ -521,6 +521,7 @@ def _read_sse(resp: Any, last_id: str, decode=None) -> Iterator[dict]:
 def create(client: "KuboClient", image: Optional[str] = None, timeout_s: Optional[int] = None, *,
            env: Optional[Mapping[str, str]] = None, metadata: Optional[Mapping[str, str]] = None,
            files: Optional[Files] = None, on_timeout: Optional[str] = None,
+           network: Optional[Sequence[str]] = None,
            idempotency_key: Optional[str] = None) -> Sandbox:
     body: dict[str, Any] = {}
     if image:
@@ -535,6 +536,10 @@ def create(client: "KuboClient", image: Optional[str] = None, timeout_s: Optiona
         body["files"] = _encode_files(files)
     if on_timeout:
         body["on_timeout"] = on_timeout
+    if network is not None:
+        if isinstance(network, str):
+            raise TypeError("network is a list of names, *.suffix wildcards and CIDRs, not a string")
+        body["network"] = {"allow": list(network)}
     key = idempotency_key or "vertal-" + uuid.uuid4().hex
     info = client._call("POST", _BASE, body, headers={"Idempotency-Key": key}, retry="always")
     return Sandbox(client, info)
