@@ -27,8 +27,10 @@ type sandboxBench struct {
 // sandboxPlan is the private server's plan: limits out of the way, and
 // max_sandboxes at the fill's bound, so the next create meets the
 // tenant's cap.
+// Its egress allows one name, which no bench sandbox reaches: a create
+// with network starts its proxy and relay, one without asks for none.
 func sandboxPlan(fill, lifetimeS int) string {
-	return fmt.Sprintf(`{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256, "max_concurrent": 1024, "max_sandboxes": %d, "max_sandbox_lifetime_s": %d}}}`,
+	return fmt.Sprintf(`{"plans": {"bench": {"executions_per_day": 1000000000, "requests_per_minute": 10000000, "max_timeout_s": 60, "memory_mb": 256, "max_concurrent": 1024, "max_sandboxes": %d, "max_sandbox_lifetime_s": %d, "egress": {"allow": ["example.com"]}}}}`,
 		max(fill, 2), lifetimeS)
 }
 
@@ -67,6 +69,7 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 	if err != nil {
 		return err
 	}
+	cold.Network = []string{}
 	waitWarm := func(ctx context.Context) error {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 			if n, err := srv.gauge(ctx, "vertal_sandbox_pool_ready"); err != nil || n >= 1 {
@@ -85,8 +88,10 @@ func benchSandboxes(ctx context.Context, e *env, cfg config.Config, sb sandboxBe
 	if err != nil {
 		return err
 	}
+	withNet := *api
+	api.Network, other.Network, withNet.Network = []string{}, []string{}, []string{"example.com"}
 	fmt.Fprintf(e.Stderr, "bench: sandboxes (oci/%s): create, delete and echo 1, n=%d\n", sb.runtime, sb.n)
-	lat, err := bench.MeasureSandboxLatency(ctx, api, cold, waitWarm, bench.BareEcho, sb.n, sb.warmup, sb.rounds)
+	lat, err := bench.MeasureSandboxLatency(ctx, api, cold, &withNet, waitWarm, bench.BareEcho, sb.n, sb.warmup, sb.rounds)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func TestBenchSandboxesE2E(t *testing.T) {
 		t.Fatalf("vertal bench: %v\n%s\n%s", err, out, stderr.String())
 	}
 	got := string(out)
-	for _, row := range []string{"bare /bin/sh -c 'echo 1' (host)", "echo 1 as a command in a live sandbox (API)", "create a sandbox (API, pool warm)", "delete it (API)", "create a sandbox (API, pool off)",
+	for _, row := range []string{"bare /bin/sh -c 'echo 1' (host)", "echo 1 as a command in a live sandbox (API)", "create a sandbox (API, pool warm)", "delete it (API)", "create a sandbox (API, pool off)", "create a sandbox with network (API, pool warm)",
 		"python3 -c 'print(1 + 1)' as a command (API)", "1 + 1 as a cell in a Python context (API)",
 		"1 + 1 as a cell in a JavaScript context (API)", "bare python3 -c pass (host)", "start a Python context, until ready (API)"} {
 		re := regexp.MustCompile(regexp.QuoteMeta(row) + `\s*\| 4\s*\| [0-9.]+ ms\s*\| [0-9.]+ ms\s*\| [0-9.]+\s*\| 0\s*\|`)

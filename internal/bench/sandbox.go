@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
@@ -57,6 +58,9 @@ type SandboxAPI interface {
 type ClientSandboxes struct {
 	C       *client.Client
 	Timeout time.Duration // of each sandbox
+	// Network, if not nil, is each create's network.allow (empty: no
+	// network, whatever the plan allows).
+	Network []string
 }
 
 // NewClientSandboxes connects to base (e.g. http://127.0.0.1:8080/api).
@@ -70,7 +74,11 @@ func NewClientSandboxes(base, key string, timeout time.Duration) (*ClientSandbox
 
 // Create implements SandboxAPI.
 func (c *ClientSandboxes) Create(ctx context.Context) (string, error) {
-	sb, err := c.C.CreateSandbox(ctx, client.SandboxParams{Timeout: c.Timeout})
+	p := client.SandboxParams{Timeout: c.Timeout}
+	if c.Network != nil {
+		p.Network = &wire.NetworkRequest{Allow: c.Network}
+	}
+	sb, err := c.C.CreateSandbox(ctx, p)
 	if err != nil {
 		return "", err
 	}
@@ -168,7 +176,11 @@ type SandboxLatency struct {
 	// ColdCreate is POST /v1/sandboxes on a server with the sandbox pool
 	// off, in the same rounds (zero when not measured).
 	ColdCreate Stats
-	Delete     Stats // DELETE /v1/sandboxes/{id} of each one created
+	// NetCreate is POST /v1/sandboxes with network (its own egress proxy
+	// and the agent's relay started at the hand-over) on api's server, in
+	// the same rounds (zero when not measured).
+	NetCreate Stats
+	Delete    Stats // DELETE /v1/sandboxes/{id} of each one created
 	// PythonCommand runs python3 -c 'print(1 + 1)' as a command, Cell
 	// and JSCell evaluate 1 + 1 in the sandbox's Python and JavaScript
 	// contexts (started before). ContextStart is a new Python context
@@ -186,8 +198,9 @@ type SandboxLatency struct {
 // by a delete (each timed apart), n of each after warmup unmeasured ones.
 // Before each create, waitWarm (if set) waits, untimed, until api's
 // server has a pre-started sandbox ready; cold (if set) is a server with
-// its sandbox pool off, whose creates and deletes are measured too.
-func MeasureSandboxLatency(ctx context.Context, api, cold SandboxAPI, waitWarm func(context.Context) error, bare func(context.Context) error, n, warmup, rounds int) (SandboxLatency, error) {
+// its sandbox pool off, whose creates and deletes are measured too, and
+// withNet (if set) api's server asked for sandboxes with network.
+func MeasureSandboxLatency(ctx context.Context, api, cold, withNet SandboxAPI, waitWarm func(context.Context) error, bare func(context.Context) error, n, warmup, rounds int) (SandboxLatency, error) {
 	n = max(n, 1)
 	rounds = min(max(rounds, 1), n)
 	live, err := api.Create(ctx)
@@ -233,7 +246,7 @@ func MeasureSandboxLatency(ctx context.Context, api, cold SandboxAPI, waitWarm f
 			return SandboxLatency{}, fmt.Errorf("starting a code context: %w", err)
 		}
 	}
-	var bareS, cmdS, createS, deleteS, coldS, pyS, cellS, jsS, startS, barePyS Sample
+	var bareS, cmdS, createS, deleteS, coldS, netS, pyS, cellS, jsS, startS, barePyS Sample
 	for round := 0; round < rounds; round++ {
 		k := n / rounds
 		if round < n%rounds {
@@ -256,11 +269,15 @@ func MeasureSandboxLatency(ctx context.Context, api, cold SandboxAPI, waitWarm f
 			c, _ = measureCreate(ctx, cold, nil, k, warm)
 			coldS = merge(coldS, c)
 		}
+		if withNet != nil {
+			c, _ = measureCreate(ctx, withNet, waitWarm, k, warm)
+			netS = merge(netS, c)
+		}
 		if err := ctx.Err(); err != nil {
 			return SandboxLatency{}, err
 		}
 	}
-	return SandboxLatency{Bare: Summarize(bareS), Command: Summarize(cmdS), Create: Summarize(createS), Delete: Summarize(deleteS), ColdCreate: Summarize(coldS),
+	return SandboxLatency{Bare: Summarize(bareS), Command: Summarize(cmdS), Create: Summarize(createS), Delete: Summarize(deleteS), ColdCreate: Summarize(coldS), NetCreate: Summarize(netS),
 		PythonCommand: Summarize(pyS), Cell: Summarize(cellS), JSCell: Summarize(jsS), ContextStart: Summarize(startS),
 		BarePython: Summarize(barePyS)}, nil
 }
@@ -621,6 +638,7 @@ func WriteSandboxes(w io.Writer, l SandboxLatency, idle, idleContext, pandasCont
 		{"create a sandbox (API, pool warm)", l.Create},
 		{"delete it (API)", l.Delete},
 		{"create a sandbox (API, pool off)", l.ColdCreate},
+		{"create a sandbox with network (API, pool warm)", l.NetCreate},
 		{"python3 -c 'print(1 + 1)' as a command (API)", l.PythonCommand},
 		{"1 + 1 as a cell in a Python context (API)", l.Cell},
 		{"1 + 1 as a cell in a JavaScript context (API)", l.JSCell},

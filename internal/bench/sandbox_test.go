@@ -109,7 +109,7 @@ func TestMeasureSandboxLatency(t *testing.T) {
 	f := newFake(2)
 	var bareCalls int
 	bare := f.recorder("bare", &bareCalls)
-	l, err := MeasureSandboxLatency(context.Background(), f, nil, nil, bare, 3, 1, 2)
+	l, err := MeasureSandboxLatency(context.Background(), f, nil, nil, nil, bare, 3, 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestMeasureSandboxLatency(t *testing.T) {
 	f, cold := newFake(2), newFake(2)
 	waits := 0
 	waitWarm := f.recorder("wait", &waits)
-	l, err = MeasureSandboxLatency(context.Background(), f, cold, waitWarm, bare, 2, 0, 1)
+	l, err = MeasureSandboxLatency(context.Background(), f, cold, nil, waitWarm, bare, 2, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestMeasureSandboxLatency(t *testing.T) {
 
 	f = newFake(2)
 	f.out = "2\n"
-	l, err = MeasureSandboxLatency(context.Background(), f, nil, nil, bare, 2, 0, 1)
+	l, err = MeasureSandboxLatency(context.Background(), f, nil, nil, nil, bare, 2, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestMeasureSandboxLatency(t *testing.T) {
 
 	// A create that is refused is an error of the create, and no delete.
 	f = newFake(1)
-	l, err = MeasureSandboxLatency(context.Background(), f, nil, nil, bare, 2, 0, 1)
+	l, err = MeasureSandboxLatency(context.Background(), f, nil, nil, nil, bare, 2, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
