@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
@@ -100,8 +101,13 @@ func NewProxy(opts Options) (*Proxy, error) {
 			pr.Out.Host = pr.In.URL.Host
 		},
 		Transport: &http.Transport{
-			DialContext:            p.dialPinned,
-			DisableKeepAlives:      true,
+			DialContext:       p.dialPinned,
+			DisableKeepAlives: true,
+			// The sandbox gets the bytes the server sent: a transport
+			// that asked for gzip itself would decompress it here, on
+			// the server's CPU, and the byte bound would count the
+			// compressed bytes only.
+			DisableCompression:     true,
 			MaxResponseHeaderBytes: 64 << 10,
 			ResponseHeaderTimeout:  30 * time.Second,
 		},
@@ -176,9 +182,16 @@ func (p *Proxy) decide(ctx context.Context, host string, port int, ports []int) 
 	if !p.opts.Policy.AllowsName(host) {
 		return netip.AddrPort{}, refuse("%s is not in the allowlist", host)
 	}
+	// The name resolved is the one checked: ASCII, lower case (host may
+	// be written otherwise, e.g. with U+3002 for a dot, which IDNA maps
+	// to "." but a resolver would send as it is).
+	name, err := normalName(host)
+	if err != nil {
+		return netip.AddrPort{}, refuse("%s is not in the allowlist", host)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	addrs, err := p.opts.Resolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := p.opts.Resolver.LookupNetIP(ctx, "ip", name)
 	if err != nil || len(addrs) == 0 {
 		return netip.AddrPort{}, refuse("%s does not resolve", host)
 	}
@@ -207,6 +220,10 @@ func hostPort(authority string, def int) (string, int, error) {
 	if err != nil {
 		var ae *net.AddrError
 		if errors.As(err, &ae) && ae.Err == "missing port in address" {
+			// An IPv6 address without a port is still in brackets.
+			if len(authority) > 2 && authority[0] == '[' && authority[len(authority)-1] == ']' {
+				return authority[1 : len(authority)-1], def, nil
+			}
 			return authority, def, nil
 		}
 		return "", 0, err
@@ -395,10 +412,29 @@ func sameName(h, host string) bool {
 	return sameHost(h, host)
 }
 
+// maxAuditText bounds the host and reason of an attempt as logged: they
+// come from the sandbox (a host may be as long as a request head), and
+// the audit keeps its last attempts in the server's memory.
+const maxAuditText = 300
+
 func (p *Proxy) log(a Attempt) {
 	if p.opts.Log != nil {
+		a.Host, a.Reason = clip(a.Host), clip(a.Reason)
 		p.opts.Log(a)
 	}
+}
+
+// clip cuts s to at most maxAuditText bytes, on a rune boundary, marking
+// the cut.
+func clip(s string) string {
+	if len(s) <= maxAuditText {
+		return s
+	}
+	n := maxAuditText - len("…")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // over says whether the byte bound is passed.
@@ -489,12 +525,19 @@ func clientHello(r *bufio.Reader) (string, []byte, error) {
 	return sni, rec.Bytes(), nil
 }
 
+// maxHead bounds the request head read through a CONNECT to an HTTP port
+// (http.ReadRequest has no bound of its own): as much as the proxy's own
+// server takes (http.DefaultMaxHeaderBytes) would let every tunnel of a
+// sandbox hold a megabyte of the server's memory; 64 KiB is the response
+// head the transport takes.
+const maxHead = 64 << 10
+
 // requestHead reads the head of the HTTP request that starts r and
 // returns its Host and the bytes it took (perhaps with some of the body),
-// to be sent on unchanged.
+// to be sent on unchanged. A head longer than maxHead is an error.
 func requestHead(r *bufio.Reader) (string, []byte, error) {
 	var rec bytes.Buffer
-	req, err := http.ReadRequest(bufio.NewReader(io.TeeReader(r, &rec)))
+	req, err := http.ReadRequest(bufio.NewReader(io.TeeReader(io.LimitReader(r, maxHead), &rec)))
 	if err != nil {
 		return "", nil, err
 	}
