@@ -15,8 +15,10 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "doctor", "doctor [flags]\n\n"+
 		"Checks that the driver, runtime, cgroups and image are usable, then runs small hostile\n"+
 		"programs in real sandboxes and prints which protections are enforced, with a fix for\n"+
-		"each gap. Exits 1 when an essential check fails.")
-	b := config.Bind(fs, "driver", "runtime", "image-dir", "docker-image", "pool-max")
+		"each gap. Lists the plans that allow egress and proves, in a sandbox that stays, that\n"+
+		"its only way out is the agent's relay to the host's proxy socket.\n"+
+		"Exits 1 when an essential check fails.")
+	b := config.Bind(fs, "driver", "runtime", "image-dir", "docker-image", "pool-max", "sandbox-agent", "egress")
 	stateDir := fs.String("state-dir", "/run/vertal/doctor", "private state directory for the doctor's sandboxes (never a server's: it is reaped)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("verbose", false, "log every probe's output to stderr")
@@ -44,6 +46,9 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	opts := doctor.Options{Host: host, Languages: langs, Logger: log, DriverName: driverLabel(cfg.Driver, cfg.Runtime)}
+	// The agent serve would run in sandboxes that stay.
+	agentPath, agentErr := findAgent(cfg)
+	opts.Egress = &doctor.EgressOptions{Plans: cfg.Plans, Agent: agentPath, AgentErr: agentErr}
 	if *hostOnly {
 		opts.HostOnly = true
 	} else {

@@ -9,7 +9,10 @@
 // /tmp, run as root, exceed its memory, processes or time. The probes are
 // those of package probes, which the security suite runs as cases too, so
 // what the doctor proves on a host is what CI proves on every runtime. The
-// result is a table of what is enforced and, for every gap, how to fix it.
+// egress group (egress.go) lists the plans that allow egress and proves,
+// in a sandbox that stays, that its one way out, the agent's relay to the
+// host's proxy socket, works and that there is no other. The result is a
+// table of what is enforced and, for every gap, how to fix it.
 package doctor
 
 import (
@@ -38,7 +41,7 @@ const (
 
 // Check is one row of the doctor's table.
 type Check struct {
-	Group  string `json:"group"` // "host", "image", "driver", "isolation"
+	Group  string `json:"group"` // "host", "image", "driver", "isolation", "egress"
 	Name   string `json:"name"`
 	Status Status `json:"status"`
 	// Detail is what was observed.
@@ -97,6 +100,10 @@ type Options struct {
 	Pool WarmPool
 	// PoolWait bounds the wait for a pre-started sandbox. Default 30s.
 	PoolWait time.Duration
+	// Egress, when set, adds the egress group: the plans that allow
+	// egress, and a live sandbox proving the relay to the host's socket
+	// (needs a Driver that is an engine.Starter).
+	Egress *EgressOptions
 	// ProbeTimeout bounds each probe execution unless the probe says
 	// otherwise.
 	ProbeTimeout time.Duration
@@ -118,6 +125,9 @@ func Run(ctx context.Context, opts Options) Report {
 	rep := Report{Driver: opts.DriverName}
 	rep.Checks = append(rep.Checks, opts.Host...)
 	if opts.HostOnly {
+		if opts.Egress != nil {
+			rep.Checks = append(rep.Checks, egressChecks(ctx, opts, "--host-only: no sandbox runs")...)
+		}
 		return rep
 	}
 
@@ -131,6 +141,9 @@ func Run(ctx context.Context, opts Options) Report {
 		for _, p := range opts.Probes {
 			rep.Checks = append(rep.Checks, Check{Group: "isolation", Name: p.Protection, Status: StatusSkipped,
 				Detail: "no working driver", Essential: p.Essential})
+		}
+		if opts.Egress != nil {
+			rep.Checks = append(rep.Checks, egressChecks(ctx, opts, "no working driver")...)
 		}
 		return rep
 	}
@@ -151,6 +164,9 @@ func Run(ctx context.Context, opts Options) Report {
 	}
 	for _, p := range opts.Probes {
 		rep.Checks = append(rep.Checks, runProbe(ctx, opts, langs, p))
+	}
+	if opts.Egress != nil {
+		rep.Checks = append(rep.Checks, egressChecks(ctx, opts, "")...)
 	}
 	if opts.Pool != nil {
 		if opts.PoolWait <= 0 {
