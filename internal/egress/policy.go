@@ -104,6 +104,9 @@ func ParseRule(s string) (Rule, error) {
 		}
 		return Rule{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
+	if strings.Contains(s, "://") {
+		return Rule{}, fmt.Errorf("egress: %q is a URL; a rule is a host name (pypi.org), *.suffix or an address range (203.0.113.0/24)", s)
+	}
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {

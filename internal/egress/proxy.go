@@ -331,25 +331,20 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
+	if at.Kind == "http" {
+		p.tunnelHTTP(client, brw.Reader, host, port)
+		return
+	}
 	_ = client.SetReadDeadline(time.Now().Add(p.opts.HelloTimeout))
-	var hello []byte
-	if at.Kind == "tls" {
-		var sni string
-		sni, hello, err = clientHello(brw.Reader)
-		switch {
-		case err != nil:
-			at.Reason = "not TLS: " + err.Error()
-		case !sameHost(sni, host):
-			at.Reason = fmt.Sprintf("the TLS server name %q is not %q", sni, host)
+	sni, hello, err := clientHello(brw.Reader)
+	switch {
+	case err != nil:
+		at.Reason = "not TLS: no ClientHello within " + p.opts.HelloTimeout.String()
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			at.Reason = "not TLS"
 		}
-	} else {
-		var name string
-		name, hello, err = requestHead(brw.Reader)
-		if h, _, herr := hostPort(name, port); err != nil || herr != nil {
-			at.Reason = fmt.Sprintf("not HTTP: %v", errors.Join(err, herr))
-		} else if !sameName(h, host) {
-			at.Reason = fmt.Sprintf("the request's Host %q is not %q", name, host)
-		}
+	case !sameHost(sni, host):
+		at.Reason = fmt.Sprintf("the TLS server name %q is not %q", sni, host)
 	}
 	_ = client.SetReadDeadline(time.Time{})
 	if at.Reason != "" {
@@ -389,6 +384,82 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	p.log(at)
 }
+
+// tunnelHTTP serves a CONNECT tunnel to an HTTP port as a proxy
+// connection of its own: every request in it (keep-alive included) must
+// name the tunnel's host, and goes through forward as an absolute-form
+// request would, decided, pinned, metered and audited one by one. A
+// request naming another host gets 403 and is audited as refused.
+func (p *Proxy) tunnelHTTP(client net.Conn, r *bufio.Reader, host string, port int) {
+	conn := &tunnelConn{Conn: client, r: r, done: make(chan struct{})}
+	if !p.track(conn) {
+		return
+	}
+	defer p.untrack(conn)
+	// TLS through a tunnel to an HTTP port is refused (and audited) here;
+	// other bytes that are not HTTP get the server's 400.
+	_ = client.SetReadDeadline(time.Now().Add(p.opts.HelloTimeout))
+	first, err := r.Peek(1)
+	_ = client.SetReadDeadline(time.Time{})
+	if err == nil && first[0] == 0x16 {
+		p.log(Attempt{Kind: "http", Host: host, Port: port, Reason: "not HTTP: a TLS handshake through a tunnel to an HTTP port"})
+		return
+	}
+	target := net.JoinHostPort(host, strconv.Itoa(port))
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			h, _, err := hostPort(req.Host, port)
+			if err != nil || !sameName(h, host) {
+				at := Attempt{Kind: "http", Host: h, Port: port, Reason: fmt.Sprintf("the request's Host is not the tunnel's %q", host)}
+				p.log(at)
+				http.Error(w, "egress: "+at.Reason, http.StatusForbidden)
+				return
+			}
+			req.URL.Scheme, req.URL.Host = "http", target
+			p.forward(w, req)
+		}),
+		ReadHeaderTimeout: p.opts.HelloTimeout,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    maxHead,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	_ = srv.Serve(&tunnelListener{c: conn})
+}
+
+// maxHead bounds a request head read through a tunnel (http.Server
+// allows 4 KiB more of its own).
+const maxHead = 64 << 10
+
+// tunnelConn is a hijacked connection read through the buffer the
+// server had already filled; done is closed by Close.
+type tunnelConn struct {
+	net.Conn
+	r    *bufio.Reader
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *tunnelConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+func (c *tunnelConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}
+
+// tunnelListener accepts its one connection, then waits for it to close.
+type tunnelListener struct {
+	c     *tunnelConn
+	taken atomic.Bool
+}
+
+func (l *tunnelListener) Accept() (net.Conn, error) {
+	if !l.taken.Swap(true) {
+		return l.c, nil
+	}
+	<-l.c.done
+	return nil, net.ErrClosed
+}
+func (l *tunnelListener) Close() error   { return nil }
+func (l *tunnelListener) Addr() net.Addr { return l.c.LocalAddr() }
 
 // sameHost says whether the SNI names host: equal names, or no SNI for
 // an address (clients send none for an IP).
@@ -523,25 +594,6 @@ func clientHello(r *bufio.Reader) (string, []byte, error) {
 		return "", nil, err
 	}
 	return sni, rec.Bytes(), nil
-}
-
-// maxHead bounds the request head read through a CONNECT to an HTTP port
-// (http.ReadRequest has no bound of its own): as much as the proxy's own
-// server takes (http.DefaultMaxHeaderBytes) would let every tunnel of a
-// sandbox hold a megabyte of the server's memory; 64 KiB is the response
-// head the transport takes.
-const maxHead = 64 << 10
-
-// requestHead reads the head of the HTTP request that starts r and
-// returns its Host and the bytes it took (perhaps with some of the body),
-// to be sent on unchanged. A head longer than maxHead is an error.
-func requestHead(r *bufio.Reader) (string, []byte, error) {
-	var rec bytes.Buffer
-	req, err := http.ReadRequest(bufio.NewReader(io.TeeReader(io.LimitReader(r, maxHead), &rec)))
-	if err != nil {
-		return "", nil, err
-	}
-	return req.Host, rec.Bytes(), nil
 }
 
 // helloConn is a net.Conn that only reads.

@@ -345,7 +345,7 @@ func TestProxyTunnelsHTTP(t *testing.T) {
 	}
 	for _, host := range []string{"api.example.test", fmt.Sprintf("API.example.test:%d", w.httpPort)} {
 		body, a := tunnel(host, "")
-		if !strings.Contains(body, "200 OK") || !strings.Contains(body, "hello "+host) || !a.Allowed || a.Kind != "http" || a.BytesIn == 0 || a.BytesOut == 0 {
+		if !strings.Contains(body, "200 OK") || !strings.Contains(body, fmt.Sprintf("hello api.example.test:%d", w.httpPort)) || !a.Allowed || a.Kind != "http" || a.BytesIn == 0 || a.BytesOut == 0 {
 			t.Errorf("Host %s: %q, audit %+v", host, body, a)
 		}
 	}
@@ -355,8 +355,14 @@ func TestProxyTunnelsHTTP(t *testing.T) {
 		{"", "\x16\x03\x01\x00\x05hello", "not HTTP"},
 	} {
 		body, a := tunnel(tc.host, tc.payload)
-		if body != "" || a.Allowed || !strings.Contains(a.Reason, tc.reason) {
+		if strings.Contains(body, "hello") || a.Allowed || !strings.Contains(a.Reason, tc.reason) {
 			t.Errorf("Host %q: %q went through, audit %+v", tc.host, body, a)
 		}
+	}
+	// Every request of a keep-alive tunnel is checked, not the first
+	// alone: a second one naming another host is refused.
+	body, a := tunnel("", fmt.Sprintf("GET /hello HTTP/1.1\r\nHost: api.example.test\r\n\r\nGET /hello HTTP/1.1\r\nHost: other.example.test\r\nConnection: close\r\n\r\n"))
+	if strings.Count(body, "hello api.example.test") != 1 || !strings.Contains(body, "403 Forbidden") || strings.Contains(body, "other.example.test:") || a.Allowed {
+		t.Errorf("a second request in the tunnel naming another host: %q, audit %+v", body, a)
 	}
 }

@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress"
@@ -74,8 +77,26 @@ type NetworkUsage struct {
 }
 
 // maxAttempts is how many connection attempts a sandbox's view keeps
-// (the newest); the logs keep every one.
+// (the newest); the logs keep every one, up to logRate.
 const maxAttempts = 100
+
+// Connections to the proxies held at once: maxBoxConns for one sandbox
+// (the agent's relay holds at most 256, but code can open the socket
+// itself), maxEgressConns for the node's sandboxes together. Past them a
+// connection waits in the socket's backlog until one ends. Each costs the
+// server a file and a few goroutines.
+const (
+	maxBoxConns    = 256
+	maxEgressConns = 4096
+)
+
+// logRate bounds the egress log lines of one sandbox (a second, with a
+// burst of logBurst): past it attempts are still counted and kept in its
+// view, and the next line says how many were not logged.
+const (
+	logRate  = 20
+	logBurst = 200
+)
 
 // networkFor is the network a create on p asking for r gets: the plan's
 // when r is nil, r's allowlist when the plan covers it, else a 403.
@@ -95,7 +116,7 @@ func networkFor(p config.Plan, r *NetworkRequest) (*Network, error) {
 	}
 	n, err := pol.Narrow(r.Allow)
 	if errors.Is(err, egress.ErrWiden) {
-		return nil, execution.Errorf(execution.KindForbidden, "network.allow asks for more than your plan allows (%v); your plan allows %q", err, pol.Strings())
+		return nil, execution.Errorf(execution.KindForbidden, "network.allow names what your plan does not allow (%s); your plan allows %q", strings.TrimPrefix(err.Error(), egress.ErrWiden.Error()+": "), pol.Strings())
 	}
 	if err != nil {
 		return nil, execution.Errorf(execution.KindInvalidRequest, "network.allow: %v", err)
@@ -105,8 +126,10 @@ func networkFor(p config.Plan, r *NetworkRequest) (*Network, error) {
 
 // boxNet is one live sandbox's proxy and what it saw.
 type boxNet struct {
-	srv   *http.Server
-	proxy *egress.Proxy
+	srv      *http.Server
+	proxy    *egress.Proxy
+	logs     *rate.Limiter
+	unlogged atomic.Int64
 
 	in, out, conns, refused atomic.Int64
 
@@ -151,7 +174,7 @@ func (s *Service) openNetwork(ctx context.Context, b *box, id, tenant string, nw
 	if err != nil {
 		return err
 	}
-	n := &boxNet{}
+	n := &boxNet{logs: rate.NewLimiter(logRate, logBurst)}
 	log := s.log.With("sandbox_id", id, "tenant", tenant)
 	proxy, err := egress.NewProxy(egress.Options{Policy: pol, Guard: s.opts.Egress.Guard, Resolver: s.opts.Egress.Resolver,
 		HTTPPorts: s.opts.Egress.HTTPPorts, TLSPorts: s.opts.Egress.TLSPorts,
@@ -163,6 +186,7 @@ func (s *Service) openNetwork(ctx context.Context, b *box, id, tenant string, nw
 	if err != nil {
 		return fmt.Errorf("the egress socket: %w", err)
 	}
+	ln = &limitListener{Listener: ln, box: make(chan struct{}, maxBoxConns), node: s.egressSlots, closed: make(chan struct{})}
 	n.proxy = proxy
 	n.srv = &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	go n.srv.Serve(ln)
@@ -229,8 +253,64 @@ func (s *Service) recordAttempt(n *boxNet, log *slog.Logger, a egress.Attempt) {
 	}
 	n.attempts = append(n.attempts, a)
 	n.mu.Unlock()
-	log.Info("egress", "host", a.Host, "port", a.Port, "kind", a.Kind, "allowed", a.Allowed, "reason", a.Reason,
-		"addr", a.Addr, "bytes_in", a.BytesIn, "bytes_out", a.BytesOut)
+	if !n.logs.Allow() {
+		n.unlogged.Add(1)
+		return
+	}
+	args := []any{"host", a.Host, "port", a.Port, "kind", a.Kind, "allowed", a.Allowed, "reason", a.Reason,
+		"addr", a.Addr, "bytes_in", a.BytesIn, "bytes_out", a.BytesOut}
+	if k := n.unlogged.Swap(0); k > 0 {
+		args = append(args, "unlogged_before", k)
+	}
+	log.Info("egress", args...)
+}
+
+// limitListener accepts a connection once both its sandbox (box) and the
+// node (node) have a slot for it; the connection gives them back when it
+// closes.
+type limitListener struct {
+	net.Listener
+	box, node chan struct{}
+	once      sync.Once
+	closed    chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.box <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	select {
+	case l.node <- struct{}{}:
+	case <-l.closed:
+		<-l.box
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.node
+		<-l.box
+		return nil, err
+	}
+	return &slotConn{Conn: c, release: func() { <-l.node; <-l.box }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type slotConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // proxyEnv is the environment that points a sandbox's programs at its

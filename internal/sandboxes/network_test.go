@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -199,5 +201,53 @@ func TestNetworkRefusedWithoutEgress(t *testing.T) {
 	wantKind(t, "create", err, execution.KindUnavailable)
 	if n := f.used(t, "acme"); n != 0 {
 		t.Errorf("counted %d", n)
+	}
+}
+
+// TestNetworkConnectionBound: a sandbox holds at most maxBoxConns
+// connections to its proxy at once (code can open the socket itself,
+// past the agent's relay); the next waits until one ends.
+func TestNetworkConnectionBound(t *testing.T) {
+	f, p, port := egressFixture(t, 0)
+	sb := f.create(t, caller("acme", p), CreateRequest{TimeoutS: 60})
+	sock := filepath.Join(f.s.opts.Egress.Dir, sb.ID, filepath.Base(engine.EgressSocket))
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range maxBoxConns {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	ask := func() (net.Conn, chan string) {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET http://allowed.test:%s/ HTTP/1.1\r\nHost: allowed.test:%s\r\nConnection: close\r\n\r\n", port, port)
+		got := make(chan string, 1)
+		go func() { b, _ := io.ReadAll(c); got <- string(b) }()
+		return c, got
+	}
+	c, got := ask()
+	defer c.Close()
+	select {
+	case b := <-got:
+		t.Fatalf("connection %d was served past the bound: %q", maxBoxConns+1, b)
+	case <-time.After(300 * time.Millisecond):
+	}
+	held[0].Close()
+	select {
+	case b := <-got:
+		if !strings.Contains(b, "200 OK") {
+			t.Errorf("once a slot was free: %q", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a freed slot did not let the waiting connection in")
 	}
 }

@@ -154,8 +154,10 @@ type Service struct {
 	memMu        sync.Mutex
 	memCommitted int64 // the memory limits of the live sandboxes (Options.MemoryBudget)
 
-	// egress metrics, all sandboxes together
+	// egress metrics, all sandboxes together, and the node's proxy
+	// connection slots (network.go)
 	egressConns, egressRefused, egressIn, egressOut atomic.Int64
+	egressSlots                                     chan struct{}
 }
 
 // errMemoryBudget is the answer when the node's live sandboxes hold its
@@ -241,7 +243,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Store == nil || opts.Starter == nil || opts.Image == nil {
 		return nil, errors.New("sandboxes: Store, Starter and Image are required")
 	}
-	s := &Service{opts: opts, store: opts.Store, log: opts.Logger, now: opts.Now, entries: map[string]*entry{}}
+	s := &Service{opts: opts, store: opts.Store, log: opts.Logger, now: opts.Now, entries: map[string]*entry{}, egressSlots: make(chan struct{}, maxEgressConns)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
