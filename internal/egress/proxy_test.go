@@ -361,7 +361,7 @@ func TestProxyTunnelsHTTP(t *testing.T) {
 	}
 	// Every request of a keep-alive tunnel is checked, not the first
 	// alone: a second one naming another host is refused.
-	body, a := tunnel("", fmt.Sprintf("GET /hello HTTP/1.1\r\nHost: api.example.test\r\n\r\nGET /hello HTTP/1.1\r\nHost: other.example.test\r\nConnection: close\r\n\r\n"))
+	body, a := tunnel("", "GET /hello HTTP/1.1\r\nHost: api.example.test\r\n\r\nGET /hello HTTP/1.1\r\nHost: other.example.test\r\nConnection: close\r\n\r\n")
 	if strings.Count(body, "hello api.example.test") != 1 || !strings.Contains(body, "403 Forbidden") || strings.Contains(body, "other.example.test:") || a.Allowed {
 		t.Errorf("a second request in the tunnel naming another host: %q, audit %+v", body, a)
 	}
