@@ -405,7 +405,9 @@ func (p *Proxy) tunnelHTTP(client net.Conn, r *bufio.Reader, host string, port i
 		p.log(Attempt{Kind: "http", Host: host, Port: port, Reason: "not HTTP: a TLS handshake through a tunnel to an HTTP port"})
 		return
 	}
-	target := net.JoinHostPort(host, strconv.Itoa(port))
+	// The upstream sees the Host a client sends for that URL: no port
+	// when it is HTTP's own.
+	target := strings.TrimSuffix(net.JoinHostPort(host, strconv.Itoa(port)), ":80")
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			h, _, err := hostPort(req.Host, port)
