@@ -50,7 +50,13 @@ RUNSC=$(command -v runsc)
 #                      own network stack then has loopback only.
 #   --oci-seccomp      apply the container's seccomp profile inside the
 #                      sandbox too; without it runsc ignores the profile.
-RUNSC_ARGS='["--platform=ptrace", "--network=none", "--oci-seccomp"]'
+#   --host-uds=open    let the sandbox connect to a host unix socket mounted
+#                      into it: a live sandbox's egress socket (the server's
+#                      proxy, mounted read-only at /.vertal/net). It opens
+#                      only sockets bind-mounted into the container, which
+#                      the driver does for that one directory; it never
+#                      lets the sandbox create a socket on the host.
+RUNSC_ARGS='["--platform=ptrace", "--network=none", "--oci-seccomp", "--host-uds=open"]'
 want=$(cat <<EOF
 {
   "runtimes": {
@@ -105,15 +111,25 @@ wait_until_up() {
 	done
 }
 
-# The running engine has our runsc registration when its runtime list shows
-# the arguments above.
-registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--oci-seccomp'; }
+# The running engine has our runsc registration when its runsc runtime
+# shows every argument above (a daemon started on an older daemon.json
+# lacks the newer ones until it reloads).
+registered() {
+	have=$(docker info --format '{{json .Runtimes.runsc}}' 2>/dev/null) || return 1
+	for arg in $(printf '%s' "$RUNSC_ARGS" | tr -d '[],"'); do
+		case "$have" in
+		*"\"$arg\""*) ;;
+		*) return 1 ;;
+		esac
+	done
+}
 
 if answers; then
 	if [ "$changed" -eq 1 ] || ! registered; then
 		# Runtimes are reloadable: SIGHUP re-reads daemon.json without
 		# stopping running containers.
 		say "reloading dockerd configuration"
+		# shellcheck disable=SC2046 # one or more pids
 		kill -HUP $(pidof dockerd)
 		i=0
 		until registered; do

@@ -37,7 +37,11 @@ var _ engine.Starter = (*Driver)(nil)
 // (engine.HomeDir) is a tmpfs of HomeBytes owned by that uid; nothing of
 // the host's but the agent is mounted. The container carries the driver's
 // labels and is marked running until Discard, so Reap leaves it alone
-// while the driver lives and removes it after a crash.
+// while the driver lives and removes it after a crash. With
+// spec.EgressDir, that directory is mounted read-only, nosuid, nodev and
+// noexec at engine.EgressDir (bindEgress); under runsc, Docker's runtime
+// arguments let the sandbox connect to a host socket there
+// (scripts/dockerd.sh, --host-uds=open).
 func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live, err error) {
 	if !validID(spec.ID) {
 		return nil, fmt.Errorf("docker: invalid sandbox id %q", spec.ID)
@@ -56,6 +60,11 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 	}
 	if fi, err := os.Stat(spec.Agent); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("docker: sandbox %s: the agent %s is not a file (%v)", spec.ID, spec.Agent, err)
+	}
+	if spec.EgressDir != "" {
+		if fi, err := os.Stat(spec.EgressDir); !filepath.IsAbs(spec.EgressDir) || err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("docker: sandbox %s: EgressDir %q is not an absolute path to a directory (%v)", spec.ID, spec.EgressDir, err)
+		}
 	}
 	if err := d.begin(spec.ID); err != nil {
 		return nil, err
@@ -78,6 +87,11 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 	sock := ""
 	if !d.gvisor {
 		if sock, err = l.listen(); err != nil {
+			return nil, err
+		}
+	}
+	if spec.EgressDir != "" {
+		if err := l.bindEgress(spec.EgressDir); err != nil {
 			return nil, err
 		}
 	}
@@ -155,6 +169,50 @@ func (l *liveContainer) listen() (string, error) {
 		return "", fmt.Errorf("docker: agent socket: %w", err)
 	}
 	return path, nil
+}
+
+// egressSource is where, in a live sandbox's state directory, bindEgress
+// mounts LiveSpec.EgressDir for Docker to bind into the container.
+const egressSource = "net"
+
+// bindEgress binds the host directory src into the sandbox's state
+// directory (made here under runsc), read-only, nosuid, nodev and noexec,
+// not recursively: Docker's bind mount cannot say noexec, nosuid or nodev,
+// but keeps its source's flags (as the working directory's tmpfs keeps
+// its noexec). Read-only also keeps Discard's removal of the directory
+// from deleting anything of src should the unmount before it fail.
+func (l *liveContainer) bindEgress(src string) error {
+	if l.dir == "" {
+		l.dir = l.d.codeDir(l.id)
+		if err := os.Mkdir(l.dir, 0o711); err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+	}
+	dst := filepath.Join(l.dir, egressSource)
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return fmt.Errorf("docker: egress: %w", err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("docker: egress: binding %s at %s: %w", src, dst, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+		_ = unix.Unmount(dst, unix.MNT_DETACH)
+		return fmt.Errorf("docker: egress: making %s read-only: %w", dst, err)
+	}
+	return nil
+}
+
+// unmountEgress detaches bindEgress's mount in the state directory dir,
+// if one is there. Reap calls it on every execution's directory, and a
+// cold one is the code's own working directory: a link named net there
+// is not followed.
+func unmountEgress(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, egressSource), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("docker: unmounting the egress directory in %s: %w", dir, err)
+	}
+	return nil
 }
 
 // agentConnectTimeout bounds how long a started container's agent may
@@ -242,6 +300,14 @@ func (d *Driver) liveConfig(spec engine.LiveSpec, pid int, uid uint32, sock stri
 	if sock != "" {
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: sock, Target: agentSocket, ReadOnly: true})
 	}
+	if spec.EgressDir != "" {
+		// bindEgress's mount, already read-only, nosuid, nodev and
+		// noexec. Under runc a plain bind keeps those flags, where a
+		// read-only one is remounted with ro alone, dropping the rest.
+		// gVisor's own mount must say ro itself; the host kernel still
+		// enforces the source's flags on what the gofer opens.
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.codeDir(spec.ID), egressSource), Target: engine.EgressDir, ReadOnly: d.gvisor})
+	}
 	d.addTmpfs(cfg, host, engine.HomeDir, homeOptions(spec.HomeBytes, uid))
 	if n := len(host.Mounts); d.gvisor && host.Mounts[n-1].Target == engine.HomeDir {
 		// The image's directory there (if any) is neither copied into the
@@ -270,7 +336,7 @@ type liveContainer struct {
 	attachedContainer
 	conn io.ReadWriteCloser // liveConn, or sockConn under runc
 	ln   *net.UnixListener  // until the agent connected (listen)
-	dir  string             // the socket's directory, removed by Discard
+	dir  string             // the state directory (socket, egress mount), removed by Discard
 
 	started time.Time
 	mu      sync.Mutex
@@ -350,7 +416,9 @@ func (l *liveContainer) Discard(ctx context.Context) error {
 			l.ln.Close()
 		}
 		if l.dir != "" {
-			if err := os.RemoveAll(l.dir); err != nil {
+			if err := unmountEgress(l.dir); err != nil {
+				errs = append(errs, err)
+			} else if err := os.RemoveAll(l.dir); err != nil {
 				errs = append(errs, fmt.Errorf("docker: %w", err))
 			}
 		}

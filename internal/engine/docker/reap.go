@@ -226,9 +226,13 @@ func validInstance(s string) bool {
 }
 
 // removeCodeDir removes one execution's directory: a cold one is the
-// working directory's tmpfs itself, a warm one holds it as code/.
+// working directory's tmpfs itself, a warm one holds it as code/, a live
+// one may hold the egress directory's mount (bindEgress).
 func removeCodeDir(dir string) error {
 	if err := sandbox.UnmountWorkdir(filepath.Join(dir, "code")); err != nil {
+		return err
+	}
+	if err := unmountEgress(dir); err != nil {
 		return err
 	}
 	if err := sandbox.UnmountWorkdir(dir); err != nil {
