@@ -122,9 +122,9 @@ func TestLiveConfigEgress(t *testing.T) {
 	}
 }
 
-// TestUnmountEgressFollowsNoLink: Reap unmounts net in every execution's
-// directory, and a cold one is the code's working directory, where the
-// code may have left a link named net to a host mount.
+// TestUnmountEgressFollowsNoLink: Reap unmounts code and net in every
+// execution's directory, and a cold one is the code's working directory,
+// where the code may have left links by those names to a host mount.
 func TestUnmountEgressFollowsNoLink(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount")
@@ -138,8 +138,15 @@ func TestUnmountEgressFollowsNoLink(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(dir, egressSource)); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink(target, filepath.Join(dir, "code")); err != nil {
+		t.Fatal(err)
+	}
 	if err := unmountEgress(dir); err != nil {
 		t.Errorf("unmountEgress: %v", err)
+	}
+	// As Reap does: the links go, not what they point to.
+	if err := removeCodeDir(dir); err != nil {
+		t.Errorf("removeCodeDir: %v", err)
 	}
 	var before, after unix.Stat_t
 	if err := unix.Stat(filepath.Dir(target), &before); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
+	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
@@ -227,10 +228,12 @@ func validInstance(s string) bool {
 
 // removeCodeDir removes one execution's directory: a cold one is the
 // working directory's tmpfs itself, a warm one holds it as code/, a live
-// one may hold the egress directory's mount (bindEgress).
+// one may hold the egress directory's mount (bindEgress). A cold one's
+// names are the code's: code/ is unmounted without following a link.
 func removeCodeDir(dir string) error {
-	if err := sandbox.UnmountWorkdir(filepath.Join(dir, "code")); err != nil {
-		return err
+	err := unix.Unmount(filepath.Join(dir, "code"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmounting the working directory %s/code: %w", dir, err)
 	}
 	if err := unmountEgress(dir); err != nil {
 		return err
