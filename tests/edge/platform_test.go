@@ -45,8 +45,9 @@ var planFields = []planField{
 
 // notLimits are config.Plan fields that are not a number of the pricing
 // table: images lists the images a plan may use besides the default, and
-// is empty (all of them) in every built-in plan.
-var notLimits = map[string]bool{"images": true}
+// is empty (all of them) in every built-in plan; egress is an allowlist an
+// operator gives a plan, and no built-in plan has one (no network).
+var notLimits = map[string]bool{"images": true, "egress": true}
 
 type planField struct {
 	Field string `json:"field"`
