@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"strconv"
 	"time"
 )
 
@@ -188,6 +189,40 @@ type Spec struct {
 	// over the cap is not passed on), one call at a time, in order per
 	// stream. It must not block for long: the sandbox's pipe waits.
 	Output func(s Stream, p []byte)
+	// EgressDir, if set, gives this one-shot sandbox the network of
+	// package egress, as LiveSpec.EgressDir does a live one: the host
+	// directory is bind-mounted read-only, nosuid, nodev and noexec at
+	// EgressDir (the constant), the caller already listens on
+	// EgressSocket in it, the agent binary (Agent) is mounted read-only at
+	// AgentPath, and the program runs under RelayArgv with ProxyEnv added
+	// to its environment. Under runsc the driver lets the sandbox open
+	// host unix sockets (--host-uds=open). The warm pool passes such a
+	// Spec to its cold driver: a pre-started sandbox has no egress mount.
+	EgressDir string
+	// Agent is the host path of the agent binary; required with
+	// EgressDir.
+	Agent string
+}
+
+// RelayArgv runs argv, a one-shot sandbox's program, under the agent's
+// relay: `vertal-agent relay` listens on 127.0.0.1:EgressPort, relays
+// each connection to EgressSocket, and then execs argv in its own place
+// (same pid, same exit status), leaving a small process of its own to
+// relay until the sandbox ends.
+func RelayArgv(argv []string) []string {
+	return append([]string{AgentPath, "relay", "--socket", EgressSocket, "--port", strconv.Itoa(EgressPort), "--"}, argv...)
+}
+
+// ProxyEnv is the environment that points a sandbox's programs at its
+// egress proxy: curl, pip, Python's urllib and requests, and Node's fetch
+// (with NODE_USE_ENV_PROXY) read it.
+func ProxyEnv() map[string]string {
+	u := "http://127.0.0.1:" + strconv.Itoa(EgressPort)
+	return map[string]string{
+		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
+		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
+		"NODE_USE_ENV_PROXY": "1",
+	}
 }
 
 // Validate refuses a Limits with a field that is not set: nothing below
@@ -217,6 +252,9 @@ func (s Spec) Validate() error {
 	}
 	if err := s.Limits.Validate(); err != nil {
 		return fmt.Errorf("execution %s: %w", s.ID, err)
+	}
+	if s.EgressDir != "" && s.Agent == "" {
+		return fmt.Errorf("engine: execution %s has an egress directory but no agent", s.ID)
 	}
 	if s.Limits.Lifetime < s.Timeout {
 		return fmt.Errorf("engine: execution %s: the sandbox's lifetime %v is shorter than its timeout %v", s.ID, s.Limits.Lifetime, s.Timeout)

@@ -312,15 +312,3 @@ func (c *slotConn) Close() error {
 	c.once.Do(c.release)
 	return err
 }
-
-// proxyEnv is the environment that points a sandbox's programs at its
-// proxy: curl, pip, Python's urllib and requests, and Node's fetch (with
-// NODE_USE_ENV_PROXY) read it.
-func proxyEnv() map[string]string {
-	u := "http://127.0.0.1:" + strconv.Itoa(engine.EgressPort)
-	return map[string]string{
-		"HTTP_PROXY": u, "HTTPS_PROXY": u, "http_proxy": u, "https_proxy": u,
-		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
-		"NODE_USE_ENV_PROXY": "1",
-	}
-}

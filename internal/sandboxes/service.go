@@ -723,7 +723,7 @@ func (s *Service) handOver(ctx context.Context, b *box, rec store.Sandbox, lim L
 		if env == nil {
 			env = map[string]string{}
 		}
-		maps.Copy(env, proxyEnv())
+		maps.Copy(env, engine.ProxyEnv())
 	}
 	if err := b.ag.SetEnv(ctx, env); err != nil {
 		return fmt.Errorf("setting the environment: %w", err)
