@@ -26,6 +26,10 @@ type ExecutionRequest struct {
 	ReturnFiles []string          `json:"return_files,omitempty"`
 	Async       *bool             `json:"async,omitempty"`
 	WebhookURL  *string           `json:"webhook_url,omitempty"`
+	// Network narrows the plan's egress allowlist; left out, the
+	// execution gets the plan's (none on the built-in plans); an empty
+	// allow is none.
+	Network *NetworkRequest `json:"network,omitempty"`
 }
 
 // File is one file of a request, placed in the program's working
@@ -66,13 +70,31 @@ type Execution struct {
 	IdempotentReplay bool    `json:"idempotent_replay,omitempty"`
 	OutputPurged     bool    `json:"output_purged,omitempty"`
 	RequestID        string  `json:"request_id"`
+	// Network is what an execution with a network reached; absent for
+	// one without.
+	Network *ExecutionNetwork `json:"network,omitempty"`
 }
 
-// ExecutionUsage is what one execution consumed.
+// ExecutionUsage is what one execution consumed. The network bytes are
+// there only for an execution with a network.
 type ExecutionUsage struct {
 	SandboxSeconds  float64 `json:"sandbox_seconds"`
 	CPUSeconds      float64 `json:"cpu_seconds"`
 	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
+	NetworkBytesIn  *int64  `json:"network_bytes_in,omitempty"`
+	NetworkBytesOut *int64  `json:"network_bytes_out,omitempty"`
+}
+
+// ExecutionNetwork is an execution's allowlist and its traffic through
+// its egress proxy: bytes, connections made and refused, and the newest
+// attempts (at most 100).
+type ExecutionNetwork struct {
+	Allow       []string         `json:"allow"`
+	BytesIn     int64            `json:"bytes_in"`
+	BytesOut    int64            `json:"bytes_out"`
+	Connections int64            `json:"connections"`
+	Refused     int64            `json:"refused"`
+	Attempts    []NetworkAttempt `json:"attempts"`
 }
 
 // ReturnedFile is one file an execution handed back. The server always

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/image"
@@ -23,7 +26,7 @@ import (
 // Starter and the store; its commands wait on eng's slots with executions. Without a Starter or an agent binary the server
 // runs without them (logged once; their routes answer not_found with a
 // message saying so); a store without their tables is an error.
-func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *engine.Engine, images []config.Image, nodeID string, logger *slog.Logger) (*sandboxes.Service, error) {
+func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *engine.Engine, images []config.Image, nodeID string, eg *egress.Host, logger *slog.Logger) (*sandboxes.Service, error) {
 	starter, ok := driver.(engine.Starter)
 	if !ok {
 		logger.Warn("sandboxes that stay are off: the driver cannot start them", "driver", driver.Name())
@@ -79,33 +82,39 @@ func newSandboxes(cfg config.Config, st store.Store, driver engine.Driver, eng *
 		Agent:        agent,
 		DataDir:      cfg.DataDir,
 		NodeID:       nodeID,
-		Egress:       egressOptions(cfg, nodeID),
+		Egress:       eg,
 		Logger:       logger,
 	})
 }
 
-// egressOptions turn sandboxes' egress on when a plan allows any: a
-// socket directory per node under the data dir, and the webhooks' address
+// newEgress is the node's egress when a plan allows any (nil
+// otherwise), its directory emptied of what a stopped run left: a socket
+// directory per sandbox under the data dir, and the webhooks' address
 // guard without the operator's webhook ranges (a sandbox never reaches a
 // private, loopback or metadata address, nor this host's networks).
-func egressOptions(cfg config.Config, nodeID string) *sandboxes.EgressOptions {
-	for _, p := range cfg.Plans {
-		if p.Egress != nil {
-			o := &sandboxes.EgressOptions{
-				Dir:   filepath.Join(cfg.DataDir, "egress", nodeID),
-				Guard: webhook.NewGuard(nil, webhook.InterfaceNetworks),
-			}
-			if cfg.EgressDNS != "" {
-				// Validated with the configuration.
-				o.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-					var d net.Dialer
-					return d.DialContext(ctx, network, cfg.EgressDNS)
-				}}
-			}
-			return o
-		}
+func newEgress(cfg config.Config, nodeID string) (*egress.Host, error) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(cfg.Plans)), func(p config.Plan) bool { return p.Egress != nil }) {
+		return nil, nil
 	}
-	return nil
+	o := egress.HostOptions{
+		Dir:   filepath.Join(cfg.DataDir, "egress", nodeID),
+		Guard: webhook.NewGuard(nil, webhook.InterfaceNetworks),
+	}
+	if cfg.EgressDNS != "" {
+		// Validated with the configuration.
+		o.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, cfg.EgressDNS)
+		}}
+	}
+	h, err := egress.NewHost(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Reap(); err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	return h, nil
 }
 
 // agentBinary is the name of the agent that sandboxes that stay run,

@@ -20,6 +20,7 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/docker"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/oci"
@@ -84,7 +85,14 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	sbx, err := newSandboxes(cfg, st, driver, eng, images, nodeID, logger)
+	eg, err := newEgress(cfg, nodeID)
+	if err != nil {
+		return err
+	}
+	if eg != nil {
+		metrics.Add(eg)
+	}
+	sbx, err := newSandboxes(cfg, st, driver, eng, images, nodeID, eg, logger)
 	if err != nil {
 		return err
 	}
@@ -101,7 +109,7 @@ func serve(ctx context.Context, e *env, cfg config.Config, logger *slog.Logger) 
 		return fmt.Errorf("listening on %s: %w", cfg.Addr(), err)
 	}
 	defer ln.Close()
-	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, cfg.AdvertiseFor(ln.Addr()), logger)
+	svc, err := newService(cfg, st, eng, images, nodeID, q, metrics, nodeStopped, cfg.AdvertiseFor(ln.Addr()), eg, logger)
 	if err != nil {
 		return err
 	}
@@ -286,10 +294,20 @@ func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID str
 // MCP tools and the queue's workers ask for, and renders, counts and logs
 // as the API does.
 // nodeStopped, if set, hears of each stopped node found (execution.Options).
+// eg, if set, gives executions on plans with egress their network,
+// through the agent binary (findAgent).
 func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics,
-	nodeStopped func(context.Context, string), nodeAddress string, logger *slog.Logger) (*execution.Service, error) {
+	nodeStopped func(context.Context, string), nodeAddress string, eg *egress.Host, logger *slog.Logger) (*execution.Service, error) {
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
+	var agent string
+	if eg != nil {
+		var err error
+		if agent, err = findAgent(cfg); err != nil {
+			logger.Warn("executions get no network: no agent binary", "error", err)
+			agent = ""
+		}
+	}
 	return execution.New(execution.Options{
 		Store:         st,
 		Engine:        eng,
@@ -306,6 +324,8 @@ func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []
 		NodeTimeout:   cfg.NodeTimeout.D(),
 		NodeStopped:   nodeStopped,
 		NodeAddress:   nodeAddress,
+		Egress:        eg,
+		Agent:         agent,
 		Metrics:       metrics,
 		Logger:        logger,
 	})

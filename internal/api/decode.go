@@ -158,7 +158,7 @@ func decodeError(root reflect.Type, err error, tooLarge *Error) error {
 		execRoot := root == reflect.TypeFor[wire.ExecutionRequest]() || root == reflect.TypeFor[wire.BatchRequest]()
 		if execRoot && at.typ != reflect.TypeFor[wire.BatchRequest]() && !containsFold(allowed, name) {
 			// Not a known field in another case: the fields of a request.
-			return errorf(KindInvalidRequest, "%sunknown field %q; allowed: %s (and path, content, encoding in a file)",
+			return errorf(KindInvalidRequest, "%sunknown field %q; allowed: %s (and path, content, encoding in a file; allow in network)",
 				at.item, name, strings.Join(executionFields, ", "))
 		}
 		return errorf(KindInvalidRequest, "%s%sunknown field %q; allowed: %s (lower case)", at.item, at.where, clip(name, 40), strings.Join(allowed, ", "))

@@ -17,9 +17,9 @@ func TestDecodeExecutionRequest(t *testing.T) {
 		msg        string
 	}{
 		{"unknown field", `{"language":"python","code":"x","lang":"y"}`, KindInvalidRequest,
-			`unknown field "lang"; allowed: ` + allowed + ` (and path, content, encoding in a file)`},
+			`unknown field "lang"; allowed: ` + allowed + ` (and path, content, encoding in a file; allow in network)`},
 		{"unknown file field", `{"code":"x","files":[{"path":"a","mode":7}]}`, KindInvalidRequest,
-			`unknown field "mode"; allowed: ` + allowed + ` (and path, content, encoding in a file)`},
+			`unknown field "mode"; allowed: ` + allowed + ` (and path, content, encoding in a file; allow in network)`},
 		{"field in another case", `{"Language":"python","code":"x"}`, KindInvalidRequest,
 			`unknown field "Language"; allowed: ` + allowed + ` (lower case)`},
 		{"file field in another case", `{"files":[{"path":"ok"},{"Path":"b"}]}`, KindInvalidRequest,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -31,19 +32,21 @@ func toResponse(e store.Execution, requestID string) wire.Execution {
 	for _, f := range e.Files {
 		files = append(files, wire.ReturnedFile{Path: f.Path, Size: int64(len(f.Content)), Encoding: "base64", Content: base64.StdEncoding.EncodeToString(f.Content)})
 	}
+	usage := wire.ExecutionUsage{
+		SandboxSeconds:  round3(e.SandboxSeconds),
+		CPUSeconds:      round3(e.CPUSeconds),
+		PeakMemoryBytes: e.PeakMemoryBytes,
+	}
+	network := toNetwork(e, &usage)
 	return wire.Execution{
-		ID:         e.ID,
-		Status:     e.Status,
-		Stdout:     e.Stdout,
-		Stderr:     e.Stderr,
-		ExitCode:   e.ExitCode,
-		DurationMS: e.DurationMS,
-		Truncated:  e.Truncated,
-		Usage: wire.ExecutionUsage{
-			SandboxSeconds:  round3(e.SandboxSeconds),
-			CPUSeconds:      round3(e.CPUSeconds),
-			PeakMemoryBytes: e.PeakMemoryBytes,
-		},
+		ID:             e.ID,
+		Status:         e.Status,
+		Stdout:         e.Stdout,
+		Stderr:         e.Stderr,
+		ExitCode:       e.ExitCode,
+		DurationMS:     e.DurationMS,
+		Truncated:      e.Truncated,
+		Usage:          usage,
 		Language:       e.Language,
 		Image:          nilIfEmpty(e.Image),
 		ImageVersion:   nilIfEmpty(e.ImageVersion),
@@ -56,6 +59,7 @@ func toResponse(e store.Execution, requestID string) wire.Execution {
 		Reason:         nilIfEmpty(e.Reason),
 		OutputPurged:   e.Purged,
 		RequestID:      requestID,
+		Network:        network,
 	}
 }
 
@@ -205,7 +209,31 @@ func toInput(in wire.ExecutionRequest) execution.Input {
 		files[i] = execution.InputFile{Path: f.Path, Content: f.Content, Encoding: f.Encoding}
 	}
 	return execution.Input{Image: in.Image, Language: in.Language, Code: in.Code, TimeoutS: in.TimeoutS, Stdin: in.Stdin,
-		Files: files, Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles, WebhookURL: in.WebhookURL}
+		Files: files, Env: in.Env, Args: in.Args, ReturnFiles: in.ReturnFiles, WebhookURL: in.WebhookURL,
+		Network: (*execution.NetworkRequest)(in.Network)}
+}
+
+// toNetwork is an execution's stored network record as its "network"
+// shows it, with its bytes in its usage; nil for one without (or a record
+// that cannot be read, which is logged nowhere: it is only the view).
+func toNetwork(e store.Execution, u *wire.ExecutionUsage) *wire.ExecutionNetwork {
+	if e.Network == "" {
+		return nil
+	}
+	var rec execution.NetworkRecord
+	if err := json.Unmarshal([]byte(e.Network), &rec); err != nil {
+		return nil
+	}
+	n := &wire.ExecutionNetwork{Allow: rec.Allow, BytesIn: rec.BytesIn, BytesOut: rec.BytesOut, Connections: rec.Connections, Refused: rec.Refused,
+		Attempts: make([]wire.NetworkAttempt, 0, len(rec.Attempts))}
+	if n.Allow == nil {
+		n.Allow = []string{}
+	}
+	for _, a := range rec.Attempts {
+		n.Attempts = append(n.Attempts, wire.NetworkAttempt(a))
+	}
+	u.NetworkBytesIn, u.NetworkBytesOut = &n.BytesIn, &n.BytesOut
+	return n
 }
 
 // prefersAsync reports the header Prefer: respond-async (RFC 7240).

@@ -296,7 +296,7 @@ func (s *Service) RunQueued(ctx context.Context, tenant, id string) error {
 	// it waited: the result names the one it is about to run on.
 	exe.ImageVersion = p.imageBuild
 	en := &asyncEntry{}
-	at := s.newAttempt(exe, p.spec, plan.MaxConcurrent, en)
+	at := s.newAttempt(exe, p, plan.MaxConcurrent, en)
 	at.track() // its row is stored: Cancel and Attach find it here from now on
 	_, _ = at.run(ctx)
 	return en.retry

@@ -2,8 +2,11 @@ package execution
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -34,6 +37,7 @@ type attempt struct {
 	entry entry
 	exe   store.Execution // as stored; its outcome once it has one
 	spec  engine.Spec
+	net   *Network        // what the sandbox may reach; nil for none
 	limit int             // the tenant's sandboxes at once (the plan's MaxConcurrent)
 	act   *active         // what Cancel and Attach find while it is here
 	onRun func(id string) // called as the sandbox is about to run; may be nil
@@ -66,11 +70,17 @@ const (
 	unsaved                 // its outcome could not be stored
 )
 
-func (s *Service) newAttempt(exe store.Execution, spec engine.Spec, limit int, en entry) *attempt {
+func (s *Service) newAttempt(exe store.Execution, p prepared, limit int, en entry) *attempt {
 	act := &active{tenant: exe.Tenant, events: newEventLog(), done: make(chan struct{})}
+	spec := p.spec
 	spec.ID = exe.ID
 	spec.Output = act.events.output
-	return &attempt{s: s, entry: en, exe: exe, spec: spec, limit: limit, act: act}
+	if p.network != nil {
+		// prepare refused a network without Egress and Agent.
+		spec.EgressDir = s.opts.Egress.Dir(exe.ID)
+		spec.Agent = s.opts.Agent
+	}
+	return &attempt{s: s, entry: en, exe: exe, spec: spec, net: p.network, limit: limit, act: act}
 }
 
 // track makes the stored execution visible to Cancel and Attach on this
@@ -145,12 +155,52 @@ func (at *attempt) execute(bg context.Context, release func()) (engine.Result, e
 	runCtx, stopRun := context.WithTimeout(bg, at.spec.Timeout+runMargin)
 	defer stopRun()
 	at.act.setCancel(stopRun)
+	box, err := at.openNetwork()
+	if err != nil {
+		release()
+		return engine.Result{}, err, at.act.isCanceled()
+	}
 	res, err := at.s.engine.Execute(runCtx, at.spec)
 	release()
+	at.closeNetwork(box)
 	if err == nil && res.Status == engine.StatusError {
 		err = errors.New("driver reported a platform error")
 	}
 	return res, err, at.act.isCanceled()
+}
+
+// openNetwork starts the proxy of an execution with a network, on the
+// socket its sandbox will find at engine.EgressSocket; nil without one.
+func (at *attempt) openNetwork() (*egress.Box, error) {
+	if at.net == nil {
+		return nil, nil
+	}
+	pol, err := egress.Parse(at.net.Allow, at.net.MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("the execution's network: %w", err)
+	}
+	box, err := at.s.opts.Egress.Open(at.exe.ID, pol, at.s.log.With("execution_id", at.exe.ID, "tenant", at.exe.Tenant))
+	if err != nil {
+		return nil, fmt.Errorf("opening the execution's network: %w", err)
+	}
+	return box, nil
+}
+
+// closeNetwork cuts what the sandbox left open and records its traffic
+// with the execution (NetworkRecord).
+func (at *attempt) closeNetwork(box *egress.Box) {
+	if box == nil {
+		return
+	}
+	if err := box.Close(); err != nil {
+		at.s.log.Error("removing an execution's egress directory", "execution_id", at.exe.ID, "error", err)
+	}
+	b, err := json.Marshal(NetworkRecord{Allow: at.net.Allow, Usage: *box.Usage()})
+	if err != nil {
+		at.s.log.Error("recording an execution's network", "execution_id", at.exe.ID, "error", err)
+		return
+	}
+	at.exe.Network = string(b)
 }
 
 // classify records what the run did. A canceled execution whose sandbox

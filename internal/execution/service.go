@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 )
@@ -93,6 +94,12 @@ type Options struct {
 	// NodeAddress is the base URL other nodes reach this one at, sent with
 	// each heartbeat ("" for none).
 	NodeAddress string
+	// Egress serves the proxies of executions whose plan gives them a
+	// network (package egress), with Agent, the host path of the agent
+	// binary that relays to it inside the sandbox. Without either, a
+	// request that would get a network is refused as unavailable.
+	Egress *egress.Host
+	Agent  string
 	// Metrics counts executions and replays; nil counts nothing.
 	Metrics Metrics
 	// Logger receives what goes wrong after an answer is decided; nil
@@ -289,7 +296,7 @@ func (s *Service) run(ctx context.Context, c Caller, req Request, p prepared) (s
 		// Settling the execution after a crash completes the key's claim.
 		IdempotencyKey: req.IdempotencyKey,
 	}
-	at := s.newAttempt(exe, p.spec, c.Plan.MaxConcurrent, &syncEntry{c: c, req: req})
+	at := s.newAttempt(exe, p, c.Plan.MaxConcurrent, &syncEntry{c: c, req: req})
 	at.onRun = req.Started
 	return at.run(ctx)
 }

@@ -37,6 +37,9 @@ type Input struct {
 	// WebhookURL receives the result of an async execution (Submit,
 	// SubmitBatch); Run refuses it.
 	WebhookURL *string
+	// Network asks for a narrower allowlist than the plan's; nil is the
+	// plan's own, an empty Allow none (NetworkFor).
+	Network *NetworkRequest `json:",omitempty"`
 }
 
 // InputFile is one file of a request as the client sent it: Content is
@@ -56,6 +59,8 @@ type prepared struct {
 	// imageBuild its build id now ("" when unknown): what the execution
 	// records as having run it.
 	image, imageBuild string
+	// network is what the sandbox may reach; nil for none.
+	network *Network
 	// hash identifies the request for Idempotency-Key: the canonical
 	// language, code, stdin and effective timeout, so "py" and "python"
 	// (or an omitted and an explicit default timeout) are the same request.
@@ -119,6 +124,17 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 	if err := checkReturnFiles(in.ReturnFiles); err != nil {
 		return prepared{}, err
 	}
+	nw, err := NetworkFor(c.Plan, in.Network)
+	if err != nil {
+		return prepared{}, err
+	}
+	var allow []string
+	if nw != nil {
+		if s.opts.Egress == nil || s.opts.Agent == "" {
+			return prepared{}, Errorf(KindUnavailable, "this server cannot give executions a network (its egress or its agent binary is missing); send \"network\": {\"allow\": []} or ask the operator")
+		}
+		allow = nw.Allow
+	}
 	// The new fields are left out when empty, so a request without them
 	// hashes as it did before they existed. Files hash by their decoded
 	// bytes: the same file sent as utf8 or as base64 is the same request.
@@ -147,7 +163,8 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 		Args        []string          `json:"args,omitempty"`
 		ReturnFiles []string          `json:"return_files,omitempty"`
 		WebhookURL  string            `json:"webhook_url,omitempty"`
-	}{imageName, lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL)})
+		Network     []string          `json:"network,omitempty"`
+	}{imageName, lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL), allow})
 	sum := sha256.Sum256(canon)
 	timeout := time.Duration(timeoutS * float64(time.Second))
 	return prepared{
@@ -164,6 +181,7 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 		},
 		image:      img.Name,
 		imageBuild: s.images.builds.of(img.Dir),
+		network:    nw,
 		hash:       hex.EncodeToString(sum[:]),
 	}, nil
 }

@@ -18,49 +18,11 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
-
-func TestNetworkFor(t *testing.T) {
-	none := config.DefaultPlans()["pro"]
-	open := none
-	open.Egress = &config.Egress{Allow: []string{"pypi.org", "*.pythonhosted.org", "203.0.113.0/24"}}
-	for _, tc := range []struct {
-		name  string
-		plan  config.Plan
-		req   *NetworkRequest
-		want  *Network
-		error execution.Kind
-	}{
-		{"no egress, nothing asked", none, nil, nil, 0},
-		{"no egress, none asked", none, &NetworkRequest{}, nil, 0},
-		{"no egress, some asked", none, &NetworkRequest{Allow: []string{"pypi.org"}}, nil, execution.KindForbidden},
-		{"the plan's", open, nil, &Network{Allow: []string{"pypi.org", "*.pythonhosted.org", "203.0.113.0/24"}, MaxBytes: config.DefaultEgressMaxBytes}, 0},
-		{"narrowed", open, &NetworkRequest{Allow: []string{"files.pythonhosted.org", "203.0.113.8/29"}},
-			&Network{Allow: []string{"files.pythonhosted.org", "203.0.113.8/29"}, MaxBytes: config.DefaultEgressMaxBytes}, 0},
-		{"turned off", open, &NetworkRequest{Allow: []string{}}, nil, 0},
-		{"widened by name", open, &NetworkRequest{Allow: []string{"evil.example"}}, nil, execution.KindForbidden},
-		{"widened by wildcard", open, &NetworkRequest{Allow: []string{"*.example.org"}}, nil, execution.KindForbidden},
-		{"widened by prefix", open, &NetworkRequest{Allow: []string{"203.0.0.0/16"}}, nil, execution.KindForbidden},
-		{"not a rule", open, &NetworkRequest{Allow: []string{"http://pypi.org/"}}, nil, execution.KindInvalidRequest},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := networkFor(tc.plan, tc.req)
-			if tc.error != 0 {
-				wantKind(t, "networkFor", err, tc.error)
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Errorf("networkFor = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
 
 // zone resolves test names to loopback, where the fake sites listen.
 type zone map[string][]netip.Addr
@@ -84,15 +46,19 @@ func egressFixture(t *testing.T, warm int) (*fixture, config.Plan, string) {
 	port, _ := strconv.Atoi(site.URL[len("http://127.0.0.1:"):])
 	f := warmFixture(t, warm)
 	lo := netip.MustParseAddr("127.0.0.1")
-	f.s.opts.Egress = &EgressOptions{
+	h, err := egress.NewHost(egress.HostOptions{
 		Dir:       filepath.Join(f.dir, "net"),
 		Guard:     webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
 		Resolver:  zone{"allowed.test": {lo}, "other.test": {lo}},
 		HTTPPorts: []int{port},
-	}
-	if err := f.s.reapEgress(); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := h.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	f.s.opts.Egress = h
 	p := config.DefaultPlans()["pro"]
 	p.Egress = &config.Egress{Allow: []string{"allowed.test", "other.test"}, MaxBytes: 1 << 20}
 	return f, p, strconv.Itoa(port)
@@ -103,7 +69,7 @@ func egressFixture(t *testing.T, warm int) (*fixture, config.Plan, string) {
 // socket is gone.
 func through(t *testing.T, f *fixture, id, u string) (int, string) {
 	t.Helper()
-	sock := filepath.Join(f.s.opts.Egress.Dir, id, filepath.Base(engine.EgressSocket))
+	sock := filepath.Join(f.s.opts.Egress.Dir(id), egress.SocketName)
 	c := &http.Client{Transport: &http.Transport{
 		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -176,7 +142,7 @@ func TestNetworkSandbox(t *testing.T) {
 			if code, _ := through(t, f, a.ID, "http://allowed.test:"+port+"/"); code != -1 {
 				t.Errorf("a killed sandbox's proxy still answers: %d", code)
 			}
-			if _, err := os.Stat(filepath.Join(f.s.opts.Egress.Dir, a.ID)); !os.IsNotExist(err) {
+			if _, err := os.Stat(f.s.opts.Egress.Dir(a.ID)); !os.IsNotExist(err) {
 				t.Errorf("a killed sandbox's egress directory: %v", err)
 			}
 
@@ -204,20 +170,20 @@ func TestNetworkRefusedWithoutEgress(t *testing.T) {
 	}
 }
 
-// TestNetworkConnectionBound: a sandbox holds at most maxBoxConns
+// TestNetworkConnectionBound: a sandbox holds at most egress.MaxBoxConns
 // connections to its proxy at once (code can open the socket itself,
 // past the agent's relay); the next waits until one ends.
 func TestNetworkConnectionBound(t *testing.T) {
 	f, p, port := egressFixture(t, 0)
 	sb := f.create(t, caller("acme", p), CreateRequest{TimeoutS: 60})
-	sock := filepath.Join(f.s.opts.Egress.Dir, sb.ID, filepath.Base(engine.EgressSocket))
+	sock := filepath.Join(f.s.opts.Egress.Dir(sb.ID), egress.SocketName)
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
 			c.Close()
 		}
 	}()
-	for range maxBoxConns {
+	for range egress.MaxBoxConns {
 		c, err := net.Dial("unix", sock)
 		if err != nil {
 			t.Fatal(err)
@@ -238,7 +204,7 @@ func TestNetworkConnectionBound(t *testing.T) {
 	defer c.Close()
 	select {
 	case b := <-got:
-		t.Fatalf("connection %d was served past the bound: %q", maxBoxConns+1, b)
+		t.Fatalf("connection %d was served past the bound: %q", egress.MaxBoxConns+1, b)
 	case <-time.After(300 * time.Millisecond):
 	}
 	held[0].Close()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/agent"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
@@ -109,7 +110,8 @@ type Options struct {
 	OutputRate int
 	// Egress, if set, lets the sandboxes of plans with egress reach what
 	// their allowlist names (network.go); nil refuses a create that asks.
-	Egress *EgressOptions
+	// The caller reaps it (egress.Host.Reap) before Start.
+	Egress *egress.Host
 	// Tick is how often expiries are looked at (default 1 s).
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -153,11 +155,6 @@ type Service struct {
 
 	memMu        sync.Mutex
 	memCommitted int64 // the memory limits of the live sandboxes (Options.MemoryBudget)
-
-	// egress metrics, all sandboxes together, and the node's proxy
-	// connection slots (network.go)
-	egressConns, egressRefused, egressIn, egressOut atomic.Int64
-	egressSlots                                     chan struct{}
 }
 
 // errMemoryBudget is the answer when the node's live sandboxes hold its
@@ -217,7 +214,7 @@ func (e *entry) live() bool {
 type box struct {
 	id        string
 	tenant    string
-	net       *boxNet // its egress proxy, nil without network
+	net       *egress.Box // its egress proxy, nil without network
 	live      engine.Live
 	ag        agentClient
 	since     time.Time     // when this live period began, for metering
@@ -243,7 +240,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Store == nil || opts.Starter == nil || opts.Image == nil {
 		return nil, errors.New("sandboxes: Store, Starter and Image are required")
 	}
-	s := &Service{opts: opts, store: opts.Store, log: opts.Logger, now: opts.Now, entries: map[string]*entry{}, egressSlots: make(chan struct{}, maxEgressConns)}
+	s := &Service{opts: opts, store: opts.Store, log: opts.Logger, now: opts.Now, entries: map[string]*entry{}}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -265,9 +262,6 @@ func New(opts Options) (*Service, error) {
 // not live (the server restarted without pausing them: node_lost), then
 // ends or pauses sandboxes at their expiry until ctx ends.
 func (s *Service) Start(ctx context.Context) error {
-	if err := s.reapEgress(); err != nil {
-		return fmt.Errorf("sandboxes: start: %w", err)
-	}
 	if err := s.reconcile(ctx); err != nil {
 		return err
 	}
@@ -517,7 +511,7 @@ func (s *Service) Create(ctx context.Context, c execution.Caller, idemKey string
 	if err := checkMetadata(r.Metadata); err != nil {
 		return Sandbox{}, err
 	}
-	nw, err := networkFor(p, r.Network)
+	nw, err := execution.NetworkFor(p, r.Network)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -1108,7 +1102,7 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 		sb.CPUSeconds += b.cpu()
 		sb.PeakMemoryBytes = u.PeakMemoryBytes
 		if b.net != nil {
-			sb.Network = b.net.usage()
+			sb.Network = b.net.Usage()
 		}
 	}
 	return sb

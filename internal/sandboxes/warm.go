@@ -260,10 +260,6 @@ func (s *Service) WriteMetrics(w io.Writer) {
 		{"vertal_sandbox_pool_starting", "gauge", "Sandboxes that stay being pre-started.", st.Starting},
 		{"vertal_sandbox_pool_hits_total", "counter", "Creates that took a pre-started sandbox.", st.Hits},
 		{"vertal_sandbox_pool_misses_total", "counter", "Creates that started their sandbox cold.", st.Misses},
-		{"vertal_egress_connections_total", "counter", "Connections sandboxes made through their egress proxies.", s.egressConns.Load()},
-		{"vertal_egress_refused_total", "counter", "Connections the egress proxies refused (not allowed, a guarded address, not TLS...).", s.egressRefused.Load()},
-		{"vertal_egress_bytes_in_total", "counter", "Bytes the egress proxies carried to sandboxes.", s.egressIn.Load()},
-		{"vertal_egress_bytes_out_total", "counter", "Bytes the egress proxies carried from sandboxes.", s.egressOut.Load()},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", m.name, m.help, m.name, m.typ, m.name, m.val)
 	}

@@ -127,6 +127,10 @@ type Execution struct {
 	// execution as pending, and AbortExecution completes the claim with
 	// it. It is not read back.
 	IdempotencyKey string
+	// Network is what an execution with a network reached (its allowlist
+	// and its traffic, JSON: execution.NetworkRecord); "" for one without.
+	// Saved with the result.
+	Network string
 }
 
 // Webhook is one execution's webhook and the state of its delivery.

@@ -66,7 +66,7 @@ func TestNodes(t *testing.T) {
 	if err := nodes[0].(*Store).pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
-	if versions != 10 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending, 0008_sandboxes, 0009_node_address, 0010_sandbox_access
+	if versions != 11 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending, 0008_sandboxes, 0009_node_address, 0010_sandbox_access, 0011_execution_network
 		t.Errorf("schema_migrations has %d rows, want 10", versions)
 	}
 	node := func(i int) store.Store { return nodes[i%len(nodes)] }

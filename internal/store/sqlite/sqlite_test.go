@@ -55,7 +55,7 @@ func TestReopen(t *testing.T) {
 	if err := s2.(*Store).w.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 10 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending, 0008_sandboxes, 0009_node_address, 0010_sandbox_access
+	if n != 11 { // 0001_init, 0002_lifecycle, 0003_files, 0004_async, 0005_accounts, 0006_image, 0007_idempotency_pending, 0008_sandboxes, 0009_node_address, 0010_sandbox_access, 0011_execution_network
 		t.Errorf("schema_migrations has %d rows, want 10", n)
 	}
 }

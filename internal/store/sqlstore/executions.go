@@ -17,7 +17,7 @@ const executionColumns = `id, tenant, key_id, request_id, language, status, stdo
 	exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
 	created_at, started_at, finished_at, cancel_requested, purged, files, files_truncated,
 	async, request, owner, reason, webhook_url, webhook_delivery_id, webhook_state,
-	webhook_attempts, webhook_last_status, webhook_last_error, image, image_version`
+	webhook_attempts, webhook_last_status, webhook_last_error, image, image_version, network`
 
 const qExecution = `SELECT ` + executionColumns + ` FROM executions WHERE id = $1`
 
@@ -29,15 +29,15 @@ const (
 		stdout, stderr, exit_code, duration_ms, truncated, sandbox_seconds, cpu_seconds, peak_memory_bytes,
 		created_at, started_at, finished_at, files, files_truncated, async, request, owner, reason,
 		webhook_url, webhook_delivery_id, webhook_state, webhook_attempts, webhook_last_status, webhook_last_error,
-		image, image_version)
+		image, image_version, network)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-		$21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31)`
+		$21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
 	qUpdateExecution = `UPDATE executions SET tenant = $2, key_id = $3, request_id = $4, language = $5, status = $6,
 		stdout = $7, stderr = $8, exit_code = $9, duration_ms = $10, truncated = $11, sandbox_seconds = $12,
 		cpu_seconds = $13, peak_memory_bytes = $14, created_at = $15, started_at = $16, finished_at = $17,
 		files = $18, files_truncated = $19, async = $20, request = $21, owner = $22, reason = $23,
 		webhook_url = $24, webhook_delivery_id = $25, webhook_state = $26, webhook_attempts = $27,
-		webhook_last_status = $28, webhook_last_error = $29, image = $30, image_version = $31
+		webhook_last_status = $28, webhook_last_error = $29, image = $30, image_version = $31, network = $32
 		WHERE id = $1`
 )
 
@@ -61,7 +61,7 @@ func (s *Store) executionArgs(e store.Execution) ([]any, error) {
 		e.SandboxSeconds, e.CPUSeconds, e.PeakMemoryBytes, s.at(e.CreatedAt), s.nullAt(e.StartedAt),
 		s.nullAt(e.FinishedAt), files, e.FilesTruncated, e.Async, e.Request, e.Owner, e.Reason}
 	args = append(args, webhookArgs(e.Webhook)...)
-	return append(args, e.Image, e.ImageVersion), nil
+	return append(args, e.Image, e.ImageVersion, e.Network), nil
 }
 
 func scanExecution(row scanner) (store.Execution, error) {
@@ -76,7 +76,7 @@ func scanExecution(row scanner) (store.Execution, error) {
 		&e.ExitCode, &e.DurationMS, &e.Truncated, &e.SandboxSeconds, &e.CPUSeconds, &e.PeakMemoryBytes,
 		tm(&e.CreatedAt), tm(&e.StartedAt), tm(&e.FinishedAt), &e.CancelRequested, &e.Purged, &files, &e.FilesTruncated,
 		&e.Async, &e.Request, &e.Owner, &e.Reason, &webhookURL, &w.DeliveryID, &w.State,
-		&w.Attempts, &w.LastStatus, &w.LastError, &e.Image, &e.ImageVersion)
+		&w.Attempts, &w.LastStatus, &w.LastError, &e.Image, &e.ImageVersion, &e.Network)
 	if err != nil {
 		return store.Execution{}, notFound(err)
 	}

@@ -638,6 +638,8 @@ func testSaveAndGetExecution(t *testing.T, s store.Store) {
 		{Path: "empty", Content: []byte{}},
 	}
 	e.FilesTruncated = true
+	// The network record is the service's JSON, kept as it is.
+	e.Network = `{"allow":["pypi.org"],"bytes_in":12,"bytes_out":3,"connections":1,"refused":0,"attempts":[]}`
 	must(t, "SaveExecution", s.SaveExecution(ctx, e))
 
 	got, err := s.Execution(ctx, "acme", e.ID)
