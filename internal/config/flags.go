@@ -193,7 +193,7 @@ var settings = []setting{
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryFor })},
 	{name: "webhook-retry-base", env: "VERTAL_WEBHOOK_RETRY_BASE", usage: "the first wait between webhook attempts, doubled each time up to 1h", def: func(c Config) string { return shortDuration(c.WebhookRetryBase) },
 		set: duration(func(c *Config) *Duration { return &c.WebhookRetryBase })},
-	{name: "egress", env: "VERTAL_EGRESS", repeat: true, usage: "let PLAN's sandboxes that stay reach RULE (a name, *.suffix or CIDR) through the egress proxy, as PLAN:RULE; repeatable, or comma-separated; adds to the config file's egress.allow", derived: "no network for any plan",
+	{name: "egress", env: "VERTAL_EGRESS", repeat: true, usage: "let PLAN's executions and sandboxes that stay reach RULE (a name, *.suffix or CIDR) through the egress proxy, as PLAN:RULE; repeatable, or comma-separated; adds to the config file's egress.allow", derived: "no network for any plan",
 		set: func(c *Config, v string) error {
 			for _, p := range strings.Split(v, ",") {
 				if p = strings.TrimSpace(p); p == "" {
