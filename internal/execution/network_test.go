@@ -1,11 +1,30 @@
 package execution
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
+	"github.com/kuboprotocol/vertal2kubo/internal/store"
+	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 func TestNetworkFor(t *testing.T) {
@@ -47,5 +66,168 @@ func TestNetworkFor(t *testing.T) {
 				t.Errorf("NetworkFor = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// zone resolves test names to loopback, where the fake site listens.
+type zone map[string][]netip.Addr
+
+func (z zone) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := z[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// netDriver stands in for a sandbox with a network: it fetches each URL
+// of the code (one a line) through the socket in spec.EgressDir, as the
+// agent's relay would carry a program's request, and prints the statuses.
+type netDriver struct {
+	*fakeDriver
+	specs chan engine.Spec
+}
+
+func (d *netDriver) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
+	d.specs <- spec
+	res := engine.Result{Status: engine.StatusSucceeded, Duration: time.Second}
+	if spec.EgressDir == "" {
+		return res, nil
+	}
+	c := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(spec.EgressDir, egress.SocketName))
+		},
+	}}
+	for _, u := range strings.Fields(spec.Code) {
+		r, err := c.Get(u)
+		if err != nil {
+			res.Stdout += "err\n"
+			continue
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		res.Stdout += strconv.Itoa(r.StatusCode) + "\n"
+	}
+	c.CloseIdleConnections()
+	return res, nil
+}
+
+// TestExecutionNetwork: an execution on a plan with egress gets a proxy
+// of its own for its run, on the socket in the directory its Spec names,
+// with the agent; its allowlist decides; what it reached is recorded with
+// it, and the directory is gone after. [] is none; a wider list is 403;
+// a server without egress refuses one that would get a network.
+func TestExecutionNetwork(t *testing.T) {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+r.Host) }))
+	t.Cleanup(site.Close)
+	port, _ := strconv.Atoi(site.URL[len("http://127.0.0.1:"):])
+	lo := netip.MustParseAddr("127.0.0.1")
+	dir := t.TempDir()
+	h, err := egress.NewHost(egress.HostOptions{Dir: filepath.Join(dir, "net"), Guard: webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
+		Resolver: zone{"allowed.test": {lo}, "other.test": {lo}}, HTTPPorts: []int{port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	d := &netDriver{fakeDriver: newFakeDriver(), specs: make(chan engine.Spec, 4)}
+	newService := func(eg *egress.Host) *Service {
+		s, err := New(Options{Store: storefake.New(), Engine: enginetest.New(t, d, enginetest.Options(2)),
+			Languages: []engine.Language{{Name: "python", File: "main.py"}}, Egress: eg, Agent: "/usr/lib/vertal/vertal-agent",
+			Now: func() time.Time { return day0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := newService(h)
+	c := caller("acme", 2)
+	c.Plan.Egress = &config.Egress{Allow: []string{"allowed.test", "other.test"}, MaxBytes: 1 << 20}
+	u := func(host string) string { return "http://" + host + ":" + strconv.Itoa(port) + "/" }
+	run := func(code string, nw *NetworkRequest) (store.Execution, engine.Spec) {
+		t.Helper()
+		req := request(code)
+		req.Input.Network = nw
+		out, err := s.Run(t.Context(), c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Execution, <-d.specs
+	}
+
+	exe, spec := run(u("allowed.test")+" "+u("other.test"), &NetworkRequest{Allow: []string{"allowed.test"}})
+	if spec.EgressDir != h.Dir(exe.ID) || spec.Agent != "/usr/lib/vertal/vertal-agent" {
+		t.Errorf("spec: EgressDir %q, Agent %q; want %q and the agent", spec.EgressDir, spec.Agent, h.Dir(exe.ID))
+	}
+	if exe.Stdout != "200\n403\n" {
+		t.Errorf("through the execution's proxy: %q, want the allowed name's 200 and the other's 403", exe.Stdout)
+	}
+	var rec NetworkRecord
+	if err := json.Unmarshal([]byte(exe.Network), &rec); err != nil {
+		t.Fatalf("network record %q: %v", exe.Network, err)
+	}
+	if fmt.Sprint(rec.Allow) != "[allowed.test]" || rec.Connections != 1 || rec.Refused != 1 || rec.BytesIn == 0 || len(rec.Attempts) != 2 {
+		t.Errorf("network record: %+v", rec)
+	}
+	if stored, err := s.Get(t.Context(), c, exe.ID); err != nil || stored.Network != exe.Network {
+		t.Errorf("stored network %q (%v); the run's %q", stored.Network, err, exe.Network)
+	}
+	if _, err := os.Stat(h.Dir(exe.ID)); !os.IsNotExist(err) {
+		t.Errorf("the execution's egress directory after the run: %v", err)
+	}
+
+	// Left out: the plan's list. []: none, and no record.
+	exe, spec = run(u("other.test"), nil)
+	if exe.Stdout != "200\n" || spec.EgressDir == "" {
+		t.Errorf("the plan's list: %q, EgressDir %q", exe.Stdout, spec.EgressDir)
+	}
+	exe, spec = run(u("other.test"), &NetworkRequest{Allow: []string{}})
+	if spec.EgressDir != "" || spec.Agent != "" || exe.Network != "" {
+		t.Errorf("no network: EgressDir %q, Agent %q, record %q", spec.EgressDir, spec.Agent, exe.Network)
+	}
+
+	req := request("x")
+	req.Input.Network = &NetworkRequest{Allow: []string{"evil.test"}}
+	if _, err := s.Run(t.Context(), c, req); kindOf(err) != KindForbidden {
+		t.Errorf("a wider list: %v, want forbidden", err)
+	}
+	off := newService(nil)
+	req.Input.Network = nil
+	if _, err := off.Run(t.Context(), c, req); kindOf(err) != KindUnavailable {
+		t.Errorf("a network on a server without egress: %v, want unavailable", err)
+	}
+	req.Input.Network = &NetworkRequest{}
+	if _, err := off.Run(t.Context(), c, req); err != nil {
+		t.Errorf("no network on a server without egress: %v", err)
+	}
+	<-d.specs
+}
+
+// TestNetworkHash: a request without a network hashes as before networks
+// existed (so a retry across the upgrade replays), whether it leaves
+// network out or asks for none; the list is part of the hash.
+func TestNetworkHash(t *testing.T) {
+	s := newTestService(t, 1)
+	c := caller("acme", 1)
+	hash := func(nw *NetworkRequest) string {
+		req := request("print(1)")
+		req.Input.Network = nw
+		h, err := s.RequestHash(c, req.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	// The hash of this request before networks existed.
+	const before = "5c85629c1c4d023c34fae3346fa6f1f3c9087af081cacdac6aa05d84ab3940a8"
+	if h := hash(nil); h != before || hash(&NetworkRequest{}) != before {
+		t.Errorf("hash without network: %s, %s; want %s", h, hash(&NetworkRequest{}), before)
+	}
+	c.Plan.Egress = &config.Egress{Allow: []string{"a.test", "b.test"}}
+	s.opts.Egress, s.opts.Agent = &egress.Host{}, "/agent"
+	if a, b := hash(&NetworkRequest{Allow: []string{"a.test"}}), hash(&NetworkRequest{Allow: []string{"b.test"}}); a == b || a == before || hash(&NetworkRequest{}) != before {
+		t.Errorf("hashes with networks: %s, %s (none: %s)", a, b, hash(&NetworkRequest{}))
 	}
 }
