@@ -52,7 +52,7 @@ type world struct {
 	tlsServer *httptest.Server
 }
 
-func newWorld(t *testing.T, maxBytes int64) *world {
+func newWorld(t testing.TB, maxBytes int64) *world {
 	t.Helper()
 	big := strings.Repeat("x", 100_000)
 	mux := http.NewServeMux()
@@ -100,7 +100,7 @@ func newWorld(t *testing.T, maxBytes int64) *world {
 	return w
 }
 
-func port(t *testing.T, raw string) int {
+func port(t testing.TB, raw string) int {
 	u, _ := url.Parse(raw)
 	p, err := strconv.Atoi(u.Port())
 	if err != nil {
