@@ -3,7 +3,10 @@
 // protocol on stdin and stdout, logs to stderr, and exits when the host
 // closes the connection or the deadline passes, killing every process it
 // started. It is built static (CGO_ENABLED=0) and mounted read-only into
-// the sandbox.
+// the sandbox. `vertal-agent relay --socket path --port n -- program
+// [arg...]` runs a one-shot sandbox's program with the egress relay of a
+// live one: it starts a process that relays 127.0.0.1:<n> to the unix
+// socket, then execs the program in its own place (relay.go).
 package main
 
 import (
@@ -26,8 +29,17 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 {
+		switch os.Args[1] {
+		case "relay":
+			os.Exit(relayMain(os.Args[2:]))
+		case relayServeCmd:
+			relayServeMain(os.Args[2:])
+		}
+	}
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
 		fmt.Fprintln(os.Stderr, "usage: vertal-agent serve [--deadline unix-seconds] [--home dir]")
+		fmt.Fprintln(os.Stderr, "       vertal-agent relay --socket path --port n -- program [arg...]")
 		os.Exit(2)
 	}
 	fl := flag.NewFlagSet("serve", flag.ExitOnError)

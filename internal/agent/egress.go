@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -17,7 +18,8 @@ import (
 // listens on a unix socket it mounts into the sandbox (engine.EgressSocket),
 // and the agent relays TCP connections to 127.0.0.1:<port> (engine.EgressPort,
 // the sandbox's HTTP proxy) to that socket, one unix connection for each.
-// The relay runs until the agent exits.
+// The relay runs until the agent exits. A one-shot sandbox, which has no
+// agent serving, gets the same relay from `vertal-agent relay` (Relay).
 
 const (
 	// maxRelays bounds the relayed connections open at once; a connection
@@ -63,22 +65,51 @@ func (s *server) egress(m *msg) {
 	stop := context.AfterFunc(s.ctx, func() { ln.Close() })
 	defer stop()
 	s.ok(m.ID)
-	s.relayLoop(ln.(*net.TCPListener), m.Path)
+	relayLoop(s.ctx, []*net.TCPListener{ln.(*net.TCPListener)}, m.Path, s.logf)
 }
 
-// relayLoop accepts connections until ln is closed and relays each to the
-// unix socket at path; it returns once every relay has ended.
-func (s *server) relayLoop(ln *net.TCPListener, path string) {
+// relayLoop accepts connections on each of lns until it is closed and
+// relays each to the unix socket at path, at most maxRelays at once over
+// all of lns; it returns once every listener is closed and every relay
+// has ended. The end of ctx ends the relays in progress (the caller
+// closes the listeners). It serves both the egress op and the relay
+// command (Relay).
+func relayLoop(ctx context.Context, lns []*net.TCPListener, path string, logf func(string, ...any)) {
+	r := &relayer{ctx: ctx, path: path, logf: logf, slots: make(chan struct{}, maxRelays)}
+	if r.logf == nil {
+		r.logf = func(string, ...any) {}
+	}
+	var loops sync.WaitGroup
+	for _, ln := range lns {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			r.accept(ln)
+		}()
+	}
+	loops.Wait()
+	r.wg.Wait()
+}
+
+// relayer is the relays of one relayLoop.
+type relayer struct {
+	ctx   context.Context
+	path  string
+	logf  func(string, ...any)
+	slots chan struct{} // one for each relay open, up to maxRelays
+	full  atomic.Bool   // logged once each time the relays fill up
+	wg    sync.WaitGroup
+}
+
+// accept accepts connections until ln is closed, relaying each in a
+// goroutine of its own (r.wg); it closes ln.
+func (r *relayer) accept(ln *net.TCPListener) {
 	defer ln.Close()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, maxRelays)
-	full := false // logged once each time the relays fill up
 	for {
 		c, err := ln.AcceptTCP()
 		if err != nil {
-			if s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-				s.logf("agent: egress: accept: %v", err)
+			if r.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				r.logf("agent: egress: accept: %v", err)
 			}
 			var ne net.Error
 			if (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
@@ -89,40 +120,39 @@ func (s *server) relayLoop(ln *net.TCPListener, path string) {
 			return
 		}
 		select {
-		case slots <- struct{}{}:
-			full = false
+		case r.slots <- struct{}{}:
+			r.full.Store(false)
 		default:
-			if !full {
-				s.logf("agent: egress: %d connections relayed already, closing new ones", maxRelays)
-				full = true
+			if !r.full.Swap(true) {
+				r.logf("agent: egress: %d connections relayed already, closing new ones", maxRelays)
 			}
 			c.Close()
 			continue
 		}
-		wg.Add(1)
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			s.relay(c, path)
+			defer r.wg.Done()
+			defer func() { <-r.slots }()
+			r.relay(c)
 		}()
 	}
 }
 
-// relay copies between c and a new connection to the unix socket at path,
-// both ways, passing each side's end of stream on as a half-close, and
-// closes both once both directions are done (or one failed, or the agent
-// ends).
-func (s *server) relay(c *net.TCPConn, path string) {
+// relay copies between c and a new connection to the unix socket at
+// r.path, both ways, passing each side's end of stream on as a
+// half-close, and closes both once both directions are done (or one
+// failed, or r.ctx ends).
+func (r *relayer) relay(c *net.TCPConn) {
 	defer c.Close()
 	d := net.Dialer{Timeout: relayDialTimeout}
-	uc, err := d.DialContext(s.ctx, "unix", path)
+	uc, err := d.DialContext(r.ctx, "unix", r.path)
 	if err != nil {
-		s.logf("agent: egress: %v", err)
+		r.logf("agent: egress: %v", err)
 		return
 	}
 	u := uc.(*net.UnixConn)
 	defer u.Close()
-	stop := context.AfterFunc(s.ctx, func() { c.Close(); u.Close() })
+	stop := context.AfterFunc(r.ctx, func() { c.Close(); u.Close() })
 	defer stop()
 	errc := make(chan error, 2)
 	go func() { errc <- pipe(u, c) }()
