@@ -128,6 +128,10 @@ type BatchItem struct {
 	// WebhookURL receives this item's result; it wins over the batch's
 	// WithBatchWebhook.
 	WebhookURL string
+	// Network is what the item's program may reach, as WithNetwork sets
+	// it: nil takes the plan's allowlist (none on the built-in plans), an
+	// empty Allow asks for no network.
+	Network *wire.NetworkRequest
 }
 
 // options turns the item into the options of one run, so an item is
@@ -145,6 +149,9 @@ func (it BatchItem) options() []RunOption {
 	}
 	if it.WebhookURL != "" {
 		opts = append(opts, WithWebhook(it.WebhookURL))
+	}
+	if it.Network != nil {
+		opts = append(opts, WithNetwork(it.Network.Allow...))
 	}
 	return opts
 }
@@ -173,6 +180,19 @@ func WithBatchIdempotencyKey(key string) BatchOption {
 	return func(b *batchRequest) { b.idempotencyKey = key }
 }
 
+// newBatchRequest applies the options to a batch of items, each encoded
+// as Submit encodes the same run.
+func newBatchRequest(items []BatchItem, opts []BatchOption) batchRequest {
+	req := batchRequest{BatchRequest: wire.BatchRequest{Executions: make([]wire.ExecutionRequest, len(items))}}
+	for i, it := range items {
+		req.Executions[i] = newRunRequest(it.Code, it.options()).ExecutionRequest
+	}
+	for _, o := range opts {
+		o(&req)
+	}
+	return req
+}
+
 // Batch submits up to 20 executions at once (POST /v1/executions/batch)
 // and returns them queued, in the order of items. The server takes all of
 // them or none: an invalid item is refused as an *Error (400
@@ -184,13 +204,7 @@ func (c *Client) Batch(ctx context.Context, items []BatchItem, opts ...BatchOpti
 	if len(items) == 0 {
 		return nil, errors.New("vertal: a batch needs at least one item")
 	}
-	req := batchRequest{BatchRequest: wire.BatchRequest{Executions: make([]wire.ExecutionRequest, len(items))}}
-	for i, it := range items {
-		req.Executions[i] = newRunRequest(it.Code, it.options()).ExecutionRequest
-	}
-	for _, o := range opts {
-		o(&req)
-	}
+	req := newBatchRequest(items, opts)
 	cl, err := c.postCall("/v1/executions/batch", req, req.idempotencyKey)
 	if err != nil {
 		return nil, err

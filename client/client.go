@@ -285,6 +285,23 @@ func WithReturnFiles(globs ...string) RunOption {
 	return func(r *runRequest) { r.ReturnFiles = append(r.ReturnFiles, globs...) }
 }
 
+// WithNetwork sets what the program may reach over the network: names
+// ("pypi.org"), wildcards ("*.pythonhosted.org") and address prefixes
+// ("203.0.113.0/24"), each within the plan's egress allowlist (a rule
+// beyond it is refused with 403 forbidden). Without this option the run
+// gets the plan's whole allowlist, and the built-in plans allow nothing;
+// WithNetwork() with no rules asks for no network at all. Repeated
+// options add to the list. A run with a network reports what it reached
+// in Execution.Network.
+func WithNetwork(allow ...string) RunOption {
+	return func(r *runRequest) {
+		if r.Network == nil {
+			r.Network = &wire.NetworkRequest{Allow: []string{}}
+		}
+		r.Network.Allow = append(r.Network.Allow, allow...)
+	}
+}
+
 // WithIdempotencyKey makes Run retry-safe across processes: the same key
 // with the same request returns the first result (IdempotentReplay set)
 // without running the code or using quota again. Keys are 1-255 letters,

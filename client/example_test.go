@@ -50,6 +50,9 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 			ReturnFiles []string `json:"return_files"`
 			Async       bool     `json:"async"`
 			WebhookURL  string   `json:"webhook_url"`
+			Network     *struct {
+				Allow []string `json:"allow"`
+			} `json:"network"`
 		}
 		json.NewDecoder(r.Body).Decode(&req)
 		if req.Async {
@@ -73,6 +76,19 @@ func exampleAPI(w http.ResponseWriter, r *http.Request) {
 			write(200, map[string]any{"id": "exe_f", "status": "succeeded", "stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 80,
 				"truncated": false, "usage": map[string]any{"sandbox_seconds": 0.08}, "request_id": "req_f",
 				"files": []map[string]any{{"path": "out/sum.txt", "size": len(strconv.Itoa(sum)) + 1, "encoding": "base64", "content": content}}, "files_truncated": false})
+			return
+		}
+		if req.Network != nil {
+			// The program of ExampleWithNetwork: one fetch within its
+			// allowlist, one beyond it.
+			write(200, map[string]any{"id": "exe_n", "status": "failed", "stdout": "200\n", "stderr": "urllib.error.URLError\n", "exit_code": 1,
+				"duration_ms": 812, "truncated": false, "request_id": "req_n",
+				"usage": map[string]any{"sandbox_seconds": 0.812, "network_bytes_in": 5120, "network_bytes_out": 312},
+				"network": map[string]any{"allow": req.Network.Allow, "bytes_in": 5120, "bytes_out": 312, "connections": 1, "refused": 1,
+					"attempts": []map[string]any{
+						{"host": "pypi.org", "port": 443, "kind": "tls", "allowed": true, "bytes_in": 5120, "bytes_out": 312},
+						{"host": "example.com", "port": 443, "kind": "tls", "allowed": false, "reason": "example.com is not in the allowlist", "bytes_in": 0, "bytes_out": 0},
+					}}})
 			return
 		}
 		if req.TimeoutS > 60 {
@@ -349,6 +365,33 @@ func ExampleClient_Attach() {
 	// Output:
 	// 9-0 "step one\n"
 	// 18-0 "step two\n"
+}
+
+// A run reaches only the hosts it names, within its plan's egress
+// allowlist; Network tells what it reached and why the rest was refused.
+func ExampleWithNetwork() {
+	c, err := client.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	code := `import urllib.request
+print(urllib.request.urlopen("https://pypi.org/simple/").status)
+urllib.request.urlopen("https://example.com/")`
+	ex, err := c.Run(context.Background(), code, client.WithNetwork("pypi.org", "*.pythonhosted.org"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(ex.Stdout)
+	for _, a := range ex.Network.Attempts {
+		if !a.Allowed {
+			fmt.Printf("refused %s:%d: %s\n", a.Host, a.Port, a.Reason)
+		}
+	}
+	fmt.Println(*ex.Usage.NetworkBytesIn, "bytes in,", *ex.Usage.NetworkBytesOut, "out")
+	// Output:
+	// 200
+	// refused example.com:443: example.com is not in the allowlist
+	// 5120 bytes in, 312 out
 }
 
 // Files go into the program's working directory; the ones matching

@@ -72,6 +72,13 @@ type Execution struct {
 	// Webhook is the delivery state of the execution's webhook (Submit or
 	// Batch with a webhook URL); nil when it has none.
 	Webhook *WebhookState
+	// Network is what an execution with a network (WithNetwork, or a plan
+	// with an egress allowlist) could reach and did: its allowlist, the
+	// bytes in and out, the connections made and refused, and its newest
+	// attempts, each with why it was refused or cut. Nil for an execution
+	// without a network; Usage.NetworkBytesIn and NetworkBytesOut are set
+	// exactly when it is not.
+	Network *wire.ExecutionNetwork
 
 	// Raw is the response body exactly as received, including fields this
 	// version of the package does not know.
@@ -92,7 +99,7 @@ func (e *Execution) UnmarshalJSON(b []byte) error {
 		ID: w.ID, Status: Status(w.Status), Stdout: w.Stdout, Stderr: w.Stderr, ExitCode: w.ExitCode, DurationMS: w.DurationMS,
 		Truncated: w.Truncated, Usage: w.Usage, RequestID: w.RequestID, IdempotentReplay: w.IdempotentReplay,
 		Language: w.Language, CreatedAt: w.CreatedAt, Image: deref(w.Image), ImageVersion: deref(w.ImageVersion),
-		Files: files, FilesTruncated: w.FilesTruncated, Reason: deref(w.Reason),
+		Files: files, FilesTruncated: w.FilesTruncated, Reason: deref(w.Reason), Network: w.Network,
 		Raw: append(json.RawMessage(nil), b...),
 	}
 	if h := w.Webhook; h != nil {
@@ -112,6 +119,7 @@ func (e Execution) MarshalJSON() ([]byte, error) {
 		Truncated: e.Truncated, Usage: e.Usage, RequestID: e.RequestID, IdempotentReplay: e.IdempotentReplay,
 		Language: e.Language, CreatedAt: e.CreatedAt, Image: nonEmpty(e.Image), ImageVersion: nonEmpty(e.ImageVersion),
 		Files: make([]wire.ReturnedFile, len(e.Files)), FilesTruncated: e.FilesTruncated, Reason: nonEmpty(e.Reason),
+		Network: e.Network,
 	}
 	for i, f := range e.Files {
 		w.Files[i] = wire.ReturnedFile{Path: f.Path, Size: f.Size, Encoding: encodingBase64, Content: base64.StdEncoding.EncodeToString(f.Content)}
@@ -222,7 +230,8 @@ func decodeFiles(in []wire.ReturnedFile) ([]ReturnedFile, error) {
 }
 
 // ExecutionUsage is what one execution consumed: sandbox (wall-clock)
-// seconds, CPU seconds and peak memory.
+// seconds, CPU seconds and peak memory, and for an execution with a
+// network the bytes its connections carried in and out (nil without).
 type ExecutionUsage = wire.ExecutionUsage
 
 // Usage is today's consumption (UTC) and the plan's limits.

@@ -61,11 +61,19 @@ to stderr and the exit status is 125.
   echo 'echo hi' | vertal run - -l bash
   vertal run plot.py --file data.csv --return '*.png' --out results
   vertal run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
+  vertal run fetch.py --allow pypi.org --allow '*.pythonhosted.org'
   id=$(vertal run --async job.py --webhook https://example.com/hook) && vertal wait "$id"
 
 Returned files are written under --out (subdirectories are created; a
 path that would leave it or go through a symlink is refused), one line per
 file on stderr. With --json and no --out they stay in the JSON only.
+
+The program reaches the network only as the plan's egress allowlist lets
+it (the built-in plans allow nothing). --allow narrows that list to the
+rules given (a host name, *.suffix or an address range within the plan's;
+one beyond it is refused with 403), and --no-network runs it without any.
+With --json the response's network shows what it reached and what was
+refused, and why.
 
 With --async the server queues the run and vertal run prints its id (or,
 with --json, the queued execution) and exits 0 without waiting; vertal
@@ -87,6 +95,8 @@ included.`)
 		outDir    string
 		async     bool
 		webhook   string
+		allow     []string
+		noNetwork bool
 	)
 	cf.register(fs)
 	fs.StringVar(&language, "language", "", "python, javascript or bash (default: from the file extension, else python)")
@@ -126,6 +136,14 @@ included.`)
 	fs.StringVar(&outDir, "out", "", "directory the returned files are written to (default: the current one; with --json only when given)")
 	fs.BoolVar(&async, "async", false, "queue the run and print its id at once (with --json: the queued execution); vertal wait ID gets the result")
 	fs.StringVar(&webhook, "webhook", "", "with --async: URL (https) the server POSTs the signed result to when the run ends")
+	fs.Func("allow", "a host name, *.suffix or address range the program may reach, within the plan's egress allowlist (repeatable; default: the plan's whole list)", func(v string) error {
+		if v == "" {
+			return errors.New("want a host name, *.suffix or an address range (--no-network for none)")
+		}
+		allow = append(allow, v)
+		return nil
+	})
+	fs.BoolVar(&noNetwork, "no-network", false, "run without any network, whatever the plan allows")
 	// The flag package calls Usage after every parse error too; the whole
 	// text is printed only for -h, so that an error stays on screen.
 	usage := fs.Usage
@@ -154,6 +172,10 @@ included.`)
 	}
 	if timeout < 0 {
 		fmt.Fprintln(e.Stderr, "vertal run: --timeout must be a positive number of seconds")
+		return exitCode(exitUsage)
+	}
+	if noNetwork && len(allow) > 0 {
+		fmt.Fprintln(e.Stderr, "vertal run: --allow and --no-network cannot go together")
 		return exitCode(exitUsage)
 	}
 
@@ -190,6 +212,9 @@ included.`)
 	}
 	if idemKey != "" {
 		opts = append(opts, client.WithIdempotencyKey(idemKey))
+	}
+	if noNetwork || len(allow) > 0 {
+		opts = append(opts, client.WithNetwork(allow...))
 	}
 
 	if async {

@@ -38,8 +38,17 @@ var runReplies = map[string]struct {
 	"returns":          {200, `{"id":"exe_5","status":"succeeded","stdout":"","stderr":"","exit_code":0,"duration_ms":9,"truncated":false,"usage":{"sandbox_seconds":0.009},"request_id":"req_5","files":[{"path":"chart.png","size":4,"encoding":"base64","content":"iVBORw=="},{"path":"out/deep/r.txt","size":3,"encoding":"base64","content":"b2sK"}],"files_truncated":true}`},
 	"hostile":          {200, `{"id":"exe_6","status":"succeeded","stdout":"","stderr":"","exit_code":0,"duration_ms":9,"truncated":false,"usage":{"sandbox_seconds":0.009},"request_id":"req_6","files":[{"path":"../escape.txt","size":1,"encoding":"base64","content":"eA=="},{"path":"/abs.txt","size":1,"encoding":"base64","content":"eA=="},{"path":"link/x.txt","size":1,"encoding":"base64","content":"eA=="},{"path":"final","size":1,"encoding":"base64","content":"eA=="},{"path":"ok.txt","size":1,"encoding":"base64","content":"eA=="}],"files_truncated":false}`},
 	"broken":           {200, ""},
+	"fetch":            {200, fetchExecution},
 	"quota":            {429, `{"error":{"code":"quota_exceeded","message":"daily quota of 100 executions reached"},"request_id":"req_q"}`},
 }
+
+// fetchExecution is a run with a network: one connection made, one
+// refused.
+const fetchExecution = `{"id":"exe_7","status":"failed","stdout":"200\n","stderr":"URLError\n","exit_code":1,"duration_ms":812,"truncated":false,` +
+	`"usage":{"sandbox_seconds":0.812,"network_bytes_in":5120,"network_bytes_out":312},"request_id":"req_7",` +
+	`"network":{"allow":["pypi.org"],"bytes_in":5120,"bytes_out":312,"connections":1,"refused":1,"attempts":[` +
+	`{"host":"pypi.org","port":443,"kind":"tls","allowed":true,"bytes_out":312,"bytes_in":5120},` +
+	`{"host":"example.com","port":443,"kind":"tls","allowed":false,"reason":"example.com is not in the allowlist","bytes_out":0,"bytes_in":0}]}}`
 
 func (a *runAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
@@ -204,6 +213,29 @@ func TestCmdRun(t *testing.T) {
 			name: "stdin used twice", args: []string{"-", "--stdin", "-"},
 			want: cliResult{Stderr: "vertal run: the code and --stdin cannot both come from standard input\n", Exit: 2},
 		},
+		{
+			name: "--allow narrows the plan's allowlist", args: []string{"print(6 * 7)", "--allow", "pypi.org", "--allow", "*.pythonhosted.org"},
+			want:     cliResult{Stdout: "42\n"},
+			wantBody: map[string]any{"language": "python", "code": "print(6 * 7)", "network": map[string]any{"allow": []any{"pypi.org", "*.pythonhosted.org"}}},
+		},
+		{
+			name: "--no-network asks for none", args: []string{"--no-network", "print(6 * 7)"},
+			want:     cliResult{Stdout: "42\n"},
+			wantBody: map[string]any{"language": "python", "code": "print(6 * 7)", "network": map[string]any{"allow": []any{}}},
+		},
+		{
+			name: "--async carries the network", args: []string{"--async", "--allow", "pypi.org", "print(6 * 7)"},
+			want:     cliResult{Stdout: "exe_1\n"},
+			wantBody: map[string]any{"language": "python", "code": "print(6 * 7)", "async": true, "network": map[string]any{"allow": []any{"pypi.org"}}},
+		},
+		{
+			name: "--allow and --no-network", args: []string{"--allow", "pypi.org", "--no-network", "print(1)"},
+			want: cliResult{Stderr: "vertal run: --allow and --no-network cannot go together\n", Exit: 2},
+		},
+		{
+			name: "an empty --allow", args: []string{"--allow=", "print(1)"},
+			want: cliResult{Stderr: "invalid value \"\" for flag -allow: want a host name, *.suffix or an address range (--no-network for none)\nvertal run: see vertal run -h for the flags\n", Exit: 2},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			en := environ
@@ -232,6 +264,42 @@ func TestCmdRunJSONAndFlagsOverrideEnv(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"Bearer kubo_sk_flag"}, api.auth); diff != "" {
 		t.Errorf("Authorization (-want +got):\n%s", diff)
+	}
+}
+
+// A run with a network prints nothing more than its program's output;
+// with --json the network record and its usage bytes are there as the
+// API gave them.
+func TestCmdRunNetworkRecord(t *testing.T) {
+	_, environ := startAPI(t, &runAPI{})
+	for _, args := range [][]string{{"fetch"}, {"fetch", "--no-stream"}} {
+		got := runCLI(t, cmdRun, environ, "", args...)
+		if diff := cmp.Diff(cliResult{Stdout: "200\n", Stderr: "URLError\n", Exit: 1}, got); diff != "" {
+			t.Errorf("%v (-want +got):\n%s", args, diff)
+		}
+	}
+	got := runCLI(t, cmdRun, environ, "", "fetch", "--json", "--allow", "pypi.org")
+	if got.Exit != 1 || got.Stderr != "" {
+		t.Fatalf("exit %d, stderr %q", got.Exit, got.Stderr)
+	}
+	var printed, sent struct {
+		Network json.RawMessage `json:"network"`
+		Usage   json.RawMessage `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(got.Stdout), &printed); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, got.Stdout)
+	}
+	json.Unmarshal([]byte(fetchExecution), &sent)
+	for _, f := range []struct {
+		name      string
+		got, want json.RawMessage
+	}{{"network", printed.Network, sent.Network}, {"usage", printed.Usage, sent.Usage}} {
+		var g, w any
+		json.Unmarshal(f.got, &g)
+		json.Unmarshal(f.want, &w)
+		if diff := cmp.Diff(w, g); diff != "" {
+			t.Errorf("--json %s (-want +got):\n%s", f.name, diff)
+		}
 	}
 }
 

@@ -19,8 +19,8 @@ func (t *tools) runCell(ctx context.Context, b Backend, a runArgs) (*mcp.CallToo
 	switch {
 	case a.SandboxID == "":
 		return errorResult("argument context_id needs sandbox_id, the sandbox the context is in"), nil
-	case a.Image != "" || a.Stdin != "" || len(a.Files) > 0 || len(a.Args) > 0 || len(a.ReturnFiles) > 0:
-		return errorResult("with sandbox_id, the arguments image, stdin, files, args and return_files do not apply: the sandbox keeps its own files (use write_file and read_file)"), nil
+	case a.Image != "" || a.Stdin != "" || len(a.Files) > 0 || len(a.Args) > 0 || len(a.ReturnFiles) > 0 || a.Network != nil:
+		return errorResult("with sandbox_id, the arguments image, stdin, files, args, return_files and network do not apply: the sandbox keeps its own files (use write_file and read_file) and its own network"), nil
 	}
 	sb, ok := b.(SandboxBackend)
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver/mcptest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -62,7 +65,16 @@ var executions = map[string]string{
 	"print(6*7)":          `{"id":"exe_1","status":"succeeded","stdout":"42\n","stderr":"","exit_code":0,"duration_ms":265,"truncated":false,"usage":{"sandbox_seconds":0.265},"request_id":"req_1","image":"datasci","image_version":"20261201T092047Z-19222"}`,
 	"raise SystemExit(3)": `{"id":"exe_2","status":"failed","stdout":"","stderr":"Traceback (most recent call last):\nValueError\n","exit_code":3,"duration_ms":30,"truncated":false,"usage":{"sandbox_seconds":0.03},"request_id":"req_2","image":"default","image_version":null}`,
 	"while True: pass":    `{"id":"exe_3","status":"timed_out","stdout":"","stderr":"","exit_code":137,"duration_ms":2000,"truncated":false,"usage":{"sandbox_seconds":2},"request_id":"req_3"}`,
+	"fetch":               fetchExecution,
 }
+
+// fetchExecution is a run with a network: one connection made, one
+// refused. The Python server's test has the same (FETCH_EXECUTION).
+const fetchExecution = `{"id":"exe_4","status":"failed","stdout":"200\n","stderr":"URLError\n","exit_code":1,"duration_ms":812,"truncated":false,` +
+	`"usage":{"sandbox_seconds":0.812,"network_bytes_in":5120,"network_bytes_out":312},"request_id":"req_4",` +
+	`"network":{"allow":["pypi.org"],"bytes_in":5120,"bytes_out":312,"connections":1,"refused":1,"attempts":[` +
+	`{"host":"pypi.org","port":443,"kind":"tls","allowed":true,"bytes_out":312,"bytes_in":5120},` +
+	`{"host":"example.com","port":443,"kind":"tls","allowed":false,"reason":"example.com is not in the allowlist","bytes_out":0,"bytes_in":0}]}}`
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -256,6 +268,30 @@ func TestRunCode(t *testing.T) {
 			wantRun:   map[string]any{"language": "python", "code": "quota"},
 		},
 		{
+			name:      "a network narrows the plan's, and the result tells what it reached and was refused",
+			args:      map[string]any{"language": "python", "code": "fetch", "network": []any{"pypi.org"}},
+			wantError: true,
+			wantText: []string{"execution_id: exe_4\nnetwork: allowed pypi.org; connections: 1 made, 1 refused; bytes: 5120 in, 312 out\n" +
+				"refused: example.com:443 (tls): example.com is not in the allowlist\n--- stdout ---\n200\n"},
+			wantStructured: mustJSON(t, fetchExecution),
+			wantRun:        map[string]any{"language": "python", "code": "fetch", "network": map[string]any{"allow": []any{"pypi.org"}}},
+		},
+		{
+			name:     "[] asks for no network",
+			args:     map[string]any{"language": "python", "code": "print(6*7)", "network": []any{}},
+			wantText: []string{"execution_id: exe_1\n--- stdout ---\n42\n"},
+			wantStructured: map[string]any{"id": "exe_1", "status": "succeeded", "stdout": "42\n", "stderr": "", "exit_code": 0.0,
+				"duration_ms": 265.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.265}, "request_id": "req_1",
+				"image": "datasci", "image_version": "20261201T092047Z-19222"},
+			wantRun: map[string]any{"language": "python", "code": "print(6*7)", "network": map[string]any{"allow": []any{}}},
+		},
+		{
+			name:      "a network is a list of rules",
+			args:      map[string]any{"language": "python", "code": "1", "network": "pypi.org"},
+			wantError: true,
+			wantText:  []string{"invalid arguments", "network"},
+		},
+		{
 			name:      "missing code",
 			args:      map[string]any{"language": "python"},
 			wantError: true,
@@ -306,6 +342,89 @@ func TestRunCode(t *testing.T) {
 				t.Errorf("API requests (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The network argument reaches the execution service as the API's would:
+// left out or null is the plan's allowlist (nil), [] none.
+func TestRunCodeNetworkReachesService(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		network any // nil: the argument left out
+		want    *execution.NetworkRequest
+	}{
+		{"left out", nil, nil},
+		{"null", json.RawMessage("null"), nil},
+		{"none", []any{}, &execution.NetworkRequest{Allow: []string{}}},
+		{"narrowed", []any{"pypi.org", "*.pythonhosted.org"}, &execution.NetworkRequest{Allow: []string{"pypi.org", "*.pythonhosted.org"}}},
+	} {
+		run := &fakeRun{}
+		args := map[string]any{"language": "python", "code": "1"}
+		if tc.network != nil {
+			args["network"] = tc.network
+		}
+		if res := call(t, backendServer(t, run), "run_code", args); res.IsError {
+			t.Fatalf("%s: %s", tc.name, text(res))
+		}
+		if diff := cmp.Diff(tc.want, run.reqs[0].Network); diff != "" {
+			t.Errorf("%s: Input.Network (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// mustJSON is s decoded as structured content is.
+func mustJSON(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The network lines name each refusal once, with how often it came, and
+// at most maxNetworkLines of them.
+func TestNetworkText(t *testing.T) {
+	refused := func(host string) wire.NetworkAttempt {
+		return wire.NetworkAttempt{Host: host, Port: 443, Kind: "tls", Reason: host + " is not in the allowlist"}
+	}
+	many := &wire.ExecutionNetwork{Allow: []string{"pypi.org"}, Refused: 13}
+	for i := range 12 {
+		many.Attempts = append(many.Attempts, refused(fmt.Sprintf("h%d.example", i)))
+	}
+	many.Attempts = append(many.Attempts, refused("h0.example"))
+	for _, tc := range []struct {
+		name string
+		n    *wire.ExecutionNetwork
+		want string
+	}{
+		{"none", nil, ""},
+		{"nothing refused", &wire.ExecutionNetwork{Allow: []string{"pypi.org", "*.pythonhosted.org"}, Connections: 2, BytesIn: 10, BytesOut: 1,
+			Attempts: []wire.NetworkAttempt{{Host: "pypi.org", Port: 443, Kind: "tls", Allowed: true}}},
+			"network: allowed pypi.org, *.pythonhosted.org; connections: 2 made, 0 refused; bytes: 10 in, 1 out\n"},
+		{"repeated and cut", &wire.ExecutionNetwork{Allow: []string{"pypi.org"}, Connections: 1, Refused: 2, Attempts: []wire.NetworkAttempt{
+			refused("example.com"),
+			{Host: "pypi.org", Port: 443, Kind: "tls", Allowed: true, Reason: "cut at the byte bound"},
+			refused("example.com"),
+		}}, "network: allowed pypi.org; connections: 1 made, 2 refused; bytes: 0 in, 0 out\n" +
+			"refused: example.com:443 (tls): example.com is not in the allowlist (2 times)\n" +
+			"cut: pypi.org:443 (tls): cut at the byte bound\n"},
+		{"more than fit", many, "network: allowed pypi.org; connections: 0 made, 13 refused; bytes: 0 in, 0 out\n" +
+			"refused: h0.example:443 (tls): h0.example is not in the allowlist (2 times)\n" +
+			"refused: h1.example:443 (tls): h1.example is not in the allowlist\n" +
+			"refused: h2.example:443 (tls): h2.example is not in the allowlist\n" +
+			"refused: h3.example:443 (tls): h3.example is not in the allowlist\n" +
+			"refused: h4.example:443 (tls): h4.example is not in the allowlist\n" +
+			"refused: h5.example:443 (tls): h5.example is not in the allowlist\n" +
+			"refused: h6.example:443 (tls): h6.example is not in the allowlist\n" +
+			"refused: h7.example:443 (tls): h7.example is not in the allowlist\n" +
+			"refused: h8.example:443 (tls): h8.example is not in the allowlist\n" +
+			"refused: h9.example:443 (tls): h9.example is not in the allowlist\n" +
+			"(2 more refused or cut connections in the structured content)\n"},
+	} {
+		if diff := cmp.Diff(tc.want, networkText(tc.n)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
 	}
 }
 

@@ -562,6 +562,7 @@ func TestRunCodeCells(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"sandbox_id": "sbx_1", "language": "python", "code": "1", "files": []any{map[string]any{"path": "a", "content": "b"}}}, "do not apply"},
+		{map[string]any{"sandbox_id": "sbx_1", "language": "python", "code": "1", "network": []any{}}, "do not apply"},
 		{map[string]any{"context_id": "ctx_1", "language": "python", "code": "1"}, "needs sandbox_id"},
 		{map[string]any{"sandbox_id": "sbx_9", "language": "python", "code": "1"}, "not found"},
 	} {

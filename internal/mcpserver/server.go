@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/logx"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -71,6 +72,9 @@ type RunRequest struct {
 	Env         map[string]string
 	Args        []string
 	ReturnFiles []string
+	// Network narrows the plan's egress allowlist: nil takes the plan's
+	// (none on the built-in plans), an empty Allow asks for no network.
+	Network *execution.NetworkRequest
 }
 
 // Input is req as the execution service takes it.
@@ -89,6 +93,7 @@ func (req RunRequest) Input() execution.Input {
 		Env:         req.Env,
 		Args:        req.Args,
 		ReturnFiles: req.ReturnFiles,
+		Network:     req.Network,
 	}
 }
 
@@ -123,6 +128,9 @@ func (b clientBackend) RunCode(ctx context.Context, req RunRequest) (*client.Exe
 	if req.Stdin != "" {
 		opts = append(opts, client.WithStdin(req.Stdin))
 	}
+	if req.Network != nil {
+		opts = append(opts, client.WithNetwork(req.Network.Allow...))
+	}
 	return b.c.Run(ctx, req.Code, opts...)
 }
 
@@ -146,7 +154,7 @@ func newServer(t *tools, langs []client.Language, images []client.Image, version
 	if version == "" {
 		version = "dev"
 	}
-	instructions := "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits."
+	instructions := "Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call (no network unless the plan allows hosts, no package installs). Use run_code to run a complete program and get_usage to see the remaining daily quota and plan limits."
 	if withSandboxes {
 		instructions += sandboxInstructions
 	}
@@ -237,6 +245,9 @@ type runArgs struct {
 	Env         map[string]string `json:"env"`
 	Args        []string          `json:"args"`
 	ReturnFiles []string          `json:"return_files"`
+	// Network is nil when the argument is left out (or null): the plan's
+	// allowlist; [] decodes to an empty, non-nil slice: no network.
+	Network []string `json:"network"`
 	// A cell in a sandbox that stays (servers with sandboxes only).
 	SandboxID string `json:"sandbox_id"`
 	ContextID string `json:"context_id"`
@@ -254,6 +265,9 @@ func (a runArgs) request() RunRequest {
 		Env: a.Env, Args: a.Args, ReturnFiles: a.ReturnFiles}
 	for _, f := range a.Files {
 		req.Files = append(req.Files, execution.InputFile(f))
+	}
+	if a.Network != nil {
+		req.Network = &execution.NetworkRequest{Allow: a.Network}
 	}
 	return req
 }
@@ -380,8 +394,59 @@ func formatExecution(ex *client.Execution, files string) string {
 	}
 	fmt.Fprintf(&b, "execution_id: %s\n", ex.ID)
 	b.WriteString(files)
+	b.WriteString(networkText(ex.Network))
 	fmt.Fprintf(&b, "--- stdout ---\n%s", streamText(ex.Stdout))
 	fmt.Fprintf(&b, "--- stderr ---\n%s", streamText(ex.Stderr))
+	return b.String()
+}
+
+// maxNetworkLines bounds the refused or cut attempts the text names; the
+// structured content has them all.
+const maxNetworkLines = 10
+
+// networkText is what an execution with a network reached, for a model to
+// read: its allowlist, traffic, and each refused or cut connection with
+// why, so that a fetch that failed says whether the sandbox let it out. ""
+// for an execution without a network.
+func networkText(n *wire.ExecutionNetwork) string {
+	if n == nil {
+		return ""
+	}
+	allow := strings.Join(n.Allow, ", ")
+	if allow == "" {
+		allow = "(none)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "network: allowed %s; connections: %d made, %d refused; bytes: %d in, %d out\n",
+		allow, n.Connections, n.Refused, n.BytesIn, n.BytesOut)
+	// The same refusal repeated (a client retrying) is one line.
+	var lines []string
+	times := map[string]int{}
+	for _, a := range n.Attempts {
+		if a.Allowed && a.Reason == "" {
+			continue
+		}
+		what := "refused"
+		if a.Allowed {
+			what = "cut"
+		}
+		line := fmt.Sprintf("%s: %s:%d (%s): %s", what, a.Host, a.Port, a.Kind, a.Reason)
+		if times[line] == 0 {
+			lines = append(lines, line)
+		}
+		times[line]++
+	}
+	for i, line := range lines {
+		if i == maxNetworkLines {
+			fmt.Fprintf(&b, "(%d more refused or cut connections in the structured content)\n", len(lines)-i)
+			break
+		}
+		b.WriteString(line)
+		if k := times[line]; k > 1 {
+			fmt.Fprintf(&b, " (%d times)", k)
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -80,11 +81,13 @@ func runCodeDescription(langs []client.Language, images []client.Image) string {
 
 Languages: %s. Only each language's standard library is available, unless the image adds packages.%s
 
-What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), packages cannot be installed (pip, npm and apt do not work; the root filesystem is read-only), and nothing persists between calls, so every call must contain the whole program, including imports and data.
+What the sandbox cannot do: it has no network access (no HTTP requests, no downloads) beyond the hosts its plan allows (see Network), packages cannot be installed (pip, npm and apt do not work; the root filesystem is read-only), and nothing persists between calls, so every call must contain the whole program, including imports and data.
 
 What it can do: read standard input (the stdin argument), write files in its working directory /code and under /tmp (each its own space of at least 16 MB, 1 MB per file; nothing written can be executed), and use 1 CPU and up to 64 processes or threads. Memory is capped per plan (memory_mb in get_usage).
 
 Files, environment and arguments: the program runs in the working directory /code. Give it input files with files (paths relative to /code, content as text or base64), environment variables with env and command-line arguments with args (sys.argv[1:], process.argv.slice(2), $1...). To get back files the program writes in /code, list globs in return_files ("*.png", "out/**"): images come back as image content, any other file as an embedded resource. The number and total size of files in and out are capped per plan.
+
+Network: the program may reach only the hosts on the egress allowlist of this API key's plan, and the built-in plans list none. Where the plan lists some, the network argument narrows them for one call ([] for none); asking for a host the plan does not list is refused, with the plan's list in the message. A run with a network reports the bytes it carried and each connection refused, with why, so a failed fetch says whether the sandbox let it out.
 
 Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; beyond that it is cut and truncated is true, so print summaries rather than huge data.
 
@@ -133,6 +136,8 @@ func runCodeTool(langs []client.Language, images []client.Image, withSandboxes b
 					"description": "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
 				"return_files": obj{"type": "array", "items": obj{"type": "string"}, "maxItems": 20,
 					"description": "Globs relative to /code of files to send back after the run, e.g. [\"*.png\", \"out/**\"]. Images come back as image content, other files as embedded resources. Optional."},
+				"network": obj{"type": "array", "items": obj{"type": "string"}, "maxItems": egress.MaxRules,
+					"description": "What the program may reach, within the plan's egress allowlist: host names (pypi.org), *.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: the plan's whole list (none on the built-in plans); []: no network. Optional."},
 			},
 			"required":             []any{"language", "code"},
 			"additionalProperties": false,
@@ -149,7 +154,9 @@ func runCodeTool(langs []client.Language, images []client.Image, withSandboxes b
 				"duration_ms": obj{"type": "integer"},
 				"truncated":   obj{"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
 				"usage": obj{"type": "object", "properties": obj{
-					"sandbox_seconds": obj{"type": "number"},
+					"sandbox_seconds":   obj{"type": "number"},
+					"network_bytes_in":  obj{"type": "integer", "description": "Only with a network: bytes carried to the sandbox."},
+					"network_bytes_out": obj{"type": "integer", "description": "Only with a network: bytes carried from the sandbox."},
 				}},
 				"request_id": obj{"type": "string"},
 				"image":      obj{"type": []any{"string", "null"}, "description": "The image the code ran on (default when none was named)."},
@@ -161,6 +168,7 @@ func runCodeTool(langs []client.Language, images []client.Image, withSandboxes b
 						"size": obj{"type": "integer"},
 					}}},
 				"files_truncated": obj{"type": "boolean", "description": "True if the plan's caps left some matching files out."},
+				"network":         networkSchema(),
 			},
 			"required": []any{"id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"},
 		},
@@ -175,7 +183,7 @@ func runCodeTool(langs []client.Language, images []client.Image, withSandboxes b
 // has sandboxes that stay: cells with state.
 const cellDescription = `
 
-Keeping state between calls: pass sandbox_id (from create_sandbox) and the code runs as a cell in an interpreter that stays in that sandbox, Python or JavaScript (language), instead of a fresh program. Variables, imports, loaded data and open files are kept from one call to the next, so send only the new step (load a CSV once, then inspect it, then plot it). The value of the cell's last expression comes back as its result (a pandas DataFrame also as an HTML table, where the image has pandas), and every matplotlib figure left open comes back as an image. A cell that times out is interrupted (KeyboardInterrupt) and the state stays. Each language has one default interpreter per sandbox; context_id picks another one made over the API. With sandbox_id, files, stdin, args, return_files and image do not apply: the sandbox's own files stay in its home directory (use write_file and read_file).`
+Keeping state between calls: pass sandbox_id (from create_sandbox) and the code runs as a cell in an interpreter that stays in that sandbox, Python or JavaScript (language), instead of a fresh program. Variables, imports, loaded data and open files are kept from one call to the next, so send only the new step (load a CSV once, then inspect it, then plot it). The value of the cell's last expression comes back as its result (a pandas DataFrame also as an HTML table, where the image has pandas), and every matplotlib figure left open comes back as an image. A cell that times out is interrupted (KeyboardInterrupt) and the state stays. Each language has one default interpreter per sandbox; context_id picks another one made over the API. With sandbox_id, files, stdin, args, return_files, image and network do not apply: the sandbox's own files stay in its home directory (use write_file and read_file).`
 
 // withCells extends run_code's schemas with sandbox_id and context_id.
 func withCells(tool *mcp.Tool) {
@@ -222,6 +230,29 @@ func getUsageTool() *mcp.Tool {
 				}},
 			},
 			"required": []any{"tenant", "plan", "today", "limits"},
+		},
+	}
+}
+
+// networkSchema is run_code's network in its output: what a run with a
+// network reached (wire.ExecutionNetwork).
+func networkSchema() obj {
+	count := obj{"type": "integer", "minimum": 0}
+	return obj{"type": "object",
+		"description": "Only for a run with a network: its allowlist, the bytes its connections carried, the connections made and refused, and the newest attempts, each refused or cut one with its reason.",
+		"properties": obj{
+			"allow":       obj{"type": "array", "items": obj{"type": "string"}},
+			"bytes_in":    count,
+			"bytes_out":   count,
+			"connections": count,
+			"refused":     count,
+			"attempts": obj{"type": "array", "items": obj{"type": "object", "properties": obj{
+				"host":    obj{"type": "string"},
+				"port":    obj{"type": "integer"},
+				"kind":    obj{"type": "string", "description": "http or tls."},
+				"allowed": obj{"type": "boolean"},
+				"reason":  obj{"type": "string", "description": "Why it was refused or cut."},
+			}}},
 		},
 	}
 }

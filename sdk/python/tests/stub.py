@@ -26,6 +26,19 @@ EXECUTIONS = {
                          "duration_ms": 2000, "truncated": False, "usage": {"sandbox_seconds": 2}, "request_id": "req_3"},
 }
 
+# A run with a network: one connection made, one refused (fetchExecution
+# in internal/mcpserver/mcpserver_test.go).
+FETCH_EXECUTION = {
+    "id": "exe_4", "status": "failed", "stdout": "200\n", "stderr": "URLError\n", "exit_code": 1, "duration_ms": 812,
+    "truncated": False, "usage": {"sandbox_seconds": 0.812, "network_bytes_in": 5120, "network_bytes_out": 312},
+    "request_id": "req_4",
+    "network": {"allow": ["pypi.org"], "bytes_in": 5120, "bytes_out": 312, "connections": 1, "refused": 1, "attempts": [
+        {"host": "pypi.org", "port": 443, "kind": "tls", "allowed": True, "bytes_out": 312, "bytes_in": 5120},
+        {"host": "example.com", "port": 443, "kind": "tls", "allowed": False, "reason": "example.com is not in the allowlist",
+         "bytes_out": 0, "bytes_in": 0}]},
+}
+EXECUTIONS["fetch"] = FETCH_EXECUTION
+
 USAGE = {"tenant": "acme", "plan": "free", "today": {"date": "2025-01-02", "executions": 3, "sandbox_seconds": 2.635},
          "limits": {"executions_per_day": 100, "requests_per_minute": 20, "max_timeout_s": 10, "memory_mb": 256}}
 

@@ -114,6 +114,21 @@ class WaitTest(AsyncTestCase):
         self.assertLess(time.monotonic() - started, 5)
 
 
+class NetworkTest(AsyncTestCase):
+    """submit and batch items carry network as run() does: left out by
+    default, [] for none."""
+
+    def test_submit(self):
+        client_for(self.api).submit("print(1)", network=["pypi.org"])
+        self.assertEqual(json.loads(self.api.requests[-1][3]),
+                         {"language": "python", "code": "print(1)", "network": {"allow": ["pypi.org"]}, "async": True})
+
+    def test_batch_items(self):
+        client_for(self.api).batch([{"code": "a"}, {"code": "b", "network": []}, {"code": "c", "network": ["pypi.org", "203.0.113.0/24"]}])
+        self.assertEqual([e.get("network") for e in json.loads(self.api.requests[-1][3])["executions"]],
+                         [None, {"allow": []}, {"allow": ["pypi.org", "203.0.113.0/24"]}])
+
+
 class BatchTest(AsyncTestCase):
     def test_in_order_with_webhooks(self):
         items = [{"code": "print(1)"},

@@ -11,7 +11,7 @@ from unittest import mock
 
 from vertal2kubo.__main__ import main
 
-from .stub import MADE_FILES, OK_EXECUTION, StubAPI, sse_event, sse_of
+from .stub import FETCH_EXECUTION, MADE_FILES, OK_EXECUTION, StubAPI, sse_event, sse_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
@@ -138,6 +138,19 @@ class CLITest(unittest.TestCase):
             "return_files": ["*.png", "out/**"],
         }])
 
+    def test_network_flags(self):
+        for flags, want in [([], None), (["--allow", "pypi.org", "--allow", "*.pythonhosted.org"], {"allow": ["pypi.org", "*.pythonhosted.org"]}),
+                            (["--no-network"], {"allow": []}), (["--async", "--allow", "pypi.org"], {"allow": ["pypi.org"]})]:
+            with self.subTest(flags=flags):
+                self.api.requests.clear()
+                self.assertEqual(self.cli("run", "print(6*7)", *flags)[0], 0)
+                self.assertEqual(self.bodies()[-1].get("network"), want)
+        # Nothing new is printed; --json shows the network as the API gave it.
+        self.assertEqual(self.cli("run", "fetch", "--allow", "pypi.org"), (1, "200\n", "URLError\n"))
+        code, out, err = self.cli("run", "fetch", "--json")
+        self.assertEqual((code, err), (1, ""))
+        self.assertEqual(json.loads(out)["network"], FETCH_EXECUTION["network"])
+
     def test_code_after_double_dash(self):
         self.assertEqual(self.cli("run", "-l", "bash", "--", "echo $1", "world")[0], 0)
         self.assertEqual(self.bodies(), [{"language": "bash", "code": "echo $1", "args": ["world"]}])
@@ -152,6 +165,10 @@ class CLITest(unittest.TestCase):
             ("env not set here", ["--env", "SURELY_NOT_SET_1234"],
              "vertal2kubo run: --env SURELY_NOT_SET_1234: SURELY_NOT_SET_1234 is not set here; give it as SURELY_NOT_SET_1234=VALUE\n"),
             ("env without name", ["--env", "=v"], "vertal2kubo run: --env =v: want NAME=VALUE\n"),
+            ("allow and no network", ["--allow", "pypi.org", "--no-network"],
+             "vertal2kubo run: --allow and --no-network cannot go together\n"),
+            ("empty allow", ["--allow="],
+             "vertal2kubo run: --allow: want a host name, *.suffix or an address range (--no-network for none)\n"),
         ]
         for name, flags, want in cases:
             with self.subTest(name):

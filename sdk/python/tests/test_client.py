@@ -7,7 +7,7 @@ from unittest import mock
 
 from vertal2kubo.client import DEFAULT_URL, KuboClient, KuboError
 
-from .stub import OK_EXECUTION, StubAPI
+from .stub import FETCH_EXECUTION, OK_EXECUTION, StubAPI
 
 OVERLOADED = (503, {"Retry-After": "2"}, {"error": {"code": "overloaded", "message": "all sandboxes are busy"}, "request_id": "req_a"})
 RATE_LIMITED = (429, {"Retry-After": "7"}, {"error": {"code": "rate_limited", "message": "120 requests per minute"}, "request_id": "req_c"})
@@ -47,6 +47,30 @@ class RunTest(unittest.TestCase):
         [(_, _, headers, body)] = self.api.requests
         self.assertEqual(headers["Idempotency-Key"], "order-1234")
         self.assertEqual(json.loads(body), {"language": "bash", "code": "cat", "timeout_s": 5, "stdin": "hi\n"})
+
+    def test_network(self):
+        c = client_for(self.api)
+
+        def sent():
+            return json.loads(self.api.requests[-1][3])
+        result = c.run("fetch", network=["pypi.org", "*.pythonhosted.org"])
+        self.assertEqual(sent()["network"], {"allow": ["pypi.org", "*.pythonhosted.org"]})
+        # What it reached and what was refused, as the API gave it.
+        self.assertEqual(result["network"], FETCH_EXECUTION["network"])
+        self.assertEqual((result["usage"]["network_bytes_in"], result["usage"]["network_bytes_out"]), (5120, 312))
+        [event] = [e for e in c.stream("fetch", network=("pypi.org",)) if e["type"] == "result"]
+        self.assertEqual(sent()["network"], {"allow": ["pypi.org"]})
+        self.assertEqual(event["execution"]["network"], FETCH_EXECUTION["network"])
+        c.run("print(1)", network=[])
+        self.assertEqual(sent()["network"], {"allow": []})
+        result = c.run("print(6*7)")
+        self.assertNotIn("network", sent())
+        self.assertNotIn("network", result)
+        self.assertNotIn("network_bytes_in", result["usage"])
+        n = len(self.api.requests)
+        with self.assertRaises(TypeError):
+            c.run("print(1)", network="pypi.org")
+        self.assertEqual(len(self.api.requests), n, "a bad network was sent")
 
     def test_generated_keys_differ(self):
         c = client_for(self.api)

@@ -10,9 +10,9 @@ import unittest
 
 from vertal2kubo.client import KuboClient
 from vertal2kubo._sniff import detect_content_type
-from vertal2kubo.mcp import PROTOCOL_VERSIONS, Server, file_content, files_line, tool_definitions
+from vertal2kubo.mcp import PROTOCOL_VERSIONS, Server, file_content, files_line, network_text, tool_definitions
 
-from .stub import IMAGES, LANGUAGES, MADE_FILES, OK_EXECUTION, StubAPI, tiny_png
+from .stub import FETCH_EXECUTION, IMAGES, LANGUAGES, MADE_FILES, OK_EXECUTION, StubAPI, tiny_png
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
@@ -64,6 +64,13 @@ class ServerTest(unittest.TestCase):
             ("missing code", {"language": "python"}, True, ["code is required"], None),
             ("unknown argument", {"language": "python", "code": "1", "memory": 5}, True, ['unknown field "memory"'], None),
             ("timeout below one", {"language": "python", "code": "1", "timeout_s": 0}, True, ["timeout_s must be at least 1"], None),
+            ("network", {"language": "python", "code": "fetch", "network": ["pypi.org"]}, True,
+             ["execution_id: exe_4\nnetwork: allowed pypi.org; connections: 1 made, 1 refused; bytes: 5120 in, 312 out\n"
+              "refused: example.com:443 (tls): example.com is not in the allowlist\n--- stdout ---\n200\n"], "failed"),
+            ("no network", {"language": "python", "code": "print(6*7)", "network": []}, False,
+             ["execution_id: exe_9392448a9b514e3f90193963b7d948d0\n--- stdout ---\n42\n"], "succeeded"),
+            ("network not a list", {"language": "python", "code": "1", "network": "pypi.org"}, True,
+             ["network must be an array of strings"], None),
         ]
         for name, args, want_error, want_text, want_status in cases:
             with self.subTest(name):
@@ -79,6 +86,42 @@ class ServerTest(unittest.TestCase):
         self.call("run_code", {"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5, "stdin": "x"})
         [(_, path, _, body)] = self.api.requests
         self.assertEqual(json.loads(body), {"language": "py", "code": "raise SystemExit(3)", "timeout_s": 5, "stdin": "x"})
+
+    def test_run_code_network_request(self):
+        """network reaches the API as the Go server sends it: left out or
+        null is the plan's allowlist, [] none."""
+        for args, want in [({}, None), ({"network": None}, None), ({"network": []}, {"allow": []}),
+                           ({"network": ["pypi.org"]}, {"allow": ["pypi.org"]})]:
+            with self.subTest(args=args):
+                result = self.call("run_code", dict(args, language="python", code="fetch"))
+                self.assertEqual(json.loads(self.api.requests[-1][3]).get("network"), want)
+                self.assertEqual(result["structuredContent"]["network"], FETCH_EXECUTION["network"])
+
+    def test_network_text(self):
+        """As TestNetworkText in Go: each refusal once, with how often it
+        came, and at most ten of them."""
+        def refused(host):
+            return {"host": host, "port": 443, "kind": "tls", "allowed": False, "reason": f"{host} is not in the allowlist"}
+        self.assertEqual(network_text(None), "")
+        self.assertEqual(network_text({"allow": ["pypi.org", "*.pythonhosted.org"], "connections": 2, "refused": 0,
+                                       "bytes_in": 10, "bytes_out": 1,
+                                       "attempts": [{"host": "pypi.org", "port": 443, "kind": "tls", "allowed": True}]}),
+                         "network: allowed pypi.org, *.pythonhosted.org; connections: 2 made, 0 refused; bytes: 10 in, 1 out\n")
+        self.assertEqual(network_text({"allow": ["pypi.org"], "connections": 1, "refused": 2, "bytes_in": 0, "bytes_out": 0,
+                                       "attempts": [refused("example.com"),
+                                                    {"host": "pypi.org", "port": 443, "kind": "tls", "allowed": True,
+                                                     "reason": "cut at the byte bound"},
+                                                    refused("example.com")]}),
+                         "network: allowed pypi.org; connections: 1 made, 2 refused; bytes: 0 in, 0 out\n"
+                         "refused: example.com:443 (tls): example.com is not in the allowlist (2 times)\n"
+                         "cut: pypi.org:443 (tls): cut at the byte bound\n")
+        many = network_text({"allow": ["pypi.org"], "connections": 0, "refused": 13, "bytes_in": 0, "bytes_out": 0,
+                             "attempts": [refused(f"h{i}.example") for i in range(12)] + [refused("h0.example")]})
+        lines = many.splitlines()
+        self.assertEqual(len(lines), 12)
+        self.assertEqual(lines[1], "refused: h0.example:443 (tls): h0.example is not in the allowlist (2 times)")
+        self.assertEqual(lines[10], "refused: h9.example:443 (tls): h9.example is not in the allowlist")
+        self.assertEqual(lines[11], "(2 more refused or cut connections in the structured content)")
 
     def test_get_usage(self):
         result = self.call("get_usage", {})

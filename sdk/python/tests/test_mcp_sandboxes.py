@@ -177,6 +177,7 @@ class SandboxToolsTest(unittest.TestCase):
             ("kill_sandbox", {"sandbox_id": "sbx_nope"}, "not_found"),
             ("run_code", {"context_id": "ctx_1", "language": "python", "code": "1"}, "context_id needs sandbox_id"),
             ("run_code", {"sandbox_id": sid, "language": "python", "code": "1", "stdin": "x"}, "do not apply"),
+            ("run_code", {"sandbox_id": sid, "language": "python", "code": "1", "network": []}, "do not apply"),
         ]
         for name, args, want in cases:
             with self.subTest(name=name, args=args):

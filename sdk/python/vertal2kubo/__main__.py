@@ -55,10 +55,16 @@ def _parser() -> argparse.ArgumentParser:
   python -m vertal2kubo run "print('hello')"
   python -m vertal2kubo run plot.py --file data.csv --return '*.png' --out results
   python -m vertal2kubo run 'echo "$GREETING $1"' -l bash --env GREETING=hi -- world
+  python -m vertal2kubo run fetch.py --allow pypi.org --allow '*.pythonhosted.org'
 
 Returned files are written under --out (subdirectories are created; a path
 that would leave it or go through a symlink is refused), one line per file
-on stderr.""")
+on stderr.
+
+The program reaches the network only as the plan's egress allowlist lets it
+(the built-in plans allow nothing); --allow narrows that list and
+--no-network runs it without any. With --json the response's network shows
+what it reached and what was refused, and why.""")
     run.add_argument("code", metavar="CODE|FILE|-", nargs="?")
     run.add_argument("--language", "-l", help="python, javascript or bash (default: from the file extension, else python)")
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default: the server's, 10)")
@@ -79,6 +85,10 @@ on stderr.""")
     run.add_argument("--async", dest="async_", action="store_true",
                      help="queue the run and print its id at once (with --json: the queued execution); 'wait ID' gets the result")
     run.add_argument("--webhook", metavar="URL", help="with --async: URL (https) the server POSTs the signed result to")
+    run.add_argument("--allow", action="append", default=[], metavar="RULE",
+                     help="a host name, *.suffix or address range the program may reach, within the plan's egress "
+                     "allowlist (repeatable; default: the plan's whole list)")
+    run.add_argument("--no-network", action="store_true", help="run without any network, whatever the plan allows")
     connection(run)
 
     wait = sub.add_parser(
@@ -196,8 +206,13 @@ def _read_code(arg: str, stdin: TextIO) -> tuple[str, Optional[str]]:
 
 
 def _run_options(args: argparse.Namespace) -> tuple[Optional[dict], Optional[str]]:
-    """The files, env, args and return_files of run(), or what is wrong
-    with the flags that give them."""
+    """The files, env, args, return_files and network of run(), or what is
+    wrong with the flags that give them."""
+    if args.allow and args.no_network:
+        return None, "--allow and --no-network cannot go together"
+    if "" in args.allow:
+        return None, "--allow: want a host name, *.suffix or an address range (--no-network for none)"
+    network = args.allow or ([] if args.no_network else None)
     files = []
     for value in args.file:
         try:
@@ -215,7 +230,7 @@ def _run_options(args: argparse.Namespace) -> tuple[Optional[dict], Optional[str
         if name == "":
             return None, f"--env {value}: want NAME=VALUE"
         env[name] = v
-    return {"files": files, "env": env, "args": args.arg, "return_files": args.return_files}, None
+    return {"files": files, "env": env, "args": args.arg, "return_files": args.return_files, "network": network}, None
 
 
 def _run(args: argparse.Namespace, client: KuboClient, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:

@@ -40,8 +40,8 @@ CELL_DESCRIPTION = (
     "DataFrame also as an HTML table, where the image has pandas), and every matplotlib figure left open comes back as "
     "an image. A cell that times out is interrupted (KeyboardInterrupt) and the state stays. Each language has one "
     "default interpreter per sandbox; context_id picks another one made over the API. With sandbox_id, files, stdin, "
-    "args, return_files and image do not apply: the sandbox's own files stay in its home directory (use write_file "
-    "and read_file).")
+    "args, return_files, image and network do not apply: the sandbox's own files stay in its home directory (use "
+    "write_file and read_file).")
 
 _RUN_CELL_EXTRA = ("sandbox_id", "context_id")
 
@@ -347,9 +347,10 @@ class SandboxTools:
                 return result(f"invalid arguments: {name} must be a string", is_error=True)
         if not sid:
             return result("argument context_id needs sandbox_id, the sandbox the context is in", is_error=True)
-        if any(raw.get(k) for k in ("image", "stdin", "files", "args", "return_files")):
-            return result("with sandbox_id, the arguments image, stdin, files, args and return_files do not apply: "
-                           "the sandbox keeps its own files (use write_file and read_file)", is_error=True)
+        if any(raw.get(k) for k in ("image", "stdin", "files", "args", "return_files")) or raw.get("network") is not None:
+            return result("with sandbox_id, the arguments image, stdin, files, args, return_files and network do not "
+                          "apply: the sandbox keeps its own files (use write_file and read_file) and its own network",
+                          is_error=True)
         timeout = checked.get("timeout_s")
         try:
             out = self._sandbox(sid).run_code(checked["code"], context_id=cid or None, language=checked["language"],

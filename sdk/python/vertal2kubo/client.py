@@ -69,7 +69,8 @@ _UNFINISHED = ("queued", "running")
 # The longest wait between two GETs when wait() polls.
 _MAX_POLL_WAIT = 5.0
 # The options of one run that a batch item may carry, besides its code.
-_ITEM_KEYS = ("image", "language", "timeout_s", "stdin", "files", "env", "args", "return_files", "webhook_url")
+_ITEM_KEYS = ("image", "language", "timeout_s", "stdin", "files", "env", "args", "return_files", "webhook_url",
+              "network")
 
 #: What ``files=`` takes: a mapping of path to content, or (path, content)
 #: pairs; content is bytes or str.
@@ -157,7 +158,7 @@ class KuboClient:
             idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
             files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
             args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
-            image: Optional[str] = None) -> dict:
+            image: Optional[str] = None, network: Optional[Sequence[str]] = None) -> dict:
         """Run code in a fresh sandbox and wait for the result.
 
         Returns the execution: id, status (succeeded, failed, timed_out,
@@ -174,11 +175,22 @@ class KuboClient:
         back: each of ``result["files"]`` is {"path", "size", "content"}
         with content as bytes.
 
+        network narrows the plan's egress allowlist for this run: host
+        names ("pypi.org"), *.suffix wildcards and address ranges
+        ("203.0.113.0/24"), each within the plan's (one beyond it is a 403
+        ``forbidden`` KuboError); [] runs it without network, None (the
+        default) with the plan's whole list, which is empty on the built-in
+        plans. A run with a network has ``result["network"]``: allow,
+        bytes_in, bytes_out, connections, refused and attempts (each
+        {"host", "port", "kind", "allowed", "reason", ...}, the reason
+        saying why it was refused or cut), and ``usage["network_bytes_in"]``
+        and ``usage["network_bytes_out"]``; all absent without a network.
+
         The same idempotency_key with the same request returns the first
         result without running the code again.
         """
         body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
-                                   image)
+                                   image, network)
         wait = self.timeout if self.timeout is not None else float(timeout_s or 10) + 120.0
         result = self._call("POST", "/v1/executions", body, headers={"Idempotency-Key": key},
                             retry="always", timeout=wait)
@@ -188,7 +200,7 @@ class KuboClient:
                idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
                files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
                args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
-               image: Optional[str] = None) -> Iterator[dict]:
+               image: Optional[str] = None, network: Optional[Sequence[str]] = None) -> Iterator[dict]:
         """Run code like run(), yielding events while it runs.
 
         Each event is a dict with "type" and "id" (the event id, to resume
@@ -207,7 +219,7 @@ class KuboClient:
         does not stream answers JSON, which is turned into the same events.
         """
         body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
-                                   image)
+                                   image, network)
         data = json.dumps(body).encode("utf-8")
 
         def first() -> Any:
@@ -228,7 +240,8 @@ class KuboClient:
                idempotency_key: Optional[str] = None, stdin: Optional[str] = None, *,
                files: Optional[Files] = None, env: Optional[Mapping[str, str]] = None,
                args: Optional[Iterable[str]] = None, return_files: Optional[Iterable[str]] = None,
-               webhook_url: Optional[str] = None, image: Optional[str] = None) -> dict:
+               webhook_url: Optional[str] = None, image: Optional[str] = None,
+               network: Optional[Sequence[str]] = None) -> dict:
         """Queue code for an asynchronous run and return at once.
 
         Takes the arguments of run(), plus webhook_url: an https URL the
@@ -242,7 +255,7 @@ class KuboClient:
         returns the first request's execution.
         """
         body, key = self._run_body(code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
-                                   image)
+                                   image, network)
         body["async"] = True
         if webhook_url:
             body["webhook_url"] = webhook_url
@@ -292,9 +305,9 @@ class KuboClient:
         and return their executions, queued, in the order of items.
 
         Each item is a dict with "code" and any of run()'s options by name
-        (language, timeout_s, stdin, files, env, args, return_files) and
-        its own webhook_url, which wins over the batch's. The server takes
-        all or none: an invalid item raises KuboError (400
+        (image, language, timeout_s, stdin, files, env, args, return_files,
+        network) and its own webhook_url, which wins over the batch's. The
+        server takes all or none: an invalid item raises KuboError (400
         invalid_request) whose message names it, e.g.
         ``executions[3].language: ...``; a batch over the day's quota
         raises quota_exceeded and nothing runs. Retries and the
@@ -307,7 +320,7 @@ class KuboClient:
                 raise TypeError(f"batch item {i}: " + (f"unknown keys {unknown}" if unknown else "no code"))
             body, _ = self._run_body(item["code"], item.get("language") or "python", item.get("timeout_s"), None,
                                      item.get("stdin"), item.get("files"), item.get("env"), item.get("args"),
-                                     item.get("return_files"), item.get("image"))
+                                     item.get("return_files"), item.get("image"), item.get("network"))
             if item.get("webhook_url"):
                 body["webhook_url"] = item["webhook_url"]
             executions.append(body)
@@ -405,7 +418,7 @@ class KuboClient:
     # -- plumbing --------------------------------------------------------
 
     def _run_body(self, code, language, timeout_s, idempotency_key, stdin, files, env, args, return_files,
-                  image=None):
+                  image=None, network=None):
         body: dict[str, Any] = {"language": language, "code": code}
         if image:
             body["image"] = image
@@ -421,6 +434,8 @@ class KuboClient:
             body["args"] = list(args)
         if return_files:
             body["return_files"] = list(return_files)
+        if network is not None:
+            body["network"] = _encode_network(network)
         return body, idempotency_key or "vertal-" + uuid.uuid4().hex
 
     def _call(self, method: str, path: str, body: Any = None, *, headers: Optional[dict] = None,
@@ -703,6 +718,13 @@ def _encode_files(files: Files) -> list:
         else:
             out.append({"path": path, "content": base64.b64encode(content).decode("ascii"), "encoding": "base64"})
     return out
+
+
+def _encode_network(network: Sequence[str]) -> dict:
+    """A request's "network": the allowlist asked for; [] is none."""
+    if isinstance(network, (str, bytes)):
+        raise TypeError("network is a list of names, *.suffix wildcards and CIDRs, not a string")
+    return {"allow": list(network)}
 
 
 def _decode_files(execution: Any) -> Any:

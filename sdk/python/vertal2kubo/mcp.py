@@ -37,8 +37,8 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 DEFAULT_LANGUAGES = [{"name": "python"}, {"name": "javascript"}, {"name": "bash"}]
 
 INSTRUCTIONS = ("Vertal Run executes Python, JavaScript and Bash in a fresh isolated sandbox per call "
-                "(no network, no package installs). Use run_code to run a complete program and "
-                "get_usage to see the remaining daily quota and plan limits.")
+                "(no network unless the plan allows hosts, no package installs). Use run_code to run a complete "
+                "program and get_usage to see the remaining daily quota and plan limits.")
 
 GET_USAGE_DESCRIPTION = (
     "Show today's usage of this Vertal Run API key (executions and sandbox seconds in the current "
@@ -92,7 +92,8 @@ def describe_run_code(languages: list, images: Optional[list] = None) -> str:
         "stderr, exit code and duration.\n\n"
         f"Languages: {labels}. Only each language's standard library is available, unless the image adds packages."
         f"{_images_paragraph(images)}\n\n"
-        "What the sandbox cannot do: it has no network access (no HTTP requests, no downloads), "
+        "What the sandbox cannot do: it has no network access (no HTTP requests, no downloads) "
+        "beyond the hosts its plan allows (see Network), "
         "packages cannot be installed (pip, npm and apt do not work; the root filesystem is "
         "read-only), and nothing persists between calls, so every call must contain the whole "
         "program, including imports and data.\n\n"
@@ -106,12 +107,39 @@ def describe_run_code(languages: list, images: Optional[list] = None) -> str:
         "process.argv.slice(2), $1...). To get back files the program writes in /code, list globs in "
         "return_files (\"*.png\", \"out/**\"): images come back as image content, any other file as "
         "an embedded resource. The number and total size of files in and out are capped per plan.\n\n"
+        "Network: the program may reach only the hosts on the egress allowlist of this API key's plan, and "
+        "the built-in plans list none. Where the plan lists some, the network argument narrows them for one "
+        "call ([] for none); asking for a host the plan does not list is refused, with the plan's list in the "
+        "message. A run with a network reports the bytes it carried and each connection refused, with why, "
+        "so a failed fetch says whether the sandbox let it out.\n\n"
         "Limits: the program is killed when timeout_s runs out (10 seconds unless you ask for more, "
         "up to the plan's max_timeout_s shown by get_usage). Output is kept up to 64 KB per stream; "
         "beyond that it is cut and truncated is true, so print summaries rather than huge data.\n\n"
         "A program that fails, times out or runs out of memory comes back as an error result that "
         "still carries its status, output and exit code: read stderr, fix the code and call again. "
         "Every call counts once toward the daily quota.")
+
+
+# The most rules an allowlist holds (egress.MaxRules in Go).
+MAX_NETWORK_RULES = 64
+
+# run_code's network in its output (networkSchema in Go).
+_COUNT = {"type": "integer", "minimum": 0}
+_NETWORK_SCHEMA = {
+    "type": "object",
+    "description": "Only for a run with a network: its allowlist, the bytes its connections carried, the connections "
+                   "made and refused, and the newest attempts, each refused or cut one with its reason.",
+    "properties": {
+        "allow": {"type": "array", "items": {"type": "string"}},
+        "bytes_in": _COUNT, "bytes_out": _COUNT, "connections": _COUNT, "refused": _COUNT,
+        "attempts": {"type": "array", "items": {"type": "object", "properties": {
+            "host": {"type": "string"},
+            "port": {"type": "integer"},
+            "kind": {"type": "string", "description": "http or tls."},
+            "allowed": {"type": "boolean"},
+            "reason": {"type": "string", "description": "Why it was refused or cut."}}}},
+    },
+}
 
 
 def tool_definitions(languages: list, images: Optional[list] = None, with_sandboxes: bool = False) -> list:
@@ -156,6 +184,10 @@ def tool_definitions(languages: list, images: Optional[list] = None, with_sandbo
                 "return_files": {"type": "array", "items": {"type": "string"}, "maxItems": 20, "description":
                                  "Globs relative to /code of files to send back after the run, e.g. [\"*.png\", \"out/**\"]. "
                                  "Images come back as image content, other files as embedded resources. Optional."},
+                "network": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_NETWORK_RULES, "description":
+                            "What the program may reach, within the plan's egress allowlist: host names (pypi.org), "
+                            "*.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: "
+                            "the plan's whole list (none on the built-in plans); []: no network. Optional."},
             },
             "required": ["language", "code"],
             "additionalProperties": False,
@@ -171,7 +203,10 @@ def tool_definitions(languages: list, images: Optional[list] = None, with_sandbo
                 "exit_code": {"type": "integer"},
                 "duration_ms": {"type": "integer"},
                 "truncated": {"type": "boolean", "description": "True if a stream went over 64 KB and was cut."},
-                "usage": {"type": "object", "properties": {"sandbox_seconds": {"type": "number"}}},
+                "usage": {"type": "object", "properties": {
+                    "sandbox_seconds": {"type": "number"},
+                    "network_bytes_in": {"type": "integer", "description": "Only with a network: bytes carried to the sandbox."},
+                    "network_bytes_out": {"type": "integer", "description": "Only with a network: bytes carried from the sandbox."}}},
                 "request_id": {"type": "string"},
                 "image": {"type": ["string", "null"], "description": "The image the code ran on (default when none was named)."},
                 "image_version": {"type": ["string", "null"],
@@ -180,6 +215,7 @@ def tool_definitions(languages: list, images: Optional[list] = None, with_sandbo
                 "files": {"type": "array", "description": "Files matched by return_files (their content is in the result's content).",
                           "items": {"type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"}}}},
                 "files_truncated": {"type": "boolean", "description": "True if the plan's caps left some matching files out."},
+                "network": _NETWORK_SCHEMA,
             },
             "required": ["id", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated"],
         },
@@ -235,8 +271,38 @@ def format_execution(ex: dict, files: str = "") -> str:
         build = f" (build {ex['image_version']})" if ex.get("image_version") else ""
         lines.append(f"image: {ex['image']}{build}")
     lines.append(f"execution_id: {ex.get('id', '')}")
-    return "\n".join(lines) + "\n" + files + "--- stdout ---\n" + _stream(ex.get("stdout", "")) + \
-        "--- stderr ---\n" + _stream(ex.get("stderr", ""))
+    return "\n".join(lines) + "\n" + files + network_text(ex.get("network")) + \
+        "--- stdout ---\n" + _stream(ex.get("stdout", "")) + "--- stderr ---\n" + _stream(ex.get("stderr", ""))
+
+
+# The refused or cut attempts the text names; the structured content has
+# them all.
+_MAX_NETWORK_LINES = 10
+
+
+def network_text(network: Any) -> str:
+    """What a run with a network reached, for a model to read: its
+    allowlist, traffic, and each refused or cut connection with why
+    (networkText in Go); "" without a network."""
+    if not isinstance(network, dict):
+        return ""
+    allow = ", ".join(network.get("allow") or []) or "(none)"
+    text = (f"network: allowed {allow}; connections: {network.get('connections', 0)} made, "
+            f"{network.get('refused', 0)} refused; bytes: {network.get('bytes_in', 0)} in, {network.get('bytes_out', 0)} out\n")
+    # The same refusal repeated (a client retrying) is one line.
+    times: dict = {}
+    for a in network.get("attempts") or []:
+        if not isinstance(a, dict) or (a.get("allowed") and not a.get("reason")):
+            continue
+        what = "cut" if a.get("allowed") else "refused"
+        line = f"{what}: {a.get('host', '')}:{a.get('port', 0)} ({a.get('kind', '')}): {a.get('reason', '')}"
+        times[line] = times.get(line, 0) + 1
+    for i, (line, n) in enumerate(times.items()):
+        if i == _MAX_NETWORK_LINES:
+            text += f"({len(times) - i} more refused or cut connections in the structured content)\n"
+            break
+        text += line + (f" ({n} times)" if n > 1 else "") + "\n"
+    return text
 
 
 def _error_text(err: KuboError) -> str:
@@ -256,7 +322,7 @@ def _error_text(err: KuboError) -> str:
 
 
 _RUN_FIELDS = ("image", "language", "code", "timeout_s", "stdin", "files", "env", "args", "return_files",
-               "sandbox_id", "context_id")
+               "network", "sandbox_id", "context_id")
 _FILE_FIELDS = ("path", "content", "encoding")
 
 
@@ -349,7 +415,7 @@ def _check_run_args(args: Any) -> tuple[Optional[dict], Optional[str]]:
             if not isinstance(v, str):
                 return None, f"invalid arguments: env[{json.dumps(_clip(k, 40))}] must be a string"
         checked["env"] = env
-    for name in ("args", "return_files"):
+    for name in ("args", "return_files", "network"):
         if args.get(name) is not None:
             problem = _strings(args[name], name)
             if problem:
@@ -449,7 +515,7 @@ class Server:
             ex = self.client.run(checked["code"], language=checked["language"], timeout_s=checked["timeout_s"],
                                  stdin=checked["stdin"], files=checked.get("files"), env=checked.get("env"),
                                  args=checked.get("args"), return_files=checked.get("return_files"),
-                                 image=checked.get("image"))
+                                 image=checked.get("image"), network=checked.get("network"))
         except KuboError as e:
             return _text_result(_error_text(e), is_error=True)
         files = [f for f in ex.get("files") or [] if isinstance(f, dict)]

@@ -30,7 +30,7 @@ import urllib.parse
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from .client import _EVENT_STREAM, _MAX_RESPONSE_BYTES, Files, KuboError, _encode_files, _SSEParser
+from .client import _EVENT_STREAM, _MAX_RESPONSE_BYTES, Files, KuboError, _encode_files, _encode_network, _SSEParser
 
 if TYPE_CHECKING:
     from .client import KuboClient
@@ -537,9 +537,7 @@ def create(client: "KuboClient", image: Optional[str] = None, timeout_s: Optiona
     if on_timeout:
         body["on_timeout"] = on_timeout
     if network is not None:
-        if isinstance(network, str):
-            raise TypeError("network is a list of names, *.suffix wildcards and CIDRs, not a string")
-        body["network"] = {"allow": list(network)}
+        body["network"] = _encode_network(network)
     key = idempotency_key or "vertal-" + uuid.uuid4().hex
     info = client._call("POST", _BASE, body, headers={"Idempotency-Key": key}, retry="always")
     return Sandbox(client, info)
