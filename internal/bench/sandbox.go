@@ -148,6 +148,35 @@ func BarePython(ctx context.Context) error {
 	return nil
 }
 
+// Execute runs print(1) as a one-shot execution, with the plan's network
+// (withNetwork) or asking for none: on a server whose executions' warm
+// pool is off, both start cold, and the difference is the egress mount,
+// the proxy and the agent's relay.
+func (c *ClientSandboxes) Execute(ctx context.Context, withNetwork bool) error {
+	opts := []client.RunOption{client.WithLanguage("python")}
+	if !withNetwork {
+		opts = append(opts, client.WithNetwork())
+	}
+	ex, err := c.C.Run(ctx, "print(1)", opts...)
+	switch {
+	case err != nil:
+		return err
+	case ex.Stdout != "1\n":
+		return fmt.Errorf("printed %q (%s)", ex.Stdout, ex.Status)
+	case withNetwork && ex.Network == nil:
+		return errors.New("the execution had no network")
+	case !withNetwork && ex.Network != nil:
+		return errors.New("the execution had a network")
+	}
+	return nil
+}
+
+// executor is a SandboxAPI that runs one-shot executions too
+// (ClientSandboxes.Execute).
+type executor interface {
+	Execute(ctx context.Context, withNetwork bool) error
+}
+
 // Kill implements SandboxAPI.
 func (c *ClientSandboxes) Kill(ctx context.Context, id string) error {
 	return c.C.Sandbox(id).Kill(ctx)
@@ -180,7 +209,11 @@ type SandboxLatency struct {
 	// and the agent's relay started at the hand-over) on api's server, in
 	// the same rounds (zero when not measured).
 	NetCreate Stats
-	Delete    Stats // DELETE /v1/sandboxes/{id} of each one created
+	// Execution and NetExecution run print(1) as a one-shot execution on
+	// api's server (its executions' warm pool off), asking for no network
+	// and with the plan's, in the same rounds (zero when api cannot).
+	Execution, NetExecution Stats
+	Delete                  Stats // DELETE /v1/sandboxes/{id} of each one created
 	// PythonCommand runs python3 -c 'print(1 + 1)' as a command, Cell
 	// and JSCell evaluate 1 + 1 in the sandbox's Python and JavaScript
 	// contexts (started before). ContextStart is a new Python context
@@ -246,7 +279,8 @@ func MeasureSandboxLatency(ctx context.Context, api, cold, withNet SandboxAPI, w
 			return SandboxLatency{}, fmt.Errorf("starting a code context: %w", err)
 		}
 	}
-	var bareS, cmdS, createS, deleteS, coldS, netS, pyS, cellS, jsS, startS, barePyS Sample
+	var bareS, cmdS, createS, deleteS, coldS, netS, pyS, cellS, jsS, startS, barePyS, exeS, netExeS Sample
+	ex, _ := api.(executor)
 	for round := 0; round < rounds; round++ {
 		k := n / rounds
 		if round < n%rounds {
@@ -273,11 +307,16 @@ func MeasureSandboxLatency(ctx context.Context, api, cold, withNet SandboxAPI, w
 			c, _ = measureCreate(ctx, withNet, waitWarm, k, warm)
 			netS = merge(netS, c)
 		}
+		if ex != nil {
+			exeS = merge(exeS, Measure(ctx, func(ctx context.Context) error { return ex.Execute(ctx, false) }, k, 1, warm))
+			netExeS = merge(netExeS, Measure(ctx, func(ctx context.Context) error { return ex.Execute(ctx, true) }, k, 1, warm))
+		}
 		if err := ctx.Err(); err != nil {
 			return SandboxLatency{}, err
 		}
 	}
 	return SandboxLatency{Bare: Summarize(bareS), Command: Summarize(cmdS), Create: Summarize(createS), Delete: Summarize(deleteS), ColdCreate: Summarize(coldS), NetCreate: Summarize(netS),
+		Execution: Summarize(exeS), NetExecution: Summarize(netExeS),
 		PythonCommand: Summarize(pyS), Cell: Summarize(cellS), JSCell: Summarize(jsS), ContextStart: Summarize(startS),
 		BarePython: Summarize(barePyS)}, nil
 }
@@ -639,6 +678,8 @@ func WriteSandboxes(w io.Writer, l SandboxLatency, idle, idleContext, pandasCont
 		{"delete it (API)", l.Delete},
 		{"create a sandbox (API, pool off)", l.ColdCreate},
 		{"create a sandbox with network (API, pool warm)", l.NetCreate},
+		{"print(1) as an execution, no network (API, pool off)", l.Execution},
+		{"print(1) as an execution with network (API, pool off)", l.NetExecution},
 		{"python3 -c 'print(1 + 1)' as a command (API)", l.PythonCommand},
 		{"1 + 1 as a cell in a Python context (API)", l.Cell},
 		{"1 + 1 as a cell in a JavaScript context (API)", l.JSCell},
@@ -671,6 +712,13 @@ func WriteSandboxes(w io.Writer, l SandboxLatency, idle, idleContext, pandasCont
 			fmt.Fprintf(w, "; %s with the pool off, %.2f× the warm create", fmtMs(l.ColdCreate.P50), float64(l.ColdCreate.P50)/float64(l.Create.P50))
 		}
 		fmt.Fprintln(w)
+	}
+	if l.Execution.P50 > 0 && l.NetExecution.P50 > 0 {
+		fmt.Fprintf(w, "- an execution with network: p50 %s, %.2f× the same cold execution without (%s): the egress mount, proxy and relay\n",
+			fmtMs(l.NetExecution.P50), float64(l.NetExecution.P50)/float64(l.Execution.P50), fmtMs(l.Execution.P50))
+	}
+	if l.NetCreate.P50 > 0 && l.Create.P50 > 0 {
+		fmt.Fprintf(w, "- a create with network: p50 %s, %.2f× the warm create without\n", fmtMs(l.NetCreate.P50), float64(l.NetCreate.P50)/float64(l.Create.P50))
 	}
 	if idle != nil {
 		fmt.Fprintf(w, "- idle sandbox: %d processes, PSS %s, RSS %s, cgroup memory usage %s (issue 22: ≤ %s by PSS: %s)\n",
