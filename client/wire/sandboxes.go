@@ -217,10 +217,12 @@ type Ack struct {
 // their wall time alive and CPU time, and how many are running and
 // paused now.
 type SandboxUsage struct {
-	SandboxSeconds float64 `json:"sandbox_seconds"`
-	CPUSeconds     float64 `json:"cpu_seconds"`
-	Running        int     `json:"running"`
-	Paused         int     `json:"paused"`
+	SandboxSeconds  float64 `json:"sandbox_seconds"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	NetworkBytesIn  int64   `json:"network_bytes_in"`
+	NetworkBytesOut int64   `json:"network_bytes_out"`
+	Running         int     `json:"running"`
+	Paused          int     `json:"paused"`
 }
 
 // ContextRequest is the body of POST /v1/sandboxes/{id}/contexts: a code

@@ -157,6 +157,10 @@ type UsageToday struct {
 	Executions     int64   `json:"executions"`
 	SandboxSeconds float64 `json:"sandbox_seconds"`
 	CPUSeconds     float64 `json:"cpu_seconds"`
+	// NetworkBytesIn and NetworkBytesOut are what the egress proxies of
+	// today's executions carried.
+	NetworkBytesIn  int64 `json:"network_bytes_in"`
+	NetworkBytesOut int64 `json:"network_bytes_out"`
 }
 
 // Limits are a plan's limits.

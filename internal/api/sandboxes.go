@@ -720,7 +720,8 @@ func (s *Server) sandboxUsage(ctx context.Context, c *Caller) (*wire.SandboxUsag
 	if err != nil {
 		return nil, err
 	}
-	return &wire.SandboxUsage{SandboxSeconds: round3(u.SandboxSeconds), CPUSeconds: round3(u.SandboxCPUSeconds), Running: u.Running, Paused: u.Paused}, nil
+	return &wire.SandboxUsage{SandboxSeconds: round3(u.SandboxSeconds), CPUSeconds: round3(u.SandboxCPUSeconds),
+		NetworkBytesIn: u.NetworkBytesIn, NetworkBytesOut: u.NetworkBytesOut, Running: u.Running, Paused: u.Paused}, nil
 }
 
 // streamEvent is one server-sent event: id, event name and the JSON data.

@@ -467,7 +467,7 @@ func TestSandboxUsage(t *testing.T) {
 	env.createSandbox(t, `{}`)
 	env.do(request{method: "POST", path: "/v1/sandboxes/" + id + "/pause"})
 	u := decode(t, env.do(request{path: "/v1/usage"}))
-	if diff := cmp.Diff(map[string]any{"sandbox_seconds": 0.0, "cpu_seconds": 0.0, "running": 1.0, "paused": 1.0}, u["sandboxes"]); diff != "" {
+	if diff := cmp.Diff(map[string]any{"sandbox_seconds": 0.0, "cpu_seconds": 0.0, "network_bytes_in": 0.0, "network_bytes_out": 0.0, "running": 1.0, "paused": 1.0}, u["sandboxes"]); diff != "" {
 		t.Errorf("usage.sandboxes (-want +got):\n%s", diff)
 	}
 	if _, ok := u["today"].(map[string]any)["executions"]; !ok {

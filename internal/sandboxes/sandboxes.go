@@ -216,6 +216,8 @@ type FileInfo struct {
 type Usage struct {
 	SandboxSeconds    float64 `json:"sandbox_seconds"`
 	SandboxCPUSeconds float64 `json:"sandbox_cpu_seconds"`
+	NetworkBytesIn    int64   `json:"network_bytes_in"`
+	NetworkBytesOut   int64   `json:"network_bytes_out"`
 	Running           int     `json:"running"`
 	Paused            int     `json:"paused"`
 }

@@ -813,12 +813,18 @@ func (s *Service) discard(b *box) {
 // to the tenant's metering of today (UTC; a period is counted on the day
 // it closes).
 func (s *Service) meter(rec *store.Sandbox, b *box) {
-	alive := max(0, s.now().Sub(b.since).Seconds())
-	cpu := b.cpu()
-	rec.AliveSeconds += alive
-	rec.CPUSeconds += cpu
+	u := store.SandboxUsage{AliveSeconds: max(0, s.now().Sub(b.since).Seconds()), CPUSeconds: b.cpu()}
+	rec.AliveSeconds += u.AliveSeconds
+	rec.CPUSeconds += u.CPUSeconds
+	if b.net != nil {
+		// The period ends: its connections are cut now (discard, which
+		// follows, closes it again), so their bytes are all counted.
+		_ = b.net.Close()
+		nu := b.net.Usage()
+		u.NetworkBytesIn, u.NetworkBytesOut = nu.BytesIn, nu.BytesOut
+	}
 	day, _ := quotaDay(s.now())
-	if err := s.store.AddSandboxUsage(context.Background(), rec.Tenant, day, alive, cpu); err != nil {
+	if err := s.store.AddSandboxUsage(context.Background(), rec.Tenant, day, u); err != nil {
 		s.log.Error("metering a sandbox", "sandbox_id", rec.ID, "error", err)
 	}
 }
@@ -1385,10 +1391,11 @@ func (s *Service) Resume(ctx context.Context, c execution.Caller, id string) (Sa
 // and how many sandboxes it holds.
 func (s *Service) Usage(ctx context.Context, c execution.Caller) (Usage, error) {
 	day, _ := quotaDay(s.now())
-	alive, cpu, err := s.store.SandboxUsage(ctx, c.Key.Tenant, day)
+	su, err := s.store.SandboxUsage(ctx, c.Key.Tenant, day)
 	if err != nil {
 		return Usage{}, execution.Internal(err)
 	}
+	alive, cpu, in, out := su.AliveSeconds, su.CPUSeconds, su.NetworkBytesIn, su.NetworkBytesOut
 	running, paused, err := s.store.CountSandboxes(ctx, c.Key.Tenant)
 	if err != nil {
 		return Usage{}, execution.Internal(err)
@@ -1398,10 +1405,14 @@ func (s *Service) Usage(ctx context.Context, c execution.Caller) (Usage, error) 
 		if b := e.b; b != nil && b.tenant == c.Key.Tenant {
 			alive += max(0, s.now().Sub(b.since).Seconds())
 			cpu += b.cpu()
+			if b.net != nil {
+				nu := b.net.Usage()
+				in, out = in+nu.BytesIn, out+nu.BytesOut
+			}
 		}
 		e.mu.Unlock()
 	}
-	return Usage{SandboxSeconds: alive, SandboxCPUSeconds: cpu, Running: running, Paused: paused}, nil
+	return Usage{SandboxSeconds: alive, SandboxCPUSeconds: cpu, NetworkBytesIn: in, NetworkBytesOut: out, Running: running, Paused: paused}, nil
 }
 
 func newID() string {

@@ -81,12 +81,19 @@ type Sandboxes interface {
 	NodeSandboxes(ctx context.Context, node, status string) ([]Sandbox, error)
 	// CountSandboxes counts tenant's running and paused sandboxes.
 	CountSandboxes(ctx context.Context, tenant string) (running, paused int, err error)
-	// AddSandboxUsage adds alive and CPU seconds to tenant's sandbox
+	// AddSandboxUsage adds u (a closed live period's) to tenant's sandbox
 	// metering of day.
-	AddSandboxUsage(ctx context.Context, tenant, day string, aliveS, cpuS float64) error
+	AddSandboxUsage(ctx context.Context, tenant, day string, u SandboxUsage) error
 	// PurgeSandboxes deletes the records of sandboxes that ended before
 	// before (the retention period), of every tenant, and returns how many.
 	PurgeSandboxes(ctx context.Context, before time.Time) (int64, error)
 	// SandboxUsage is tenant's sandbox metering of day (zero if none).
-	SandboxUsage(ctx context.Context, tenant, day string) (aliveS, cpuS float64, err error)
+	SandboxUsage(ctx context.Context, tenant, day string) (SandboxUsage, error)
+}
+
+// SandboxUsage is a tenant's sandbox metering: alive and CPU seconds, and
+// the bytes its egress proxies carried in and out.
+type SandboxUsage struct {
+	AliveSeconds, CPUSeconds        float64
+	NetworkBytesIn, NetworkBytesOut int64
 }

@@ -15,6 +15,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -129,8 +130,25 @@ type Execution struct {
 	IdempotencyKey string
 	// Network is what an execution with a network reached (its allowlist
 	// and its traffic, JSON: execution.NetworkRecord); "" for one without.
-	// Saved with the result.
+	// Saved with the result; its bytes are metered with it (NetworkBytes).
 	Network string
+}
+
+// NetworkBytes are the bytes in and out that e's network record holds
+// (its "bytes_in" and "bytes_out"); 0 without one, or one that cannot be
+// read.
+func (e Execution) NetworkBytes() (in, out int64) {
+	if e.Network == "" {
+		return 0, 0
+	}
+	var n struct {
+		In  int64 `json:"bytes_in"`
+		Out int64 `json:"bytes_out"`
+	}
+	if json.Unmarshal([]byte(e.Network), &n) != nil {
+		return 0, 0
+	}
+	return max(n.In, 0), max(n.Out, 0)
 }
 
 // Webhook is one execution's webhook and the state of its delivery.
@@ -161,6 +179,9 @@ type DayUsage struct {
 	Executions     int64 // reservations (ReserveExecution minus RefundExecution), so it includes running ones
 	SandboxSeconds float64
 	CPUSeconds     float64
+	// NetworkBytesIn and NetworkBytesOut are what the egress proxies of
+	// its executions carried (Execution.NetworkBytes).
+	NetworkBytesIn, NetworkBytesOut int64
 }
 
 // Idempotency is a claimed Idempotency-Key.

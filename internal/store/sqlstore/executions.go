@@ -303,7 +303,8 @@ func (s *Store) SaveExecution(ctx context.Context, e store.Execution) error {
 		if err != nil {
 			return err
 		}
-		_, err = c.exec(ctx, qAddUsage, e.Tenant, e.CreatedAt.UTC().Format(time.DateOnly), e.SandboxSeconds, e.CPUSeconds)
+		in, out := e.NetworkBytes()
+		_, err = c.exec(ctx, qAddUsage, e.Tenant, e.CreatedAt.UTC().Format(time.DateOnly), e.SandboxSeconds, e.CPUSeconds, in, out)
 		return err
 	})
 	if err != nil {

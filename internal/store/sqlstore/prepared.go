@@ -38,10 +38,13 @@ const (
 	qSandbox        = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE tenant = $1 AND id = $2`
 	qExecutionState = `SELECT tenant, status FROM executions WHERE id = $1`
 	qStartExecution = `UPDATE executions SET status = $1, started_at = $2 WHERE id = $3`
-	qAddUsage       = `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds) VALUES ($1, $2, $3, $4)
+	qAddUsage       = `INSERT INTO usage_days (tenant, day, sandbox_seconds, cpu_seconds, network_bytes_in, network_bytes_out)
+		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (tenant, day) DO UPDATE SET
 			sandbox_seconds = usage_days.sandbox_seconds + excluded.sandbox_seconds,
-			cpu_seconds = usage_days.cpu_seconds + excluded.cpu_seconds`
+			cpu_seconds = usage_days.cpu_seconds + excluded.cpu_seconds,
+			network_bytes_in = usage_days.network_bytes_in + excluded.network_bytes_in,
+			network_bytes_out = usage_days.network_bytes_out + excluded.network_bytes_out`
 )
 
 // prepare prepares the hot statements, each on the pool it runs on.

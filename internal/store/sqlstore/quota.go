@@ -98,8 +98,8 @@ func (s *Store) Usage(ctx context.Context, tenant, day string) (store.DayUsage, 
 		return store.DayUsage{}, s.errf("usage", err)
 	}
 	var u store.DayUsage
-	err := s.reader().row(ctx, `SELECT executions, sandbox_seconds, cpu_seconds
-		FROM usage_days WHERE tenant = $1 AND day = $2`, tenant, day).Scan(&u.Executions, &u.SandboxSeconds, &u.CPUSeconds)
+	err := s.reader().row(ctx, `SELECT executions, sandbox_seconds, cpu_seconds, network_bytes_in, network_bytes_out
+		FROM usage_days WHERE tenant = $1 AND day = $2`, tenant, day).Scan(&u.Executions, &u.SandboxSeconds, &u.CPUSeconds, &u.NetworkBytesIn, &u.NetworkBytesOut)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.DayUsage{}, nil
 	}

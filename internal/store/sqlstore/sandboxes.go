@@ -179,33 +179,37 @@ func (s *Store) CountSandboxes(ctx context.Context, tenant string) (running, pau
 }
 
 // AddSandboxUsage implements store.Sandboxes.
-func (s *Store) AddSandboxUsage(ctx context.Context, tenant, day string, aliveS, cpuS float64) error {
+func (s *Store) AddSandboxUsage(ctx context.Context, tenant, day string, u store.SandboxUsage) error {
 	if err := checkDay(day); err != nil {
 		return s.errf("add sandbox usage", err)
 	}
-	if _, err := s.writer().exec(ctx, `INSERT INTO usage_days (tenant, day, sbx_seconds, sbx_cpu_seconds) VALUES ($1, $2, $3, $4)
+	if _, err := s.writer().exec(ctx, `INSERT INTO usage_days (tenant, day, sbx_seconds, sbx_cpu_seconds, sbx_network_bytes_in, sbx_network_bytes_out)
+		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (tenant, day) DO UPDATE SET sbx_seconds = usage_days.sbx_seconds + $3,
-			sbx_cpu_seconds = usage_days.sbx_cpu_seconds + $4`, tenant, day, aliveS, cpuS); err != nil {
+			sbx_cpu_seconds = usage_days.sbx_cpu_seconds + $4, sbx_network_bytes_in = usage_days.sbx_network_bytes_in + $5,
+			sbx_network_bytes_out = usage_days.sbx_network_bytes_out + $6`,
+		tenant, day, u.AliveSeconds, u.CPUSeconds, u.NetworkBytesIn, u.NetworkBytesOut); err != nil {
 		return s.errf("add sandbox usage", err)
 	}
 	return nil
 }
 
 // SandboxUsage implements store.Sandboxes.
-func (s *Store) SandboxUsage(ctx context.Context, tenant, day string) (float64, float64, error) {
+func (s *Store) SandboxUsage(ctx context.Context, tenant, day string) (store.SandboxUsage, error) {
+	var u store.SandboxUsage
 	if err := checkDay(day); err != nil {
-		return 0, 0, s.errf("sandbox usage", err)
+		return u, s.errf("sandbox usage", err)
 	}
-	var alive, cpu float64
-	err := s.reader().row(ctx, `SELECT sbx_seconds, sbx_cpu_seconds FROM usage_days WHERE tenant = $1 AND day = $2`,
-		tenant, day).Scan(&alive, &cpu)
+	err := s.reader().row(ctx, `SELECT sbx_seconds, sbx_cpu_seconds, sbx_network_bytes_in, sbx_network_bytes_out
+		FROM usage_days WHERE tenant = $1 AND day = $2`,
+		tenant, day).Scan(&u.AliveSeconds, &u.CPUSeconds, &u.NetworkBytesIn, &u.NetworkBytesOut)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, nil
+		return store.SandboxUsage{}, nil
 	}
 	if err != nil {
-		return 0, 0, s.errf("sandbox usage", err)
+		return store.SandboxUsage{}, s.errf("sandbox usage", err)
 	}
-	return alive, cpu, nil
+	return u, nil
 }
 
 // PurgeSandboxes implements store.Sandboxes.

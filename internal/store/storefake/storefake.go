@@ -332,6 +332,9 @@ func (s *Store) SaveExecution(_ context.Context, e store.Execution) error {
 	u := s.usage[k]
 	u.SandboxSeconds += e.SandboxSeconds
 	u.CPUSeconds += e.CPUSeconds
+	in, out := e.NetworkBytes()
+	u.NetworkBytesIn += in
+	u.NetworkBytesOut += out
 	s.usage[k] = u
 	return nil
 }

@@ -245,17 +245,18 @@ func testSandboxNodeAndCount(t *testing.T, s store.Sandboxes) {
 func testSandboxUsage(t *testing.T, s store.Sandboxes) {
 	ctx := t.Context()
 	for range 2 {
-		if err := s.AddSandboxUsage(ctx, "acme", "2025-03-14", 1.5, 0.25); err != nil {
+		if err := s.AddSandboxUsage(ctx, "acme", "2025-03-14", store.SandboxUsage{AliveSeconds: 1.5, CPUSeconds: 0.25, NetworkBytesIn: 5 << 30, NetworkBytesOut: 7}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if a, c, err := s.SandboxUsage(ctx, "acme", "2025-03-14"); a != 3 || c != 0.5 || err != nil {
-		t.Errorf("SandboxUsage = %v, %v, %v; want 3, 0.5", a, c, err)
+	want := store.SandboxUsage{AliveSeconds: 3, CPUSeconds: 0.5, NetworkBytesIn: 10 << 30, NetworkBytesOut: 14}
+	if u, err := s.SandboxUsage(ctx, "acme", "2025-03-14"); u != want || err != nil {
+		t.Errorf("SandboxUsage = %+v, %v; want %+v", u, err, want)
 	}
-	if a, c, err := s.SandboxUsage(ctx, "acme", "2025-03-15"); a != 0 || c != 0 || err != nil {
-		t.Errorf("SandboxUsage of another day = %v, %v, %v", a, c, err)
+	if u, err := s.SandboxUsage(ctx, "acme", "2025-03-15"); u != (store.SandboxUsage{}) || err != nil {
+		t.Errorf("SandboxUsage of another day = %+v, %v", u, err)
 	}
-	if err := s.AddSandboxUsage(ctx, "acme", "14/03/2025", 1, 1); err == nil {
+	if err := s.AddSandboxUsage(ctx, "acme", "14/03/2025", store.SandboxUsage{AliveSeconds: 1, CPUSeconds: 1}); err == nil {
 		t.Error("AddSandboxUsage of an invalid day succeeded")
 	}
 }

@@ -649,6 +649,10 @@ func testSaveAndGetExecution(t *testing.T, s store.Store) {
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("Execution (-want +got):\n%s", diff)
 	}
+	// Its network bytes are metered with it.
+	if u := usage(t, s, "acme", e.CreatedAt.UTC().Format(time.DateOnly)); u.NetworkBytesIn != 12 || u.NetworkBytesOut != 3 {
+		t.Errorf("Usage network bytes = %d in, %d out; want 12, 3", u.NetworkBytesIn, u.NetworkBytesOut)
+	}
 
 	_, err = s.Execution(ctx, "other", e.ID)
 	wantErr(t, "Execution of another tenant's id", err, store.ErrNotFound)
