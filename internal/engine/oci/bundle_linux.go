@@ -29,9 +29,12 @@ const idPlaceholder = "@@VERTAL_EXECUTION_ID@@"
 const uidPlaceholder = 4_000_000_007
 
 // templateKey identifies everything config.json depends on except the id.
+// agent is the driver's copy of the agent of a one-shot sandbox with
+// egress (withEgress), "" for every other.
 type templateKey struct {
 	image, file, command string
 	limits               engine.Limits
+	agent                string
 }
 
 // template is config.json split around the execution id and the
@@ -87,7 +90,7 @@ func (t *template) render(id string, uid uint32) []byte {
 
 // template returns the cached config template for a language and limits.
 func (d *Driver) template(lang engine.Language, l engine.Limits) (*template, error) {
-	return cachedFromSpec(d, d.templates, lang, l, func(spec *specs.Spec) (*template, error) {
+	return cachedFromSpec(d, d.templates, lang, l, "", func(spec *specs.Spec) (*template, error) {
 		b, err := json.Marshal(spec)
 		if err != nil {
 			return nil, fmt.Errorf("encoding config.json: %w", err)
@@ -97,10 +100,11 @@ func (d *Driver) template(lang engine.Language, l engine.Limits) (*template, err
 }
 
 // cachedFromSpec returns what build made of the spec for a language and
-// limits (with the id placeholder), building it once per key. The cache
-// is bounded: languages × plans is small.
-func cachedFromSpec[T any](d *Driver, cache map[templateKey]T, lang engine.Language, l engine.Limits, build func(*specs.Spec) (T, error)) (T, error) {
-	key := templateKey{image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l}
+// limits (with the id placeholder), and with egress through agent unless
+// it is "" (withEgress), building it once per key. The cache is bounded:
+// languages × plans (× agent binaries) is small.
+func cachedFromSpec[T any](d *Driver, cache map[templateKey]T, lang engine.Language, l engine.Limits, agent string, build func(*specs.Spec) (T, error)) (T, error) {
+	key := templateKey{image: lang.Image, file: lang.File, command: strings.Join(lang.Command, "\x00"), limits: l, agent: agent}
 	d.mu.Lock()
 	v, ok := cache[key]
 	d.mu.Unlock()
@@ -110,6 +114,9 @@ func cachedFromSpec[T any](d *Driver, cache map[templateKey]T, lang engine.Langu
 	spec, err := d.spec(lang, l, idPlaceholder)
 	if err != nil {
 		return v, err
+	}
+	if agent != "" {
+		d.withEgress(spec, lang, l, agent)
 	}
 	if v, err = build(spec); err != nil {
 		return v, err

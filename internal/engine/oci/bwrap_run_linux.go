@@ -28,9 +28,10 @@ import (
 const bundlePlaceholder = "@@VERTAL_BUNDLE@@"
 
 // bwrapPlan returns the cached translation of the spec for a language and
-// limits; the execution's bundle and uid are filled in by render.
-func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits) (*bwrapPlan, error) {
-	return cachedFromSpec(d, d.plans, lang, l, func(spec *specs.Spec) (*bwrapPlan, error) {
+// limits, with egress through agent unless it is "" (withEgress); the
+// execution's bundle and uid are filled in by render.
+func (d *Driver) bwrapPlan(lang engine.Language, l engine.Limits, agent string) (*bwrapPlan, error) {
+	return cachedFromSpec(d, d.plans, lang, l, agent, func(spec *specs.Spec) (*bwrapPlan, error) {
 		return d.bwrapPlanOf(spec, lang)
 	})
 }

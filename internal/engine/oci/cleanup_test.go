@@ -217,7 +217,11 @@ func crashChild(rt, stateDir string) {
 	if v := os.Getenv(crashTimeoutEnv); v != "" {
 		timeout, _ = time.ParseDuration(v)
 	}
-	_, err = d.Run(context.Background(), enginetest.Complete(engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: timeout}))
+	spec := engine.Spec{Language: testLanguages()["python"], Code: crashProgram(os.Getenv(crashSleepEnv)), Timeout: timeout}
+	if dir := os.Getenv(crashEgressEnv); dir != "" {
+		spec.EgressDir, spec.Agent = dir, os.Getenv(crashAgentEnv)
+	}
+	_, err = d.Run(context.Background(), enginetest.Complete(spec))
 	fmt.Fprintln(os.Stderr, "crash child: Run returned, it should have been killed:", err)
 	os.Exit(3)
 }
@@ -225,6 +229,13 @@ func crashChild(rt, stateDir string) {
 // crashTimeoutEnv sets the crash child's execution timeout (default 10m,
 // also when empty).
 const crashTimeoutEnv = "VERTAL_OCI_CRASH_TIMEOUT"
+
+// crashEgressEnv and crashAgentEnv, when set, give the crash child's
+// execution an EgressDir and the agent.
+const (
+	crashEgressEnv = "VERTAL_OCI_CRASH_EGRESS"
+	crashAgentEnv  = "VERTAL_OCI_CRASH_AGENT"
+)
 
 // startCrashChild runs this test binary as a server that starts one
 // execution (a busy loop and a setsid, double-forked, SIGTERM-ignoring

@@ -59,8 +59,8 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 		return nil, fmt.Errorf("oci: sandbox %s: Deadline is not set", ls.ID)
 	}
 	if ls.EgressDir != "" {
-		if fi, err := os.Stat(ls.EgressDir); !filepath.IsAbs(ls.EgressDir) || err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("oci: sandbox %s: EgressDir %q is not an absolute path to a directory (%v)", ls.ID, ls.EgressDir, err)
+		if err := checkEgressDir(ls.EgressDir); err != nil {
+			return nil, fmt.Errorf("oci: sandbox %s: %w", ls.ID, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -70,7 +70,7 @@ func (d *Driver) Start(ctx context.Context, ls engine.LiveSpec) (_ engine.Live, 
 	if err := d.checkImage(image); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
-	if err := liveMountPoints(image); err != nil {
+	if err := agentMountPoints(image); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	agent, err := d.agentCopy(ls.Agent)
@@ -176,46 +176,21 @@ func (d *Driver) liveSpec(image string, ls engine.LiveSpec, agent string) (*spec
 	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == engine.CodeDir })
 	s.Mounts = append(s.Mounts,
 		specs.Mount{Destination: engine.HomeDir, Type: "bind", Source: "home", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
-		specs.Mount{Destination: engine.AgentPath, Type: "bind", Source: agent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		agentMount(agent),
 	)
 	if ls.EgressDir != "" {
-		// The bundle's bind of EgressDir (hostBind), already read-only,
-		// nosuid, nodev and noexec: bwrap keeps a source's flags and
-		// resolves the source as the sandbox's uid, which may not pass
-		// through EgressDir's parents on the host.
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: engine.EgressDir, Type: "bind", Source: egressSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		s.Mounts = append(s.Mounts, egressMount())
 	}
 	return s, nil
 }
 
-// egressSource is the bundle's mount point for LiveSpec.EgressDir.
-const egressSource = "net"
-
-// hostBind bind-mounts the directory src at dst (created, in a bundle)
-// read-only, nosuid, nodev and noexec, not recursively. Read-only also
-// keeps the bundle's removal from deleting anything of src should the
-// unmount before it fail.
-func hostBind(src, dst string) error {
-	if err := os.Mkdir(dst, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dst, err)
-	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding %s at %s: %w", src, dst, err)
-	}
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-	if err := unix.Mount("", dst, "", flags, ""); err != nil {
-		_ = unix.Unmount(dst, unix.MNT_DETACH)
-		return fmt.Errorf("making %s read-only: %w", dst, err)
-	}
-	return nil
-}
-
-// liveMountPoints makes sure the image has the mount points of a live
-// sandbox, an empty HomeDir and EgressDir and an empty file at AgentPath, as checkImage
-// adds CodeDir: a runtime must never create them in the shared image
-// (nor can it, under a read-only root). Lstat: a link in the image is
-// not followed on the host.
-func liveMountPoints(image string) error {
+// agentMountPoints makes sure the image has the mount points of a
+// sandbox with the agent (a live one, or a one-shot one with egress), an
+// empty HomeDir and EgressDir and an empty file at AgentPath, as
+// checkImage adds CodeDir: a runtime must never create them in the
+// shared image (nor can it, under a read-only root). Lstat: a link in
+// the image is not followed on the host.
+func agentMountPoints(image string) error {
 	for _, p := range []string{engine.HomeDir, engine.EgressDir} {
 		dir := filepath.Join(image, p)
 		if fi, err := os.Lstat(dir); err != nil {
@@ -247,11 +222,54 @@ func liveMountPoints(image string) error {
 // agentCopy is the driver's own copy of the agent binary at path, made
 // once per content in the instance directory (world-readable, so bwrap,
 // as the sandbox's uid, can mount it): a sandbox never sees a file the
-// host may change, and the source may be anywhere root can read.
+// host may change, and the source may be anywhere root can read. The
+// copy is found again by the source's identity (agentSource), so that
+// every one-shot execution with egress costs a stat, not a read and a
+// hash of a binary of megabytes.
 func (d *Driver) agentCopy(path string) (string, error) {
 	if !filepath.IsAbs(path) {
 		return "", fmt.Errorf("agent %q: not an absolute path", path)
 	}
+	// The identity before the content: a change in between makes the
+	// next call hash again, never keeps an old copy for new content.
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	src := agentSource{path: path, dev: uint64(st.Dev), ino: uint64(st.Ino), size: int64(st.Size), mtime: st.Mtim, ctime: st.Ctim}
+	d.mu.Lock()
+	dst, ok := d.agents[src]
+	d.mu.Unlock()
+	if ok {
+		if _, err := os.Stat(dst); err == nil {
+			return dst, nil
+		}
+	}
+	dst, err := d.copyAgent(path)
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	if d.agents == nil || len(d.agents) > 16 {
+		d.agents = map[agentSource]string{}
+	}
+	d.agents[src] = dst
+	d.mu.Unlock()
+	return dst, nil
+}
+
+// agentSource is what says that the agent binary at path is still the
+// one agentCopy copied.
+type agentSource struct {
+	path         string
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+// copyAgent copies the agent at path into the instance directory, named
+// by its content, unless a copy is there already.
+func (d *Driver) copyAgent(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("agent: %w", err)

@@ -81,6 +81,7 @@ type Driver struct {
 	templates map[templateKey]*template
 	plans     map[templateKey]*bwrapPlan // bwrap
 	images    map[string]error           // image dir -> validation result
+	agents    map[agentSource]string     // agentCopy's copies
 }
 
 // Defaults.

@@ -38,13 +38,16 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	if err := d.checkImage(spec.Language.Image); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
+	agent, err := d.oneShotEgress(spec)
+	if err != nil {
+		return engine.Result{}, fmt.Errorf("oci: execution %s: %w", spec.ID, err)
+	}
 	var (
 		tpl  *template
 		plan *bwrapPlan
-		err  error
 	)
 	if d.rt.bwrap {
-		plan, err = d.bwrapPlan(spec.Language, spec.Limits)
+		plan, err = d.bwrapPlan(spec.Language, spec.Limits, agent)
 	} else {
 		tpl, err = d.template(spec.Language, spec.Limits)
 	}
@@ -76,15 +79,21 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (engine.Result, erro
 	if uid, err = d.uids.Acquire(); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
-	if err := d.writeBundle(bundle, tpl, spec, uid.UID); err != nil {
+	if err := d.writeBundle(bundle, tpl, spec, agent, uid.UID); err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
+	}
+	if spec.EgressDir != "" {
+		// Unmounted with the bundle (cleanup, or Reap after a crash).
+		if err := hostBind(spec.EgressDir, filepath.Join(bundle, egressSource)); err != nil {
+			return engine.Result{}, fmt.Errorf("oci: egress: %w", err)
+		}
 	}
 	cg, err = d.cg.create(spec.ID, d.cgLimitsFor(spec.Limits))
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("oci: %w", err)
 	}
 	if plan != nil {
-		return d.executeBwrap(ctx, spec, bundle, cg, plan.render(bundle, uid.UID, spec.Args, sandbox.UserEnv(spec.Env)))
+		return d.executeBwrap(ctx, spec, bundle, cg, plan.render(bundle, uid.UID, spec.Args, sandbox.UserEnv(sandbox.SpecEnv(spec))))
 	}
 	return d.execute(ctx, spec, bundle, cg)
 }
@@ -104,8 +113,9 @@ func (d *Driver) executeBwrap(ctx context.Context, spec engine.Spec, bundle stri
 
 // writeBundle writes config.json and fills the working directory (the
 // code file and spec's files, on a tmpfs of its own), and for runsc
-// mounts the host tmpfs that becomes /tmp.
-func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid uint32) error {
+// mounts the host tmpfs that becomes /tmp. agent is the driver's copy of
+// the agent when spec has an EgressDir (oneShotEgress), else "".
+func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, agent string, uid uint32) error {
 	code := filepath.Join(bundle, "code")
 	if err := sandbox.MountWorkdir(code, spec.Limits); err != nil {
 		return err
@@ -117,7 +127,7 @@ func (d *Driver) writeBundle(bundle string, tpl *template, spec engine.Spec, uid
 		return err
 	}
 	if tpl != nil { // bwrap has no config.json: its plan is the spec
-		config, err := d.config(tpl, spec, uid)
+		config, err := d.config(tpl, spec, agent, uid)
 		if err != nil {
 			return err
 		}
@@ -158,17 +168,21 @@ func hostTmpfs(dir, owner string, size int64) error {
 }
 
 // config is the execution's config.json: the cached template's, unless
-// the request brings env or args, which are part of the process spec.
-func (d *Driver) config(tpl *template, spec engine.Spec, uid uint32) ([]byte, error) {
-	if len(spec.Env) == 0 && len(spec.Args) == 0 {
+// the request brings env, args or egress (agent, see withEgress), which
+// are part of the process spec.
+func (d *Driver) config(tpl *template, spec engine.Spec, agent string, uid uint32) ([]byte, error) {
+	if len(spec.Env) == 0 && len(spec.Args) == 0 && agent == "" {
 		return tpl.render(spec.ID, uid), nil
 	}
 	s, err := d.spec(spec.Language, spec.Limits, spec.ID)
 	if err != nil {
 		return nil, err
 	}
+	if agent != "" {
+		d.withEgress(s, spec.Language, spec.Limits, agent)
+	}
 	s.Process.Args = append(s.Process.Args, spec.Args...)
-	s.Process.Env = append(s.Process.Env, sandbox.UserEnv(spec.Env)...)
+	s.Process.Env = append(s.Process.Env, sandbox.UserEnv(sandbox.SpecEnv(spec))...)
 	s.Process.User.UID, s.Process.User.GID = uid, uid
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -179,7 +193,7 @@ func (d *Driver) config(tpl *template, spec engine.Spec, uid uint32) ([]byte, er
 
 // execute runs the sandbox through the engine's execution loop.
 func (d *Driver) execute(ctx context.Context, spec engine.Spec, bundle string, cg *execCgroup) (engine.Result, error) {
-	p, err := d.newColdProcess(spec.ID, bundle, cg)
+	p, err := d.newColdProcess(spec.ID, bundle, cg, spec.EgressDir != "")
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -199,7 +213,10 @@ type coldProcess struct {
 	stdio
 }
 
-func (d *Driver) newColdProcess(id, bundle string, cg *execCgroup) (*coldProcess, error) {
+// newColdProcess prepares `<runtime> run` on bundle; hostUDS lets the
+// sandbox connect to a host unix socket mounted into it (egress), which
+// runsc refuses by default.
+func (d *Driver) newColdProcess(id, bundle string, cg *execCgroup, hostUDS bool) (*coldProcess, error) {
 	p := &coldProcess{d: d, id: id, bundle: bundle, cg: cg,
 		pidPath: filepath.Join(bundle, "init.pid"), logPath: filepath.Join(bundle, "runtime.log")}
 	if err := p.stdio.open(); err != nil {
@@ -207,7 +224,7 @@ func (d *Driver) newColdProcess(id, bundle string, cg *execCgroup) (*coldProcess
 	}
 	// Not CommandContext: cancelling must kill the sandbox, not orphan it
 	// by killing only the runtime process.
-	p.cmd = d.runtimeCmd(context.Background(), p.logPath, "run", "--bundle", bundle, "--pid-file", p.pidPath, id)
+	p.cmd = d.runtimeCmd(context.Background(), p.logPath, d.runArgs(hostUDS, "run", "--bundle", bundle, "--pid-file", p.pidPath, id)...)
 	p.stdio.attach(p.cmd)
 	return p, nil
 }
@@ -453,8 +470,10 @@ func runtimeError(logPath string) string {
 	return ""
 }
 
-// unmountUnder detaches every mount at or below dir (the runsc tmpfs, or
-// anything a crashed runtime left), deepest first.
+// unmountUnder detaches every mount at or below dir (the working
+// directory, the runsc and bwrap tmpfs, the egress bind, or anything a
+// crashed runtime left), deepest first. A mount point is never a link,
+// and none is followed: the working directory is the code's to fill.
 func unmountUnder(dir string) error {
 	mounts, err := sandbox.MountsUnder(dir)
 	if err != nil {
@@ -462,7 +481,7 @@ func unmountUnder(dir string) error {
 	}
 	var errs []error
 	for i := len(mounts) - 1; i >= 0; i-- {
-		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		if err := unix.Unmount(mounts[i], unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", mounts[i], err))
 		}
 	}

@@ -118,6 +118,17 @@ func runtimeCmd(ctx context.Context, rt runtimeKind, path, root, log string, arg
 	return cmd
 }
 
+// runArgs are args (a `run` subcommand) with, when hostUDS is set under
+// runsc, the global flag that lets the sandbox connect to an existing
+// host unix socket mounted into it (egress), never create one on the
+// host. The other runtimes need none: the socket's file mode decides.
+func (d *Driver) runArgs(hostUDS bool, args ...string) []string {
+	if hostUDS && d.rt.gvisor {
+		return append([]string{"--host-uds=open"}, args...)
+	}
+	return args
+}
+
 // forceDelete removes a container the runtime still knows about, killing
 // its processes. It is the slow path (one more process) taken only when
 // `run` did not clean up after itself.

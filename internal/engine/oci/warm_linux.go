@@ -236,7 +236,7 @@ func (p *Prestarter) Prestart(ctx context.Context, lang engine.Language, limits 
 		}
 	}()
 	spec := engine.Spec{ID: s.id, Language: lang, Code: string(wt.launcher.Program), Limits: limits}
-	if err := d.writeBundle(s.bundle, wt.tpl, spec, s.uid.UID); err != nil {
+	if err := d.writeBundle(s.bundle, wt.tpl, spec, "", s.uid.UID); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	if wt.plan != nil {
@@ -307,12 +307,7 @@ func (s *held) start() error {
 		return err
 	}
 	s.stdin, s.stdout, s.stderr = pipes.ours[0], pipes.ours[1], pipes.ours[2]
-	args := []string{"run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid")}
-	if s.hostUDS && d.rt.gvisor {
-		// A global flag, after runtimeCmd's: connecting to an existing
-		// socket only, never creating one on the host.
-		args = append([]string{"--host-uds=open"}, args...)
-	}
+	args := d.runArgs(s.hostUDS, "run", "--bundle", s.bundle, "--pid-file", filepath.Join(s.bundle, "init.pid"))
 	var agentEnd *os.File
 	if viaFD {
 		ours, child, err := agentSocket()
@@ -413,6 +408,10 @@ func (s *warmSandbox) Exec(ctx context.Context, spec engine.Spec) (engine.Result
 		// The launcher started with the cold path's fixed environment
 		// and command line.
 		return engine.Result{}, fmt.Errorf("%w: env and args need a cold sandbox", engine.ErrNotStarted)
+	}
+	if spec.EgressDir != "" {
+		// Nor has it the egress mount or the agent's relay.
+		return engine.Result{}, fmt.Errorf("%w: egress needs a cold sandbox", engine.ErrNotStarted)
 	}
 	select {
 	case <-s.cmd.done:

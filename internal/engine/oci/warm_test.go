@@ -128,6 +128,18 @@ func TestWarmSandboxServesOnce(t *testing.T) {
 	}
 }
 
+// TestWarmSandboxRefusesEgress: a pre-started sandbox has no egress
+// mount and its program no relay, so it refuses an execution with an
+// EgressDir before anything runs (the pool runs it cold).
+func TestWarmSandboxRefusesEgress(t *testing.T) {
+	_, p := warmDriver(t)
+	s := prestart(t, p, warmLang("python"))
+	spec := engine.Spec{Language: warmLang("python"), Code: "print(1)", EgressDir: t.TempDir(), Agent: "/usr/local/bin/vertal-agent"}
+	if _, err := s.Exec(context.Background(), enginetest.Complete(spec)); !errors.Is(err, pool.ErrNotStarted) {
+		t.Errorf("Exec with EgressDir: %v; want ErrNotStarted", err)
+	}
+}
+
 // TestWarmSandboxThatDiedIsNotUsed kills a waiting sandbox: Done closes
 // and Exec refuses it without running anything.
 func TestWarmSandboxThatDiedIsNotUsed(t *testing.T) {

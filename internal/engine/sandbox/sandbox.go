@@ -16,6 +16,7 @@ package sandbox
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,6 +139,23 @@ func UserEnv(env map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// SpecEnv is what spec adds to the fixed environment (EnvFor), for
+// UserEnv: its Env and, with an EgressDir, engine.ProxyEnv over it, as a
+// live sandbox's commands get it (the proxy is the platform's: a request
+// does not point the sandbox elsewhere). Without an EgressDir it is
+// spec.Env itself.
+func SpecEnv(spec engine.Spec) map[string]string {
+	if spec.EgressDir == "" {
+		return spec.Env
+	}
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, engine.ProxyEnv())
+	return env
 }
 
 // MaskedPaths are hidden from user code (bind-mounted over with an empty

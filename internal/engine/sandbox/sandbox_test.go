@@ -30,6 +30,30 @@ func TestEnvIsFixed(t *testing.T) {
 	}
 }
 
+// TestSpecEnv: without egress a request's env is passed as it is; with
+// it, engine.ProxyEnv is added over it (the proxy is the platform's),
+// and the request's map is left alone.
+func TestSpecEnv(t *testing.T) {
+	env := map[string]string{"A": "1", "HTTP_PROXY": "http://elsewhere:1"}
+	if got := SpecEnv(engine.Spec{Env: env}); fmt.Sprint(got) != fmt.Sprint(env) {
+		t.Errorf("without egress: %v, want %v", got, env)
+	}
+	if got := SpecEnv(engine.Spec{}); got != nil {
+		t.Errorf("without egress or env: %v, want nil", got)
+	}
+	want := engine.ProxyEnv()
+	want["A"] = "1"
+	if diff := cmp.Diff(want, SpecEnv(engine.Spec{Env: env, EgressDir: "/e", Agent: "/a"})); diff != "" {
+		t.Errorf("with egress (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(engine.ProxyEnv(), SpecEnv(engine.Spec{EgressDir: "/e", Agent: "/a"})); diff != "" {
+		t.Errorf("with egress, no env (-want +got):\n%s", diff)
+	}
+	if env["HTTP_PROXY"] != "http://elsewhere:1" || len(env) != 2 {
+		t.Errorf("the request's env changed: %v", env)
+	}
+}
+
 func TestTmpfsOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
