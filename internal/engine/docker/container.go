@@ -21,8 +21,12 @@ import (
 func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid uint32) (*container.Config, *container.HostConfig) {
 	lim := spec.Limits
 	cfg, host := d.walls(spec.ID, spec.Language.Image, lim, pid, uid)
-	cfg.Cmd = sandbox.DeadlineArgv("timeout", lim.Lifetime, append(command(spec.Language), spec.Args...))
-	cfg.Env = append(sandbox.EnvFor(lim), sandbox.UserEnv(spec.Env)...)
+	argv := command(spec.Language)
+	if spec.EgressDir != "" {
+		argv = engine.RelayArgv(argv)
+	}
+	cfg.Cmd = sandbox.DeadlineArgv("timeout", lim.Lifetime, append(argv, spec.Args...))
+	cfg.Env = append(sandbox.EnvFor(lim), sandbox.UserEnv(sandbox.SpecEnv(spec))...)
 	cfg.WorkingDir = d.policy.WorkDir
 	// The working directory: a host tmpfs (sandbox.MountWorkdir, whose
 	// noexec, nosuid and nodev the bind mount keeps) with the code file
@@ -32,6 +36,14 @@ func (d *Driver) containerConfig(spec engine.Spec, codeDir string, pid int, uid 
 		Source: codeDir,
 		Target: engine.CodeDir,
 	}}, host.Mounts...)
+	if spec.EgressDir != "" {
+		// The state directory's binds (Run, bindInto): the egress
+		// directory read-only, nosuid, nodev and noexec, the agent
+		// read-only, nosuid and nodev (see egress.go).
+		host.Mounts = append(host.Mounts,
+			d.stateBind(spec.ID, agentSource, engine.AgentPath),
+			d.stateBind(spec.ID, egressSource, engine.EgressDir))
+	}
 	return cfg, host
 }
 

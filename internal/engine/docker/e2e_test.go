@@ -270,7 +270,11 @@ func reapHelper(arg string) int {
 	if v := os.Getenv(reapTimeoutEnv); v != "" {
 		timeout, _ = time.ParseDuration(v)
 	}
-	_, err = d.Run(ctx, enginetest.Complete(engine.Spec{ID: parts[2], Language: languages["bash"], Code: parts[3], Timeout: timeout}))
+	spec := engine.Spec{ID: parts[2], Language: languages["bash"], Code: parts[3], Timeout: timeout}
+	if dir := os.Getenv(reapEgressEnv); dir != "" {
+		spec.EgressDir, spec.Agent = dir, os.Getenv(reapAgentEnv)
+	}
+	_, err = d.Run(ctx, enginetest.Complete(spec))
 	fmt.Fprintln(os.Stderr, "helper: Run returned, it should have been killed:", err)
 	return 3
 }

@@ -55,15 +55,12 @@ func (d *Driver) Start(ctx context.Context, spec engine.LiveSpec) (_ engine.Live
 	if spec.Deadline.IsZero() {
 		return nil, fmt.Errorf("docker: sandbox %s: no deadline", spec.ID)
 	}
-	if !filepath.IsAbs(spec.Agent) {
-		return nil, fmt.Errorf("docker: sandbox %s: the agent needs an absolute path, not %q", spec.ID, spec.Agent)
-	}
-	if fi, err := os.Stat(spec.Agent); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("docker: sandbox %s: the agent %s is not a file (%v)", spec.ID, spec.Agent, err)
+	if err := checkAgent(spec.Agent); err != nil {
+		return nil, fmt.Errorf("docker: sandbox %s: %w", spec.ID, err)
 	}
 	if spec.EgressDir != "" {
-		if fi, err := os.Stat(spec.EgressDir); !filepath.IsAbs(spec.EgressDir) || err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("docker: sandbox %s: EgressDir %q is not an absolute path to a directory (%v)", spec.ID, spec.EgressDir, err)
+		if err := checkEgressDir(spec.EgressDir); err != nil {
+			return nil, fmt.Errorf("docker: sandbox %s: %w", spec.ID, err)
 		}
 	}
 	if err := d.begin(spec.ID); err != nil {
@@ -171,16 +168,9 @@ func (l *liveContainer) listen() (string, error) {
 	return path, nil
 }
 
-// egressSource is where, in a live sandbox's state directory, bindEgress
-// mounts LiveSpec.EgressDir for Docker to bind into the container.
-const egressSource = "net"
-
 // bindEgress binds the host directory src into the sandbox's state
-// directory (made here under runsc), read-only, nosuid, nodev and noexec,
-// not recursively: Docker's bind mount cannot say noexec, nosuid or nodev,
-// but keeps its source's flags (as the working directory's tmpfs keeps
-// its noexec). Read-only also keeps Discard's removal of the directory
-// from deleting anything of src should the unmount before it fail.
+// directory (made here under runsc), read-only, nosuid, nodev and noexec
+// (bindInto).
 func (l *liveContainer) bindEgress(src string) error {
 	if l.dir == "" {
 		l.dir = l.d.codeDir(l.id)
@@ -188,29 +178,8 @@ func (l *liveContainer) bindEgress(src string) error {
 			return fmt.Errorf("docker: %w", err)
 		}
 	}
-	dst := filepath.Join(l.dir, egressSource)
-	if err := os.Mkdir(dst, 0o700); err != nil {
+	if err := bindInto(src, filepath.Join(l.dir, egressSource), false); err != nil {
 		return fmt.Errorf("docker: egress: %w", err)
-	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("docker: egress: binding %s at %s: %w", src, dst, err)
-	}
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-	if err := unix.Mount("", dst, "", flags, ""); err != nil {
-		_ = unix.Unmount(dst, unix.MNT_DETACH)
-		return fmt.Errorf("docker: egress: making %s read-only: %w", dst, err)
-	}
-	return nil
-}
-
-// unmountEgress detaches bindEgress's mount in the state directory dir,
-// if one is there. Reap calls it on every execution's directory, and a
-// cold one is the code's own working directory: a link named net there
-// is not followed.
-func unmountEgress(dir string) error {
-	err := unix.Unmount(filepath.Join(dir, egressSource), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("docker: unmounting the egress directory in %s: %w", dir, err)
 	}
 	return nil
 }
@@ -302,11 +271,8 @@ func (d *Driver) liveConfig(spec engine.LiveSpec, pid int, uid uint32, sock stri
 	}
 	if spec.EgressDir != "" {
 		// bindEgress's mount, already read-only, nosuid, nodev and
-		// noexec. Under runc a plain bind keeps those flags, where a
-		// read-only one is remounted with ro alone, dropping the rest.
-		// gVisor's own mount must say ro itself; the host kernel still
-		// enforces the source's flags on what the gofer opens.
-		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.codeDir(spec.ID), egressSource), Target: engine.EgressDir, ReadOnly: d.gvisor})
+		// noexec (see egress.go).
+		host.Mounts = append(host.Mounts, d.stateBind(spec.ID, egressSource, engine.EgressDir))
 	}
 	d.addTmpfs(cfg, host, engine.HomeDir, homeOptions(spec.HomeBytes, uid))
 	if n := len(host.Mounts); d.gvisor && host.Mounts[n-1].Target == engine.HomeDir {

@@ -12,7 +12,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
-	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
@@ -228,15 +227,15 @@ func validInstance(s string) bool {
 
 // removeCodeDir removes one execution's directory: a cold one is the
 // working directory's tmpfs itself, a warm one holds it as code/, a live
-// one may hold the egress directory's mount (bindEgress). A cold one's
-// names are the code's: code/ is unmounted without following a link.
+// one may hold the egress directory's mount (bindEgress), and a cold one
+// with egress holds code/, the egress directory's mount and the agent's
+// (egress.go). A cold one's names are the code's: nothing is unmounted
+// through a link.
 func removeCodeDir(dir string) error {
-	err := unix.Unmount(filepath.Join(dir, "code"), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmounting the working directory %s/code: %w", dir, err)
-	}
-	if err := unmountEgress(dir); err != nil {
-		return err
+	for _, name := range []string{"code", egressSource, agentSource} {
+		if err := unmountNoFollow(filepath.Join(dir, name)); err != nil {
+			return err
+		}
 	}
 	if err := sandbox.UnmountWorkdir(dir); err != nil {
 		return err

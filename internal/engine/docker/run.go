@@ -53,6 +53,11 @@ func (d *Driver) Run(ctx context.Context, spec engine.Spec) (res engine.Result, 
 	if err := spec.Validate(); err != nil {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
+	if spec.EgressDir != "" {
+		if err := errors.Join(checkEgressDir(spec.EgressDir), checkAgent(spec.Agent)); err != nil {
+			return engine.Result{}, fmt.Errorf("docker: execution %s: %w", spec.ID, err)
+		}
+	}
 	if err := d.begin(spec.ID); err != nil {
 		return engine.Result{}, err
 	}
@@ -78,6 +83,7 @@ type execution struct {
 	spec engine.Spec
 
 	dir     string // code directory on the host, "" until created
+	base    string // with egress: the state directory holding dir (egress.go), "" until created
 	uid     *uidpool.Lease
 	name    string // container name, "" until creation was asked for
 	id      string // container ID, "" until created
@@ -95,6 +101,13 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
 	}
 	s.dir = d.codeDir(spec.ID)
+	if spec.EgressDir != "" {
+		if err := os.Mkdir(s.dir, 0o711); err != nil {
+			s.dir = "" // not ours to remove (e.g. an ID already in use)
+			return engine.Result{}, fmt.Errorf("docker: %w", err)
+		}
+		s.base, s.dir = s.dir, filepath.Join(s.dir, "code")
+	}
 	if err := sandbox.MountWorkdir(s.dir, spec.Limits); err != nil {
 		s.dir = "" // not ours to remove (e.g. an ID already in use)
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
@@ -104,6 +117,14 @@ func (s *execution) run(ctx context.Context) (engine.Result, error) {
 	}
 	if err := sandbox.PlaceFiles(s.dir, spec.Files, s.uid.UID); err != nil {
 		return engine.Result{}, fmt.Errorf("docker: %w", err)
+	}
+	if s.base != "" {
+		if err := bindInto(spec.EgressDir, filepath.Join(s.base, egressSource), false); err != nil {
+			return engine.Result{}, fmt.Errorf("docker: egress: %w", err)
+		}
+		if err := bindInto(spec.Agent, filepath.Join(s.base, agentSource), true); err != nil {
+			return engine.Result{}, fmt.Errorf("docker: agent: %w", err)
+		}
 	}
 
 	if d.acct != nil {
@@ -334,7 +355,12 @@ func (s *execution) cleanup() error {
 	if err := s.remove(); err != nil {
 		errs = append(errs, err)
 	}
-	if s.dir != "" {
+	if s.base != "" {
+		// Its names are the driver's: only code/ is the code's.
+		if err := removeCodeDir(s.base); err != nil {
+			errs = append(errs, fmt.Errorf("docker: removing the execution's directory: %w", err))
+		}
+	} else if s.dir != "" {
 		if err := sandbox.UnmountWorkdir(s.dir); err != nil {
 			errs = append(errs, fmt.Errorf("docker: %w", err))
 		} else if err := os.RemoveAll(s.dir); err != nil {

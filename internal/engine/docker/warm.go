@@ -268,6 +268,10 @@ func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Resu
 		// and command line.
 		return engine.Result{}, fmt.Errorf("%w: env and args need a cold sandbox", engine.ErrNotStarted)
 	}
+	if spec.EgressDir != "" {
+		// Nor has it the egress mount or the agent's relay.
+		return engine.Result{}, fmt.Errorf("%w: egress needs a cold sandbox", engine.ErrNotStarted)
+	}
 	select {
 	case <-w.done:
 		return engine.Result{}, fmt.Errorf("%w: sandbox ended before the hand-over", engine.ErrNotStarted)

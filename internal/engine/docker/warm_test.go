@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -49,6 +50,23 @@ func newWarmOnly(t *testing.T, d *Driver) *pool.Pool {
 		}
 	})
 	return p
+}
+
+// TestWarmRefusesEgress: a pre-started container has no egress mount
+// and its program no relay, so it refuses an execution with an
+// EgressDir before anything runs (the pool runs it cold).
+func TestWarmRefusesEgress(t *testing.T) {
+	requireE2E(t)
+	d := newTestDriver(t, "runc")
+	w, err := NewPrestarter(d).Prestart(context.Background(), testLanguages()["python"], engine.DefaultLimits(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Discard(context.Background())
+	spec := engine.Spec{Language: testLanguages()["python"], Code: "print(1)", EgressDir: t.TempDir(), Agent: "/usr/local/bin/vertal-agent"}
+	if _, err := w.Exec(context.Background(), enginetest.Complete(spec)); !errors.Is(err, pool.ErrNotStarted) {
+		t.Errorf("Exec with EgressDir: %v; want ErrNotStarted", err)
+	}
 }
 
 // TestWarmMatchesCold runs programs through the cold path and through warm
