@@ -208,7 +208,7 @@ type bucket struct {
 	backoffUntil time.Time
 
 	hits, misses, crashed uint64
-	bypassed              uint64 // ran cold because of env or args
+	bypassed              uint64 // ran cold because of env, args or egress
 	outdated              uint64 // dropped: started on an image version no longer current
 }
 
@@ -270,9 +270,10 @@ func (p *Pool) Run(ctx context.Context, spec engine.Spec) (engine.Result, error)
 	b := p.bucketLocked(spec.Language, spec.Limits)
 	b.requests++
 	// A launcher starts with the cold path's fixed environment and command
-	// line, so a request with env or args runs cold; it is not a miss
-	// that would grow the pool.
-	if len(spec.Env) > 0 || len(spec.Args) > 0 {
+	// line, so a request with env or args runs cold, and so does one with
+	// egress: a pre-started sandbox has no egress mount and its program
+	// no relay. It is not a miss that would grow the pool.
+	if len(spec.Env) > 0 || len(spec.Args) > 0 || spec.EgressDir != "" {
 		b.bypassed++
 		p.mu.Unlock()
 		return p.base.Run(ctx, spec)
@@ -677,7 +678,8 @@ type Stats struct {
 	Hits, Misses, Crashed uint64
 	// Bypassed ran cold because they asked for env or args, which a
 	// launcher (started with the cold path's fixed environment and
-	// command line) cannot take; they are not misses.
+	// command line) cannot take, or for egress, which a pre-started
+	// sandbox has no mount for; they are not misses.
 	Bypassed uint64
 	// Outdated counts warm sandboxes dropped unused because their image
 	// was rebuilt or updated after they started.
@@ -742,7 +744,7 @@ func (p *Pool) WriteMetrics(w io.Writer) {
 		{"vertal_pool_memory_bytes", "gauge", "Memory held by waiting warm sandboxes.", func(s Stats) any { return s.MemoryBytes }},
 		{"vertal_pool_hits_total", "counter", "Executions that ran in a warm sandbox.", func(s Stats) any { return s.Hits }},
 		{"vertal_pool_misses_total", "counter", "Executions that took the cold path (no warm sandbox ready, or the language cannot be pre-started).", func(s Stats) any { return s.Misses }},
-		{"vertal_pool_bypassed_total", "counter", "Executions with env or args, which always take the cold path.", func(s Stats) any { return s.Bypassed }},
+		{"vertal_pool_bypassed_total", "counter", "Executions with env, args or egress, which always take the cold path.", func(s Stats) any { return s.Bypassed }},
 		{"vertal_pool_crashed_total", "counter", "Warm sandboxes that died before serving and were replaced.", func(s Stats) any { return s.Crashed }},
 		{"vertal_pool_outdated_total", "counter", "Warm sandboxes dropped unused because their image was rebuilt or updated since they started.", func(s Stats) any { return s.Outdated }},
 	}

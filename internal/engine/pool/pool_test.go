@@ -19,12 +19,27 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 )
 
-// fakeCold is the base driver: it answers "cold:<code>".
-type fakeCold struct{ runs atomic.Int64 }
+// fakeCold is the base driver: it answers "cold:<code>" and keeps the
+// specs it ran.
+type fakeCold struct {
+	runs atomic.Int64
+
+	mu    sync.Mutex
+	specs []engine.Spec
+}
 
 func (d *fakeCold) Run(ctx context.Context, spec engine.Spec) (engine.Result, error) {
 	d.runs.Add(1)
+	d.mu.Lock()
+	d.specs = append(d.specs, spec)
+	d.mu.Unlock()
 	return engine.Result{Status: engine.StatusSucceeded, Stdout: "cold:" + spec.Code}, nil
+}
+
+func (d *fakeCold) ran() []engine.Spec {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]engine.Spec(nil), d.specs...)
 }
 func (d *fakeCold) Reap(ctx context.Context) (int, error) { return 7, nil }
 func (d *fakeCold) Name() string                          { return "fake/cold" }
@@ -226,26 +241,39 @@ func TestRunTakesAWarmSandboxAndRefills(t *testing.T) {
 	}
 }
 
-// TestEnvOrArgsRunCold: a launcher started with the fixed environment and
-// command line, so a request with env or args goes to the cold path,
+// TestEnvArgsOrEgressRunCold: a launcher started with the fixed
+// environment and command line, and without the egress mount, so a
+// request with env, args or egress goes to the cold path as it is,
 // leaves the ready sandbox for another request, and is no miss (the pool
 // does not grow for it).
-func TestEnvOrArgsRunCold(t *testing.T) {
+func TestEnvArgsOrEgressRunCold(t *testing.T) {
 	pre := &fakePre{}
 	p, cold := newTestPool(t, pre, Options{Languages: []engine.Language{python}})
 	eventually(t, "one ready", func() bool { return statsOf(p, "python").Ready == 1 })
+	var want []engine.Spec
 	for _, spec := range []engine.Spec{
 		{ID: "exe_1", Language: python, Code: "a", Env: map[string]string{"A": "1"}},
 		{ID: "exe_2", Language: python, Code: "b", Args: []string{"x"}},
+		{ID: "exe_3", Language: python, Code: "c", EgressDir: "/run/vertal/egress/exe_3", Agent: "/usr/local/bin/vertal-agent"},
 	} {
-		res, err := p.Run(context.Background(), full(spec))
+		spec = full(spec)
+		want = append(want, spec)
+		res, err := p.Run(context.Background(), spec)
 		if err != nil || res.Stdout != "cold:"+spec.Code {
 			t.Fatalf("Run(%q) = %q, %v; want the cold path", spec.Code, res.Stdout, err)
 		}
 	}
 	s := statsOf(p, "python")
-	if cold.runs.Load() != 2 || s.Bypassed != 2 || s.Misses != 0 || s.Ready != 1 || s.Target != 1 {
-		t.Errorf("cold runs %d, stats %+v; want 2 cold, 2 bypassed, no miss, the warm sandbox still ready, target 1", cold.runs.Load(), s)
+	if cold.runs.Load() != 3 || s.Bypassed != 3 || s.Misses != 0 || s.Ready != 1 || s.Target != 1 {
+		t.Errorf("cold runs %d, stats %+v; want 3 cold, 3 bypassed, no miss, the warm sandbox still ready, target 1", cold.runs.Load(), s)
+	}
+	if diff := cmp.Diff(want, cold.ran()); diff != "" {
+		t.Errorf("specs the cold driver ran (-want +got):\n%s", diff)
+	}
+	for _, w := range pre.sandboxes() {
+		if execs, _ := w.counts(); execs != 0 {
+			t.Errorf("warm sandbox %s ran %d executions; want none", w.id, execs)
+		}
 	}
 }
 
