@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -67,8 +68,8 @@ func startNetServer(t *testing.T, n *fakenet.Net, dataDir string, args ...string
 // egressProbe runs inside a sandbox: each argument is a probe, and it
 // prints one JSON object of probe → result ("ok:<body>" or "err:<why>").
 const egressProbe = `
-import json, socket, ssl, sys, urllib.request
-ctx = ssl.create_default_context(cafile="/home/user/ca.pem")
+import json, os, socket, ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile=os.environ.get("CA", "/home/user/ca.pem"))
 out = {}
 for p in sys.argv[1:]:
     try:
@@ -98,6 +99,123 @@ print(json.dumps(out))
 // nodeFetch fetches its argument with Node's fetch, which follows
 // HTTPS_PROXY with NODE_USE_ENV_PROXY (set in every sandbox with network).
 const nodeFetch = `fetch(process.argv[1]).then(r => r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status))).then(t => console.log("ok:" + t.trim()), e => console.log("err:" + (e.cause ? e.cause.code || e.cause.message : e.message)))`
+
+// nodeFetchArg is nodeFetch for a code file: the URL is its first
+// argument.
+var nodeFetchArg = strings.Replace(nodeFetch, "process.argv[1]", "process.argv[2]", 1)
+
+// probeOnce runs egressProbe as a one-shot execution with network (nil:
+// leave it out) and returns the execution and the probes' results.
+func probeOnce(t *testing.T, p *serverProc, key string, ca []byte, network any, probes ...string) (map[string]any, map[string]string) {
+	t.Helper()
+	body := map[string]any{"language": "python", "code": egressProbe, "args": probes, "timeout_s": 60,
+		"files": []map[string]string{{"path": "ca.pem", "content": string(ca)}}, "env": map[string]string{"CA": "/code/ca.pem"}}
+	if network != nil {
+		body["network"] = network
+	}
+	r := call(t, "POST", p.url+"/v1/executions", key, body, nil)
+	if r.status != 200 || r.body["status"] != "succeeded" {
+		t.Fatalf("one-shot probe: %d %s", r.status, r.raw)
+	}
+	out := map[string]string{}
+	if err := json.Unmarshal([]byte(r.body["stdout"].(string)), &out); err != nil {
+		t.Fatalf("probe output %q (stderr %q): %v", r.body["stdout"], r.body["stderr"], err)
+	}
+	return r.body, out
+}
+
+// oneShotEgress: one-shot executions on a plan with egress get the same
+// network as sandboxes that stay: their own list (the plan's when they
+// name none), by name only, HTTP and TLS, Python and Node; two at once
+// keep their own; the byte cap cuts; [] is lo alone; a wider list is 403;
+// the execution records its attempts and bytes, and its socket directory
+// is gone once it ends.
+func oneShotEgress(t *testing.T, p *serverProc, key string, ca []byte, data string) {
+	exe, got := probeOnce(t, p, key, ca, map[string]any{"allow": []string{"allowed.test", "loop.test", "meta.test"}},
+		"http://allowed.test/x", "https://allowed.test/x", "http://other.test/x", "https://203.0.113.10/x",
+		"http://loop.test/x", "https://meta.test/x", "http://169.254.169.254/latest/meta-data/",
+		"dns", "tcp:203.0.113.10:80", "tcp:[2001:db8::10]:443", "udp:203.0.113.10:9999", "ifaces")
+	for _, probe := range []string{"http://allowed.test/x", "https://allowed.test/x"} {
+		if !strings.Contains(got[probe], "hello from allowed.test /x") {
+			t.Errorf("one-shot %s: %q", probe, got[probe])
+		}
+	}
+	for _, probe := range []string{"http://other.test/x", "https://203.0.113.10/x", "http://loop.test/x", "https://meta.test/x",
+		"http://169.254.169.254/latest/meta-data/", "dns", "tcp:203.0.113.10:80", "tcp:[2001:db8::10]:443", "udp:203.0.113.10:9999"} {
+		if !strings.HasPrefix(got[probe], "err:") {
+			t.Errorf("one-shot %s got through: %q", probe, got[probe])
+		}
+	}
+	if got["ifaces"] != "ok:lo" {
+		t.Errorf("interfaces in a one-shot sandbox with network: %q", got["ifaces"])
+	}
+	nw, _ := exe["network"].(map[string]any)
+	usage, _ := exe["usage"].(map[string]any)
+	if nw == nil || nw["connections"].(float64) < 2 || nw["refused"].(float64) < 4 || nw["bytes_in"].(float64) == 0 ||
+		len(nw["attempts"].([]any)) < 6 || len(nw["allow"].([]any)) != 3 {
+		t.Errorf("the execution's network: %v", exe["network"])
+	}
+	if usage == nil || usage["network_bytes_in"] == nil || usage["network_bytes_in"].(float64) != nw["bytes_in"].(float64) {
+		t.Errorf("the execution's usage: %v", exe["usage"])
+	}
+	if g := call(t, "GET", p.url+"/v1/executions/"+exe["id"].(string), key, nil, nil); fmt.Sprint(g.body["network"]) != fmt.Sprint(exe["network"]) {
+		t.Errorf("GET shows network %v; the run answered %v", g.body["network"], exe["network"])
+	}
+	if !strings.Contains(p.stderr.String(), `"msg":"egress","execution_id":"`+exe["id"].(string)) {
+		t.Errorf("no egress audit line for %s in the log", exe["id"])
+	}
+
+	// The plan's list when the request names none; two at once, each its
+	// own; Node's fetch.
+	var wg sync.WaitGroup
+	results := make([]map[string]string, 2)
+	for i, nwReq := range []any{nil, map[string]any{"allow": []string{"other.test"}}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, results[i] = probeOnce(t, p, key, ca, nwReq, "https://allowed.test/p", "https://other.test/p")
+		}()
+	}
+	wg.Wait()
+	if !strings.Contains(results[0]["https://allowed.test/p"], "hello") || !strings.Contains(results[0]["https://other.test/p"], "hello") {
+		t.Errorf("the plan's list, left out: %q", results[0])
+	}
+	if !strings.HasPrefix(results[1]["https://allowed.test/p"], "err:") || !strings.Contains(results[1]["https://other.test/p"], "hello from other.test /p") {
+		t.Errorf("a parallel execution's own list: %q", results[1])
+	}
+	// (Plain HTTP: a request cannot set NODE_EXTRA_CA_CERTS for the fake
+	// internet's CA, a reserved name; Node tunnels it through CONNECT.)
+	node := call(t, "POST", p.url+"/v1/executions", key, map[string]any{"language": "javascript", "code": nodeFetchArg, "args": []string{"http://allowed.test/node"},
+		"network": map[string]any{"allow": []string{"allowed.test"}}}, nil)
+	if node.status != 200 || strings.TrimSpace(fmt.Sprint(node.body["stdout"])) != "ok:hello from allowed.test /node" {
+		t.Errorf("one-shot Node fetch: %d %s", node.status, node.raw)
+	}
+
+	// The cap (300000 bytes) cuts a 1 MB download.
+	_, got = probeOnce(t, p, key, ca, nil, "http://allowed.test/bytes?n=1000000")
+	if r := got["http://allowed.test/bytes?n=1000000"]; strings.HasPrefix(r, "ok:1000000:") {
+		t.Errorf("a one-shot 1 MB download went through a cap of 300 kB: %q", r)
+	}
+	// [] is no network at all, and no network record.
+	exe, got = probeOnce(t, p, key, ca, map[string]any{"allow": []string{}}, "ifaces", "http://allowed.test/none")
+	if got["ifaces"] != "ok:lo" || !strings.HasPrefix(got["http://allowed.test/none"], "err:") || exe["network"] != nil {
+		t.Errorf("a one-shot execution without network: %q, network %v", got, exe["network"])
+	}
+	if r := call(t, "POST", p.url+"/v1/executions", key, map[string]any{"language": "python", "code": "print(1)", "network": map[string]any{"allow": []string{"evil.test"}}}, nil); r.status != 403 || r.body["error"] == nil {
+		t.Errorf("an execution widening the plan's list: %d %s", r.status, r.raw)
+	}
+	// The tenant's usage of today sums them: executions' and sandboxes'
+	// (the open live periods included).
+	u := call(t, "GET", p.url+"/v1/usage", key, nil, nil)
+	today, _ := u.body["today"].(map[string]any)
+	sbx, _ := u.body["sandboxes"].(map[string]any)
+	if today == nil || sbx == nil || today["network_bytes_in"].(float64) < nw["bytes_in"].(float64) || sbx["network_bytes_in"].(float64) == 0 {
+		t.Errorf("usage of today: %s", u.raw)
+	}
+	if left, _ := filepath.Glob(filepath.Join(data, "egress", "*", "exe_*")); len(left) != 0 {
+		t.Errorf("executions left their egress directories: %q", left)
+	}
+}
 
 func probeIn(t *testing.T, p *serverProc, key, id string, probes ...string) map[string]string {
 	t.Helper()
@@ -274,6 +392,8 @@ func TestEgressE2E(t *testing.T) {
 			if got := probeIn(t, p, key, none, "ifaces", "http://allowed.test/none"); got["ifaces"] != "ok:lo" || !strings.HasPrefix(got["http://allowed.test/none"], "err:") {
 				t.Errorf("a sandbox without network: %q", got)
 			}
+
+			oneShotEgress(t, p, key, ca, data)
 
 			// SIGKILL: the proxies go with the server (nothing listens on
 			// their sockets), and the next start removes their directories.
