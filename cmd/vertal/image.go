@@ -40,7 +40,7 @@ func cmdImage(ctx context.Context, e *env, args []string) error {
 func cmdImageBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "image build", "image build [flags]\n\n"+
 		"Builds a sandbox image: Debian "+image.DefaultSuite+" (debootstrap --variant=minbase) with\n"+
-		"python3 (full standard library), bash, bc, jq, file and procps from Debian, the\n"+
+		"python3 (full standard library), bash, bc, jq, file, procps and curl from Debian, the\n"+
 		"official Node.js binary from the npm registry, and the packages of --apt, --npm\n"+
 		"and --pip-wheelhouse; or extends an image (--from). Needs root, debootstrap and\n"+
 		"npm. Each build is a new version; the image switches to it atomically once\n"+

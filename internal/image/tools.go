@@ -20,6 +20,9 @@ var Tools = []Tool{
 	{Package: "jq", Commands: []string{"jq"}},
 	{Package: "file", Commands: []string{"file"}},
 	{Package: "procps", Commands: []string{"ps", "free", "top", "pgrep", "pkill", "watch"}},
+	// curl reaches what a plan's egress allows (HTTPS_PROXY), and fails
+	// at once anywhere else.
+	{Package: "curl", Commands: []string{"curl"}},
 }
 
 func toolPackages() []string {
