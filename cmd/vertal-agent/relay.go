@@ -2,17 +2,19 @@ package main
 
 // `vertal-agent relay --socket PATH --port N -- PROGRAM ARGS...`
 // (engine.RelayArgv) gives a one-shot sandbox the egress relay of a live
-// one. It starts the relay as a child of its own (the hidden subcommand
-// relay-serve: 127.0.0.1:N, and [::1]:N if there is ::1, to the unix
-// socket PATH), waits until it listens, and then execs PROGRAM in its own
-// place: same pid, same descriptors 0, 1 and 2, same environment, and so
-// the same exit status. The relay holds none of the program's
+// one. It starts the relay (the hidden subcommand relay-serve:
+// 127.0.0.1:N, and [::1]:N if there is ::1, to the unix socket PATH)
+// detached, through a process that starts it and exits at once, so that
+// the relay is no child of the program: it is reparented to the
+// sandbox's pid 1, and a program that waits for all of its children
+// (wait(-1) until ECHILD, as supervisors and some judges do) never waits
+// for it. It waits until the relay listens, and then execs PROGRAM in its
+// own place: same pid, same descriptors 0, 1 and 2, same environment, and
+// so the same exit status. The relay holds none of the program's
 // descriptors (its own 0, 1 and 2 are /dev/null, and it closes any other
-// it inherited) and lives on, a child of the program, until the sandbox's
-// pid namespace ends; it ignores SIGHUP and SIGPIPE, and runs in a
-// session of its own, in /. (A program that waits for any child of its
-// own, wait(-1), would wait for the relay too.) If PROGRAM cannot be
-// found or executed, no relay is left behind.
+// it inherited) and lives on until the sandbox's pid namespace ends; it
+// ignores SIGHUP and SIGPIPE, and runs in a session of its own, in /. If
+// PROGRAM cannot be found or executed, no relay is left behind.
 //
 // Exit status of relay's own failures, as env(1) and a shell: 125 for the
 // relay (bad arguments, the port taken, the relay not ready in time),
@@ -44,9 +46,12 @@ const (
 	relayUsage = "usage: vertal-agent relay --socket path --port n -- program [arg...]"
 	// relayServeCmd is the hidden subcommand of the relay's process.
 	relayServeCmd = "relay-serve"
-	// relayReady is the byte relay-serve writes on fd 3 once it listens;
-	// anything else there is its error, on one line.
+	// relayReady is the byte relay-serve writes on fd 3 once it listens,
+	// followed by its pid; anything else there is its error, on one line.
 	relayReady = 'R'
+	// relayDetach, relay-serve's first argument, has it start the relay
+	// as a process of its own and exit (startRelay).
+	relayDetach = "--detach"
 	// relayStartTimeout bounds the wait for relay-serve to listen.
 	relayStartTimeout = 5 * time.Second
 
@@ -102,9 +107,9 @@ func relayMain(args []string) int {
 	// too) is close-on-exec: the program gets 0, 1 and 2, and whatever
 	// the caller passed on.
 	err = syscall.Exec(path, argv, os.Environ())
-	// The program did not start after all: no relay for nothing.
-	relay.Kill()
-	relay.Wait()
+	// The program did not start after all: no relay for nothing (its
+	// parent, the sandbox's pid 1, reaps it).
+	killRelay(relay)
 	code = exitCannotInvoke
 	if errors.Is(err, syscall.ENOENT) {
 		code = exitNotFound
@@ -151,61 +156,89 @@ func selfPaths() []string {
 	return paths
 }
 
-// startRelay starts relay-serve and waits until it listens (or failed,
-// then killed and reaped). It relays until the sandbox ends, a child of
-// the program once that took this process's place.
-func startRelay(socket string, port int) (*os.Process, error) {
+// startRelay starts relay-serve detached (relay-serve --detach starts it
+// and exits, reaped here) and waits until it listens; it returns the
+// relay's pid. It relays until the sandbox ends. A relay that failed
+// exits by itself; one not listening in time ends with the sandbox.
+func startRelay(socket string, port int) (int, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer r.Close()
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		w.Close()
-		return nil, err
+		return 0, err
 	}
 	defer null.Close()
-	argv := []string{os.Args[0], relayServeCmd, "--socket", socket, "--port", strconv.Itoa(port)}
+	argv := []string{os.Args[0], relayServeCmd, relayDetach, "--socket", socket, "--port", strconv.Itoa(port)}
+	p, err := startSelf(argv, []*os.File{null, null, null, w})
+	w.Close()
+	if err != nil {
+		return 0, fmt.Errorf("starting the relay: %w", err)
+	}
+	// The detaching process exits once the relay started (or could not).
+	st, err := p.Wait()
+	if err == nil && !st.Success() {
+		err = errors.New(st.String())
+	}
+	if err != nil {
+		return 0, fmt.Errorf("starting the relay: %w", err)
+	}
+	r.SetReadDeadline(time.Now().Add(relayStartTimeout))
+	msg, err := io.ReadAll(io.LimitReader(r, 4096))
+	if err == nil && len(msg) > 1 && msg[0] == relayReady {
+		if pid, perr := strconv.Atoi(string(msg[1:])); perr == nil && pid > 0 {
+			return pid, nil
+		}
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, fmt.Errorf("the relay was not listening after %v", relayStartTimeout)
+	case err != nil:
+		return 0, fmt.Errorf("waiting for the relay: %v", err)
+	case len(msg) > 0 && msg[0] != relayReady:
+		return 0, errors.New(oneLine(string(msg)))
+	default:
+		return 0, fmt.Errorf("the relay ended before listening (%q)", msg)
+	}
+}
+
+// killRelay kills the relay and waits (a second at most) until it has
+// exited: it is not this process's child, but its pidfd says.
+func killRelay(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return
+	}
+	defer unix.Close(fd)
+	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 1000)
+}
+
+// startSelf starts this binary again with argv and files (0, 1, 2 and
+// 3), in /, in a session of its own, with the runtime's settings only.
+func startSelf(argv []string, files []*os.File) (*os.Process, error) {
 	attr := &os.ProcAttr{
 		Dir: "/", // holds no mount busy
 		// The runtime's settings only, not the program's environment:
 		// few threads (the sandbox's pids limit counts them).
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []*os.File{null, null, null, w},
+		Files: files,
 		// Out of the program's session and process group: no SIGHUP or
 		// SIGINT from its terminal, no signal to its group.
 		Sys: &syscall.SysProcAttr{Setsid: true},
 	}
-	var p *os.Process
+	var err error
 	for _, exe := range selfPaths() {
+		var p *os.Process
 		if p, err = os.StartProcess(exe, argv, attr); err == nil {
-			break
+			return p, nil
 		}
 	}
-	w.Close()
-	if err != nil {
-		return nil, fmt.Errorf("starting the relay: %w", err)
-	}
-	r.SetReadDeadline(time.Now().Add(relayStartTimeout))
-	msg, err := io.ReadAll(io.LimitReader(r, 4096))
-	if err == nil && len(msg) == 1 && msg[0] == relayReady {
-		return p, nil
-	}
-	p.Kill()
-	st, werr := p.Wait()
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, fmt.Errorf("the relay was not listening after %v", relayStartTimeout)
-	case err != nil:
-		return nil, fmt.Errorf("waiting for the relay: %v", err)
-	case len(msg) > 0:
-		return nil, errors.New(oneLine(string(msg)))
-	case werr != nil:
-		return nil, fmt.Errorf("the relay ended before listening: %v", werr)
-	default:
-		return nil, fmt.Errorf("the relay ended before listening: %v", st)
-	}
+	return nil, err
 }
 
 // oneLine makes s one line.
@@ -218,6 +251,15 @@ func oneLine(s string) string {
 func relayServeMain(args []string) {
 	closeInherited(4)
 	ready := os.NewFile(3, "ready")
+	if len(args) > 0 && args[0] == relayDetach {
+		// Start the relay itself, with the same descriptors, and exit: it
+		// is reparented to the sandbox's pid 1.
+		argv := append([]string{os.Args[0], relayServeCmd}, args[1:]...)
+		if _, err := startSelf(argv, []*os.File{os.Stdin, os.Stdout, os.Stderr, ready}); err != nil {
+			io.WriteString(ready, oneLine("starting the relay: "+err.Error()))
+		}
+		os.Exit(0)
+	}
 	fail := func(err error) {
 		if ready != nil {
 			io.WriteString(ready, oneLine(err.Error()))
@@ -245,7 +287,7 @@ func relayServeMain(args []string) {
 	if err != nil {
 		fail(err)
 	}
-	if _, err := ready.Write([]byte{relayReady}); err != nil {
+	if _, err := ready.Write(append([]byte{relayReady}, strconv.Itoa(os.Getpid())...)); err != nil {
 		os.Exit(1)
 	}
 	ready.Close()

@@ -476,3 +476,45 @@ func TestUsageMentionsRelay(t *testing.T) {
 		t.Errorf("usage: exit %d, %q", r.code(), r.stderr)
 	}
 }
+
+// TestRelayIsNoChildOfTheProgram: the relay is started detached, so a
+// program that reaps every child of its own until there is none (a
+// supervisor, a judge) ends at once, and its parent is still its parent.
+func TestRelayIsNoChildOfTheProgram(t *testing.T) {
+	bin := agenttest.Build(t)
+	e := agenttest.NewEcho(t)
+	e.Listen(t)
+	sock := filepath.Join(e.Dir, filepath.Base(engine.EgressSocket))
+	cleanRelays(t, sock)
+	const reapAll = `
+import os, signal
+signal.alarm(5)
+if os.fork() == 0:
+    os._exit(0)
+n = 0
+while True:
+    try:
+        os.wait()
+        n += 1
+    except ChildProcessError:
+        break
+print("reaped", n, "children")
+`
+	r := run(t, bin, nil, relayArgs(sock, freePort(t), "/usr/bin/python3", "-c", reapAll)...)
+	if r.code() != 0 || r.stdout != "reaped 1 children\n" {
+		t.Errorf("a program reaping all its children: exit %d, stdout %q, stderr %q; want 0 and its one child", r.code(), r.stdout, r.stderr)
+	}
+	pids := relayProcs(t, sock)
+	if len(pids) != 1 {
+		t.Fatalf("relay processes: %v, want one", pids)
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pids[0]), "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The field after the name (in parentheses) is the state, then the ppid.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if f[1] == strconv.Itoa(r.pid) {
+		t.Errorf("the relay's parent is the program (%d)", r.pid)
+	}
+}
