@@ -295,17 +295,18 @@ func newQueue(ctx context.Context, cfg config.Config, st store.Store, nodeID str
 // as the API does.
 // nodeStopped, if set, hears of each stopped node found (execution.Options).
 // eg, if set, gives executions on plans with egress their network,
-// through the agent binary (findAgent).
+// through the agent binary (findAgent), which must then be there.
 func newService(cfg config.Config, st store.Store, eng *engine.Engine, images []config.Image, nodeID string, q *queue.Queue, metrics *api.Metrics,
 	nodeStopped func(context.Context, string), nodeAddress string, eg *egress.Host, logger *slog.Logger) (*execution.Service, error) {
 	allow, _ := cfg.WebhookAllow() // validated with the configuration
 	guard := webhook.NewGuard(allow, webhook.InterfaceNetworks)
 	var agent string
 	if eg != nil {
+		// A plan with egress and no agent would refuse every request of
+		// its tenants that leaves network out: better not to start.
 		var err error
 		if agent, err = findAgent(cfg); err != nil {
-			logger.Warn("executions get no network: no agent binary", "error", err)
-			agent = ""
+			return nil, fmt.Errorf("a plan allows egress, which needs the agent binary: %w", err)
 		}
 	}
 	return execution.New(execution.Options{

@@ -270,7 +270,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *Caller) er
 func e2bNetwork(allowInternet *bool, network map[string]any) (*sandboxes.NetworkRequest, error) {
 	var out *sandboxes.NetworkRequest
 	if allowInternet != nil && !*allowInternet {
-		return &sandboxes.NetworkRequest{}, nil
+		return &sandboxes.NetworkRequest{Allow: []string{}}, nil
 	}
 	for k, v := range network {
 		switch k {

@@ -98,13 +98,18 @@ func NewHost(opts HostOptions) (*Host, error) {
 func (h *Host) Dir(id string) string { return filepath.Join(h.opts.Dir, id) }
 
 // Reap removes the socket directories a stopped server left and makes
-// the node's directory anew. Call it before the first Open, and only on
-// a directory of this node's alone.
+// the node's directory anew, 0700: no user of the host but root may
+// find or reach a sandbox's socket (a sandbox reaches its own through
+// the driver's bind mount, never through these parents). Call it before
+// the first Open, and only on a directory of this node's alone.
 func (h *Host) Reap() error {
 	if err := os.RemoveAll(h.opts.Dir); err != nil {
 		return err
 	}
-	return os.MkdirAll(h.opts.Dir, 0o755)
+	if err := os.MkdirAll(h.opts.Dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(h.opts.Dir, 0o700)
 }
 
 // Totals are the node's egress since it started, for its metrics.
@@ -239,7 +244,8 @@ func (b *Box) record(a Attempt) {
 	b.log.Info("egress", args...)
 }
 
-// listenUnix listens on dir/name, reachable by any uid (the sandbox's),
+// listenUnix listens on dir/name, reachable by any uid that can reach
+// dir (the sandbox's, through its mount; Reap keeps everyone else out),
 // through a short path: a socket's path is limited to 108 bytes, a data
 // directory's is not.
 func listenUnix(dir, name string) (net.Listener, error) {

@@ -97,6 +97,10 @@ func Parse(allow []string, maxBytes int64) (Policy, error) {
 // a wildcard is "*." and at least two labels; an address range is CIDR
 // notation or one address, IPv4 or IPv6.
 func ParseRule(s string) (Rule, error) {
+	if len(s) > maxRuleBytes {
+		// Refused before anything echoes it whole.
+		return Rule{}, fmt.Errorf("egress: %q... is %d bytes; a rule is at most %d (a name is at most 253 characters)", clipRule(s), len(s), maxRuleBytes)
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		a = a.Unmap()
 		if a.Zone() != "" {
@@ -130,6 +134,19 @@ func ParseRule(s string) (Rule, error) {
 		return Rule{}, fmt.Errorf("egress: %q: a wildcard needs at least two labels after \"*.\" (a whole top-level domain is too wide)", s)
 	}
 	return Rule{Name: n, Wildcard: wild}, nil
+}
+
+// maxRuleBytes bounds a rule: "*." and the longest name (253), with a
+// trailing dot.
+const maxRuleBytes = 256
+
+// clipRule is the start of a rule too long to echo, valid UTF-8.
+func clipRule(s string) string {
+	s = s[:40]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // normalName is a host name as DNS looks it up: ASCII, lower case, no

@@ -3,6 +3,7 @@ package egress
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -157,4 +158,18 @@ func FuzzPolicy(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseRuleClipsALongRule: a rule too long to be one is refused
+// without being echoed whole.
+func TestParseRuleClipsALongRule(t *testing.T) {
+	for _, s := range []string{strings.Repeat("a", 400000) + ".test", "*." + strings.Repeat("é", 300)} {
+		_, err := ParseRule(s)
+		if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "bytes; a rule is at most") {
+			t.Errorf("ParseRule of %d bytes: %.300v", len(s), err)
+		}
+	}
+	if _, err := ParseRule(strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".test"); err != nil {
+		t.Errorf("a name of 126 bytes: %v", err)
+	}
 }

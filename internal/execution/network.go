@@ -16,7 +16,9 @@ type Network struct {
 }
 
 // NetworkRequest is a request's "network": the allowlist it asks for,
-// which must be within its plan's. An empty Allow is no network.
+// which must be within its plan's. An empty Allow ([]) is no network; a
+// nil one (allow left out or null) is refused, so that a client that
+// meant the plan's list does not silently get none.
 type NetworkRequest struct {
 	Allow []string `json:"allow"`
 }
@@ -31,6 +33,9 @@ func NetworkFor(p config.Plan, r *NetworkRequest) (*Network, error) {
 			return nil, nil
 		}
 		return &Network{Allow: pol.Strings(), MaxBytes: pol.MaxBytes}, nil
+	}
+	if r.Allow == nil {
+		return nil, Errorf(KindInvalidRequest, "network.allow is required: a list of rules, or [] for no network (leave network out for your plan's list)")
 	}
 	if len(r.Allow) == 0 {
 		return nil, nil

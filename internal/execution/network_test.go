@@ -39,7 +39,8 @@ func TestNetworkFor(t *testing.T) {
 		error Kind
 	}{
 		{"no egress, nothing asked", none, nil, nil, 0},
-		{"no egress, none asked", none, &NetworkRequest{}, nil, 0},
+		{"no egress, none asked", none, &NetworkRequest{Allow: []string{}}, nil, 0},
+		{"allow left out", open, &NetworkRequest{}, nil, KindInvalidRequest},
 		{"no egress, some asked", none, &NetworkRequest{Allow: []string{"pypi.org"}}, nil, KindForbidden},
 		{"the plan's", open, nil, &Network{Allow: []string{"pypi.org", "*.pythonhosted.org", "203.0.113.0/24"}, MaxBytes: config.DefaultEgressMaxBytes}, 0},
 		{"narrowed", open, &NetworkRequest{Allow: []string{"files.pythonhosted.org", "203.0.113.8/29"}},
@@ -198,7 +199,7 @@ func TestExecutionNetwork(t *testing.T) {
 	if _, err := off.Run(t.Context(), c, req); kindOf(err) != KindUnavailable {
 		t.Errorf("a network on a server without egress: %v, want unavailable", err)
 	}
-	req.Input.Network = &NetworkRequest{}
+	req.Input.Network = &NetworkRequest{Allow: []string{}}
 	if _, err := off.Run(t.Context(), c, req); err != nil {
 		t.Errorf("no network on a server without egress: %v", err)
 	}
@@ -222,12 +223,12 @@ func TestNetworkHash(t *testing.T) {
 	}
 	// The hash of this request before networks existed.
 	const before = "5c85629c1c4d023c34fae3346fa6f1f3c9087af081cacdac6aa05d84ab3940a8"
-	if h := hash(nil); h != before || hash(&NetworkRequest{}) != before {
-		t.Errorf("hash without network: %s, %s; want %s", h, hash(&NetworkRequest{}), before)
+	if h := hash(nil); h != before || hash(&NetworkRequest{Allow: []string{}}) != before {
+		t.Errorf("hash without network: %s, %s; want %s", h, hash(&NetworkRequest{Allow: []string{}}), before)
 	}
 	c.Plan.Egress = &config.Egress{Allow: []string{"a.test", "b.test"}}
 	s.opts.Egress, s.opts.Agent = &egress.Host{}, "/agent"
-	if a, b := hash(&NetworkRequest{Allow: []string{"a.test"}}), hash(&NetworkRequest{Allow: []string{"b.test"}}); a == b || a == before || hash(&NetworkRequest{}) != before {
-		t.Errorf("hashes with networks: %s, %s (none: %s)", a, b, hash(&NetworkRequest{}))
+	if a, b := hash(&NetworkRequest{Allow: []string{"a.test"}}), hash(&NetworkRequest{Allow: []string{"b.test"}}); a == b || a == before || hash(&NetworkRequest{Allow: []string{}}) != before {
+		t.Errorf("hashes with networks: %s, %s (none: %s)", a, b, hash(&NetworkRequest{Allow: []string{}}))
 	}
 }

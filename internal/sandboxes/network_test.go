@@ -94,7 +94,7 @@ func TestNetworkSandbox(t *testing.T) {
 		t.Run(fmt.Sprintf("warm=%d", warm), func(t *testing.T) {
 			f, p, port := egressFixture(t, warm)
 			if warm > 0 {
-				f.create(t, caller("warmup", p), CreateRequest{TimeoutS: 60, Network: &NetworkRequest{}})
+				f.create(t, caller("warmup", p), CreateRequest{TimeoutS: 60, Network: &NetworkRequest{Allow: []string{}}})
 				waitWarm(t, f, 1)
 			}
 			a := f.create(t, caller("acme", p), CreateRequest{TimeoutS: 60, Env: map[string]string{"HTTP_PROXY": "http://elsewhere"}})
