@@ -191,6 +191,15 @@ func oneShotEgress(t *testing.T, p *serverProc, key string, ca []byte, data stri
 		t.Errorf("one-shot Node fetch: %d %s", node.status, node.raw)
 	}
 
+	// curl, from a shell script.
+	sh := call(t, "POST", p.url+"/v1/executions", key, map[string]any{"language": "bash",
+		"code":  "curl -sS --cacert /code/ca.pem https://allowed.test/curl; curl -sS http://allowed.test/curl; curl -sS --max-time 10 https://other.test/curl || echo refused",
+		"files": []map[string]string{{"path": "ca.pem", "content": string(ca)}}, "network": map[string]any{"allow": []string{"allowed.test"}}}, nil)
+	if lines := strings.Split(strings.TrimSpace(fmt.Sprint(sh.body["stdout"])), "\n"); sh.status != 200 || len(lines) != 3 ||
+		lines[0] != "hello from allowed.test /curl" || lines[1] != lines[0] || lines[2] != "refused" {
+		t.Errorf("one-shot curl: %d %s", sh.status, sh.raw)
+	}
+
 	// The cap (300000 bytes) cuts a 1 MB download.
 	_, got = probeOnce(t, p, key, ca, nil, "http://allowed.test/bytes?n=1000000")
 	if r := got["http://allowed.test/bytes?n=1000000"]; strings.HasPrefix(r, "ok:1000000:") {
@@ -325,6 +334,10 @@ func TestEgressE2E(t *testing.T) {
 			out := sbxRun(t, p, key, a, "NODE_EXTRA_CA_CERTS=/home/user/ca.pem node -e '"+nodeFetch+"' https://allowed.test/node; node -e '"+nodeFetch+"' http://allowed.test/node; node -e '"+nodeFetch+"' http://other.test/node")
 			if lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n"); len(lines) != 3 || lines[0] != "ok:hello from allowed.test /node" || lines[1] != lines[0] || !strings.HasPrefix(lines[2], "err:") {
 				t.Errorf("node fetch: %q (stderr %q)", out["stdout"], out["stderr"])
+			}
+			out = sbxRun(t, p, key, a, "curl -sS --cacert /home/user/ca.pem https://allowed.test/curl; curl -sS http://allowed.test/curl; curl -sS --max-time 10 https://other.test/curl || echo refused")
+			if lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n"); len(lines) != 3 || lines[0] != "hello from allowed.test /curl" || lines[1] != lines[0] || lines[2] != "refused" {
+				t.Errorf("curl: %q (stderr %q)", out["stdout"], out["stderr"])
 			}
 			// The cap (300000 bytes in and out, this sandbox's connections
 			// together) cuts a download short, and refuses what follows.
