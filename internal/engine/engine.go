@@ -204,6 +204,12 @@ type Spec struct {
 	Agent string
 }
 
+// RelayPids is what the relay of a one-shot sandbox with egress
+// (RelayArgv) takes of its process limit, threads included (five, and
+// one to spare): execution.prepare adds it to the plan's Pids, so the
+// program may still have as many as without a network.
+const RelayPids = 6
+
 // RelayArgv runs argv, a one-shot sandbox's program, under the agent's
 // relay: `vertal-agent relay` listens on 127.0.0.1:EgressPort, relays
 // each connection to EgressSocket, and then execs argv in its own place

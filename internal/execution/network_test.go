@@ -162,6 +162,9 @@ func TestExecutionNetwork(t *testing.T) {
 	if spec.EgressDir != h.Dir(exe.ID) || spec.Agent != "/usr/lib/vertal/vertal-agent" {
 		t.Errorf("spec: EgressDir %q, Agent %q; want %q and the agent", spec.EgressDir, spec.Agent, h.Dir(exe.ID))
 	}
+	if want := c.Plan.Limits(spec.Timeout).Pids + engine.RelayPids; spec.Limits.Pids != want {
+		t.Errorf("pids %d, want the plan's and the relay's, %d", spec.Limits.Pids, want)
+	}
 	if exe.Stdout != "200\n403\n" {
 		t.Errorf("through the execution's proxy: %q, want the allowed name's 200 and the other's 403", exe.Stdout)
 	}
@@ -185,7 +188,7 @@ func TestExecutionNetwork(t *testing.T) {
 		t.Errorf("the plan's list: %q, EgressDir %q", exe.Stdout, spec.EgressDir)
 	}
 	exe, spec = run(u("other.test"), &NetworkRequest{Allow: []string{}})
-	if spec.EgressDir != "" || spec.Agent != "" || exe.Network != "" {
+	if spec.EgressDir != "" || spec.Agent != "" || exe.Network != "" || spec.Limits.Pids != c.Plan.Limits(spec.Timeout).Pids {
 		t.Errorf("no network: EgressDir %q, Agent %q, record %q", spec.EgressDir, spec.Agent, exe.Network)
 	}
 

@@ -167,6 +167,10 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 	}{imageName, lang.Name, code, stdin, timeoutS, cfiles, in.Env, in.Args, in.ReturnFiles, deref(in.WebhookURL), allow})
 	sum := sha256.Sum256(canon)
 	timeout := time.Duration(timeoutS * float64(time.Second))
+	limits := c.Plan.Limits(timeout)
+	if nw != nil {
+		limits.Pids += engine.RelayPids
+	}
 	return prepared{
 		spec: engine.Spec{
 			Language:    lang,
@@ -177,7 +181,7 @@ func (s *Service) prepare(c Caller, in Input) (prepared, error) {
 			Env:         in.Env,
 			Args:        in.Args,
 			ReturnFiles: in.ReturnFiles,
-			Limits:      c.Plan.Limits(timeout),
+			Limits:      limits,
 		},
 		image:      img.Name,
 		imageBuild: s.images.builds.of(img.Dir),
