@@ -115,6 +115,33 @@ func (f *fixture) create(t *testing.T, c execution.Caller, r CreateRequest) Sand
 	return sb
 }
 
+// race makes n calls at once and counts those that succeeded and those
+// refused with the error kind refused; any other error fails the test.
+func race(t *testing.T, n int, what string, refused execution.Kind, call func() error) (ok, refusedN int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = call()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		switch k, _ := kindOf(err); {
+		case err == nil:
+			ok++
+		case k == refused:
+			refusedN++
+		default:
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	return ok, refusedN
+}
+
 func (f *fixture) used(t *testing.T, tenant string) int64 {
 	t.Helper()
 	u, err := f.raw.Usage(t.Context(), tenant, "2025-03-14")
@@ -272,27 +299,10 @@ func TestCapRace(t *testing.T) {
 	p.MaxSandboxes = 3
 	c := caller("acme", p)
 	const n = 12
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = f.s.Create(context.Background(), c, "", CreateRequest{})
-		}()
-	}
-	wg.Wait()
-	created, limited := 0, 0
-	for _, err := range errs {
-		switch k, _ := kindOf(err); {
-		case err == nil:
-			created++
-		case k == execution.KindSandboxLimit:
-			limited++
-		default:
-			t.Errorf("Create: %v", err)
-		}
-	}
+	created, limited := race(t, n, "Create", execution.KindSandboxLimit, func() error {
+		_, err := f.s.Create(context.Background(), c, "", CreateRequest{})
+		return err
+	})
 	if created != 3 || limited != n-3 {
 		t.Errorf("%d parallel creates under a cap of 3: %d created, %d refused", n, created, limited)
 	}
@@ -479,27 +489,10 @@ func TestQuota(t *testing.T) {
 	c := caller("acme", p)
 	sb := f.create(t, c, CreateRequest{}) // 1
 	const n = 12
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = f.s.Run(context.Background(), c, sb.ID, CommandRequest{Cmd: "echo hi"}, nil)
-		}()
-	}
-	wg.Wait()
-	ok, over := 0, 0
-	for _, err := range errs {
-		switch k, _ := kindOf(err); {
-		case err == nil:
-			ok++
-		case k == execution.KindQuotaExceeded:
-			over++
-		default:
-			t.Errorf("Run: %v", err)
-		}
-	}
+	ok, over := race(t, n, "Run", execution.KindQuotaExceeded, func() error {
+		_, err := f.s.Run(context.Background(), c, sb.ID, CommandRequest{Cmd: "echo hi"}, nil)
+		return err
+	})
 	if ok != 5 || over != n-5 {
 		t.Errorf("%d parallel commands with 5 left: %d ran, %d refused", n, ok, over)
 	}
@@ -605,17 +598,24 @@ func TestLiveDiesOnItsOwn(t *testing.T) {
 	c := caller("acme", freePlan())
 	sb := f.create(t, c, CreateRequest{TimeoutS: 60})
 	f.starter.last().die() // an OOM kill, a crash
+	got := f.waitEnded(t, c, sb.ID, "a dead sandbox is still recorded running")
+	if got.Reason != ReasonError || got.Message == "" {
+		t.Errorf("ended as %q %q, want error with a message", got.Reason, got.Message)
+	}
+}
+
+// waitEnded polls until the sandbox is recorded ended and returns it; if
+// it is not within 10 seconds, the test fails with what.
+func (f *fixture) waitEnded(t *testing.T, c execution.Caller, id, what string) Sandbox {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, _ := f.s.Get(t.Context(), c, sb.ID)
+		got, _ := f.s.Get(t.Context(), c, id)
 		if got.Status == StatusEnded {
-			if got.Reason != ReasonError || got.Message == "" {
-				t.Errorf("ended as %q %q, want error with a message", got.Reason, got.Message)
-			}
-			break
+			return got
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("a dead sandbox is still recorded running")
+			t.Fatal(what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -930,19 +930,9 @@ func TestLiveDiesAtItsDeadline(t *testing.T) {
 	sb := f.create(t, c, CreateRequest{TimeoutS: 60})
 	f.clock.Add(time.Minute + deadlineGrace) // the agent's deadline, before the service looked
 	f.starter.last().die()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, _ := f.s.Get(t.Context(), c, sb.ID)
-		if got.Status == StatusEnded {
-			if got.Reason != ReasonExpired {
-				t.Errorf("ended as %q, want expired", got.Reason)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a sandbox past its deadline is still recorded running")
-		}
-		time.Sleep(10 * time.Millisecond)
+	got := f.waitEnded(t, c, sb.ID, "a sandbox past its deadline is still recorded running")
+	if got.Reason != ReasonExpired {
+		t.Errorf("ended as %q, want expired", got.Reason)
 	}
 }
 
