@@ -2,7 +2,14 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,7 +19,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
+	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 var volatile = []struct {
@@ -125,4 +134,79 @@ func TestGoldenImages(t *testing.T) {
 		}
 	}))
 	golden(t, "images", env.do(request{path: "/v1/images"}))
+}
+
+// TestGoldenNetwork: an execution on a plan with egress, whose program
+// (here the test, through the socket its Spec names, while the fake
+// driver holds the run) reaches one name on its list and is refused
+// another: the network record and the usage's byte counts on the wire.
+func TestGoldenNetwork(t *testing.T) {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") }))
+	t.Cleanup(site.Close)
+	port := site.Listener.Addr().(*net.TCPAddr).Port
+	lo := netip.MustParseAddr("127.0.0.1")
+	host, err := egress.NewHost(egress.HostOptions{Dir: filepath.Join(t.TempDir(), "net"),
+		Guard:    webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
+		Resolver: oneName{"files.test", lo}, HTTPPorts: []int{port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	plan := config.DefaultPlans()["pro"]
+	plan.Egress = &config.Egress{Allow: []string{"files.test", "*.mirror.test"}}
+	env := newEnv(t, withPlans(map[string]config.Plan{"pro": plan}), withService(func(o *execution.Options) {
+		o.Egress, o.Agent = host, "/usr/lib/vertal/vertal-agent"
+	}))
+	env.driver.started = make(chan string, 1)
+	done := make(chan response, 1)
+	go func() {
+		done <- env.do(request{method: "POST", path: "/v1/executions",
+			body: `{"language":"python","code":"slow","network":{"allow":["files.test"]}}`})
+	}()
+	<-env.driver.started
+	sock := filepath.Join(env.driver.lastSpec().EgressDir, egress.SocketName)
+	c := &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	for _, tc := range []struct {
+		host   string
+		status int
+	}{{"files.test", http.StatusOK}, {"pkg.mirror.test", http.StatusForbidden}} {
+		r, err := c.Get("http://" + tc.host + ":" + strconv.Itoa(port) + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != tc.status {
+			t.Errorf("GET %s: %d, want %d", tc.host, r.StatusCode, tc.status)
+		}
+	}
+	c.CloseIdleConnections()
+	env.driver.release()
+	r := <-done
+	var body bytes.Buffer
+	if err := json.Indent(&body, r.body, "", "  "); err != nil {
+		t.Fatalf("body is not JSON: %s", r.body)
+	}
+	got := regexp.MustCompile(`(127\.0\.0\.1:|"port": )`+strconv.Itoa(port)).ReplaceAll(body.Bytes(), []byte("${1}<port>"))
+	goldenFile(t, "run_network", []byte("status: "+strconv.Itoa(r.status)+"\n"+string(got)))
+}
+
+// oneName resolves one name, to one address.
+type oneName struct {
+	name string
+	addr netip.Addr
+}
+
+func (o oneName) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == o.name {
+		return []netip.Addr{o.addr}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
