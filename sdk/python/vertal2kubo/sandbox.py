@@ -44,6 +44,17 @@ _COMMAND_EVENTS = ("stdout", "stderr", "exit", "result", "error")
 _CODE_EVENTS = ("stdout", "stderr", "result", "error", "end")
 
 
+def _payload(name: str, data: str) -> dict:
+    """The JSON object an event carries; KuboError if it is none."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        raise KuboError(0, "invalid_response", f"the {name} event is not JSON") from None
+    if not isinstance(payload, dict):
+        raise KuboError(0, "invalid_response", f"the {name} event is not an object")
+    return payload
+
+
 class _Wire:
     """What the SDK reads of the API's answers, in one place."""
 
@@ -89,12 +100,7 @@ class _Wire:
         None."""
         if name not in _COMMAND_EVENTS:
             return None
-        try:
-            payload = json.loads(data)
-        except ValueError:
-            raise KuboError(0, "invalid_response", f"the {name} event is not JSON") from None
-        if not isinstance(payload, dict):
-            raise KuboError(0, "invalid_response", f"the {name} event is not an object")
+        payload = _payload(name, data)
         event: dict[str, Any] = {"type": name, "id": sse_id}
         if name in ("stdout", "stderr"):
             # {"text"} as an execution's output; {"data"} as the contract names it.
@@ -121,12 +127,7 @@ class _Wire:
         None."""
         if name not in _CODE_EVENTS:
             return None
-        try:
-            payload = json.loads(data)
-        except ValueError:
-            raise KuboError(0, "invalid_response", f"the {name} event is not JSON") from None
-        if not isinstance(payload, dict):
-            raise KuboError(0, "invalid_response", f"the {name} event is not an object")
+        payload = _payload(name, data)
         event: dict[str, Any] = {"type": name, "id": sse_id}
         if name in ("stdout", "stderr"):
             event["text"] = payload.get("text", "")
