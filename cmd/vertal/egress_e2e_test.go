@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -408,12 +409,23 @@ func TestEgressE2E(t *testing.T) {
 
 			oneShotEgress(t, p, key, ca, data)
 
-			// SIGKILL: the proxies go with the server (nothing listens on
-			// their sockets), and the next start removes their directories.
+			// SIGKILL, with a sandbox that stays and a one-shot execution
+			// with a network in its sandbox: the proxies go with the server
+			// (nothing listens on their sockets), and the next start removes
+			// their directories and settles the execution as error.
 			egressDir := filepath.Join(data, "egress")
-			socks, _ := filepath.Glob(filepath.Join(egressDir, "*", "sbx_*", "proxy.sock"))
-			if len(socks) == 0 {
-				t.Fatalf("no proxy socket under %s", egressDir)
+			postInBackground(p.url+"/v1/executions", key, `{"language":"bash","code":"echo started; sleep 60","network":{"allow":["allowed.test"]}}`, nil)
+			var exeID string
+			waitFor(t, func() bool {
+				s, _ := filepath.Glob(filepath.Join(egressDir, "*", "exe_*", "proxy.sock"))
+				if len(s) == 1 {
+					exeID = filepath.Base(filepath.Dir(s[0]))
+				}
+				return exeID != "" && call(t, "GET", p.url+"/v1/executions/"+exeID, key, nil, nil).body["status"] == "running"
+			})
+			socks, _ := filepath.Glob(filepath.Join(egressDir, "*", "*_*", "proxy.sock"))
+			if len(socks) < 2 {
+				t.Fatalf("proxy sockets under %s: %q; want the sandboxes' and the execution's", egressDir, socks)
 			}
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.exited
@@ -426,9 +438,22 @@ func TestEgressE2E(t *testing.T) {
 			}
 			p2 := startNetServer(t, n, data, append(c.args, "--config", config)...)
 			waitFor(t, func() bool {
-				left, _ := filepath.Glob(filepath.Join(egressDir, "*", "sbx_*", "proxy.sock"))
+				left, _ := filepath.Glob(filepath.Join(egressDir, "*", "*_*", "proxy.sock"))
 				return len(left) == 0
 			})
+			if left, _ := filepath.Glob(filepath.Join(egressDir, "*", exeID)); len(left) != 0 {
+				t.Errorf("the killed execution's egress directory is left: %q", left)
+			}
+			if r := call(t, "GET", p2.url+"/v1/executions/"+exeID, key, nil, nil); r.status != 200 || r.body["status"] != "error" {
+				t.Errorf("the execution in its sandbox at the SIGKILL, after the restart: %d %s; want settled as error", r.status, r.raw)
+			}
+			if strings.HasPrefix(c.name, "docker/") {
+				// The restart's reap removes the killed execution's container.
+				waitFor(t, func() bool {
+					out, err := exec.Command("docker", "ps", "-aq", "--filter", "name="+exeID).Output()
+					return err == nil && len(strings.TrimSpace(string(out))) == 0
+				})
+			}
 			p2.stop()
 		})
 	}
