@@ -337,6 +337,19 @@ class SandboxCLITest(unittest.TestCase):
         self.assertIn("not_found", err)
 
 
+    def test_create_network(self):
+        for flags, want in [([], None), (["--allow", "pypi.org", "--allow", "*.pythonhosted.org"], {"allow": ["pypi.org", "*.pythonhosted.org"]}),
+                            (["--no-network"], {"allow": []})]:
+            with self.subTest(flags=flags):
+                self.api.requests.clear()
+                code, _, err = self.cli("sandbox", "create", *flags)
+                self.assertEqual(code, 0, err)
+                posts = [json.loads(b) for m, _, _, b in self.api.requests if m == "POST"]
+                self.assertEqual(posts[-1].get("network"), want)
+        self.assertEqual(self.cli("sandbox", "create", "--allow", "pypi.org", "--no-network"),
+                         (2, "", "vertal2kubo sandbox create: --allow and --no-network cannot go together\n"))
+
+
 class CodeContextTest(unittest.TestCase):
     """run_code, stream_code and contexts against the stub."""
 

@@ -85,10 +85,7 @@ what it reached and what was refused, and why.""")
     run.add_argument("--async", dest="async_", action="store_true",
                      help="queue the run and print its id at once (with --json: the queued execution); 'wait ID' gets the result")
     run.add_argument("--webhook", metavar="URL", help="with --async: URL (https) the server POSTs the signed result to")
-    run.add_argument("--allow", action="append", default=[], metavar="RULE",
-                     help="a host name, *.suffix or address range the program may reach, within the plan's egress "
-                     "allowlist (repeatable; default: the plan's whole list)")
-    run.add_argument("--no-network", action="store_true", help="run without any network, whatever the plan allows")
+    network_flags(run, "the program", "run")
     connection(run)
 
     wait = sub.add_parser(
@@ -110,6 +107,7 @@ what it reached and what was refused, and why.""")
     create.add_argument("--timeout", type=int, help="lifetime in seconds (default: the server's)")
     create.add_argument("--meta", action="append", default=[], metavar="K=V", help="metadata pair (repeatable)")
     create.add_argument("--on-timeout", choices=("kill", "pause"), help="what happens at the end of its lifetime")
+    network_flags(create, "the sandbox", "create it")
     create.add_argument("--json", action="store_true", help="print the sandbox as JSON")
     ls = sbx_sub.add_parser("ls", help="list sandboxes: id, status, image, expires_at")
     ls.add_argument("--status", choices=("running", "paused", "ended"))
@@ -205,14 +203,30 @@ def _read_code(arg: str, stdin: TextIO) -> tuple[str, Optional[str]]:
     return arg, None
 
 
-def _run_options(args: argparse.Namespace) -> tuple[Optional[dict], Optional[str]]:
-    """The files, env, args, return_files and network of run(), or what is
-    wrong with the flags that give them."""
+def network_flags(p: argparse.ArgumentParser, who: str, verb: str) -> None:
+    """--allow and --no-network, for run and sandbox create."""
+    p.add_argument("--allow", action="append", default=[], metavar="RULE",
+                   help=f"a host name, *.suffix or address range {who} may reach, within the plan's egress "
+                   "allowlist (repeatable; default: the plan's whole list)")
+    p.add_argument("--no-network", action="store_true", help=f"{verb} without any network, whatever the plan allows")
+
+
+def _network(args: argparse.Namespace) -> tuple[Optional[list], Optional[str]]:
+    """The network of --allow and --no-network (None: the plan's list), or
+    what is wrong with them."""
     if args.allow and args.no_network:
         return None, "--allow and --no-network cannot go together"
     if "" in args.allow:
         return None, "--allow: want a host name, *.suffix or an address range (--no-network for none)"
-    network = args.allow or ([] if args.no_network else None)
+    return args.allow or ([] if args.no_network else None), None
+
+
+def _run_options(args: argparse.Namespace) -> tuple[Optional[dict], Optional[str]]:
+    """The files, env, args, return_files and network of run(), or what is
+    wrong with the flags that give them."""
+    network, problem = _network(args)
+    if problem:
+        return None, problem
     files = []
     for value in args.file:
         try:
@@ -441,7 +455,11 @@ def _sandbox(args: argparse.Namespace, client: KuboClient, stdout: TextIO, stder
                 print(f"vertal2kubo sandbox create: --meta {pair!r} is not K=V", file=stderr)
                 return EXIT_USAGE
             meta[k] = v
-        sbx = client.create_sandbox(args.image, args.timeout, metadata=meta, on_timeout=args.on_timeout)
+        network, problem = _network(args)
+        if problem:
+            print(f"vertal2kubo sandbox create: {problem}", file=stderr)
+            return EXIT_USAGE
+        sbx = client.create_sandbox(args.image, args.timeout, metadata=meta, on_timeout=args.on_timeout, network=network)
         print(json.dumps(sbx.info, indent=2) if args.json else sbx.id, file=stdout)
         return 0
     if sub == "ls":
