@@ -66,19 +66,7 @@ func TestBwrapArgvGolden(t *testing.T) {
 	for _, c := range r.checks {
 		fmt.Fprintf(&b, "mount flags %#x %s\n", c.flags, c.path)
 	}
-	golden := filepath.Join("testdata", "bwrap-argv.txt")
-	if *update {
-		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if diff := cmp.Diff(string(want), b.String()); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", golden, diff)
-	}
+	checkGolden(t, filepath.Join("testdata", "bwrap-argv.txt"), b.String())
 }
 
 // bwrapTestSpec is a small spec every case of the tables below edits.

@@ -283,6 +283,32 @@ func startCrashChild(t *testing.T, rtName, stateDir, sleepArg, timeout string) (
 	}
 }
 
+// uniqueSleepArg is a sleep length, from base seconds up, unique to this
+// run: it names a sandbox's daemon among the host's processes.
+func uniqueSleepArg(base int64) string {
+	return fmt.Sprintf("%d.%d", base+time.Now().UnixNano()%9000, os.Getpid()%1000)
+}
+
+// reapAfterCrash opens a driver on the state dir of one that crashed, as
+// the next server does, and reaps: it must remove the one sandbox left.
+// The driver is closed when the test ends.
+func reapAfterCrash(t *testing.T, rt, stateDir string) *Driver {
+	t.Helper()
+	d, err := New(context.Background(), Options{Runtime: rt, StateDir: stateDir, CgroupParent: "vertal-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	removed, err := d.Reap(context.Background())
+	if err != nil {
+		t.Errorf("Reap: %v", err)
+	}
+	if removed != 1 {
+		t.Errorf("Reap removed %d sandboxes; want 1", removed)
+	}
+	return d
+}
+
 // TestDeadlineOutlivesServer SIGKILLs the server while its sandbox runs a
 // busy loop and a daemon that escaped with setsid: with nothing left on
 // the host to time it out, the sandbox still ends at its own deadline
@@ -292,18 +318,14 @@ func TestDeadlineOutlivesServer(t *testing.T) {
 	for _, rtName := range allRuntimes {
 		t.Run(rtName, func(t *testing.T) {
 			stateDir := testStateDir(t)
-			sleepArg := fmt.Sprintf("%d.%d", 70000+time.Now().UnixNano()%9000, os.Getpid()%1000)
+			sleepArg := uniqueSleepArg(70000)
 			child, _, id := startCrashChild(t, rtName, stateDir, sleepArg, "2s")
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			_ = child.Wait()
 			killed := time.Now()
-			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer probe.Close()
+			probe := newTestDriver(t, rtName)
 			alive := func() []string {
 				out := processesMentioning("sleep\x00" + sleepArg)
 				for _, p := range probe.cg.procs(id) {
@@ -341,14 +363,10 @@ func TestReapAfterCrash(t *testing.T) {
 		t.Run(rtName, func(t *testing.T) {
 			stateDir := testStateDir(t)
 			// A sleep length unique to this run names the sandbox's daemon.
-			sleepArg := fmt.Sprintf("%d.%d", 80000+time.Now().UnixNano()%9000, os.Getpid()%1000)
+			sleepArg := uniqueSleepArg(80000)
 			daemon := "sleep\x00" + sleepArg
 			child, inst, id := startCrashChild(t, rtName, stateDir, sleepArg, "")
-			probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer probe.Close()
+			probe := newTestDriver(t, rtName)
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -365,18 +383,7 @@ func TestReapAfterCrash(t *testing.T) {
 			}
 			t.Logf("left by the killed server: %d items (%s)", len(before), strings.Join(slices.Compact(kinds), ", "))
 
-			d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			removed, err := d.Reap(context.Background())
-			if err != nil {
-				t.Errorf("Reap: %v", err)
-			}
-			if removed != 1 {
-				t.Errorf("Reap removed %d sandboxes; want 1", removed)
-			}
+			d := reapAfterCrash(t, rtName, stateDir)
 			if diff := cmp.Diff([]string(nil), leftovers(d, inst, rt, id)); diff != "" {
 				t.Errorf("left behind after Reap (-want +got):\n%s", diff)
 			}

@@ -390,18 +390,7 @@ func TestLiveReapAfterCrash(t *testing.T) {
 				t.Fatal("the forgotten sandbox left nothing; the test proves nothing")
 			}
 
-			d2, err := New(context.Background(), Options{Runtime: rt, StateDir: stateDir, CgroupParent: "vertal-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d2.Close()
-			removed, err := d2.Reap(context.Background())
-			if err != nil {
-				t.Errorf("Reap: %v", err)
-			}
-			if removed != 1 {
-				t.Errorf("Reap removed %d sandboxes; want 1", removed)
-			}
+			d2 := reapAfterCrash(t, rt, stateDir)
 			waitDone(t, l, "after Reap")
 			if diff := cmp.Diff([]string(nil), leftovers(d2, inst, d2.rt, spec.ID)); diff != "" {
 				t.Errorf("left behind after Reap (-want +got):\n%s", diff)
@@ -424,7 +413,7 @@ func TestLiveIsolation(t *testing.T) {
 			}
 			ca.ok("write /home/user/secret a's")
 			ca.ok("write /tmp/secret a's")
-			marker := fmt.Sprintf("%d.%d", 70000+time.Now().UnixNano()%9000, os.Getpid()%1000)
+			marker := uniqueSleepArg(70000)
 			pid := ca.ok("sleep-child " + marker)
 			for _, path := range []string{"/home/user/secret", "/tmp/secret"} {
 				if out, e := cb.do("read " + path); e == "" {

@@ -50,20 +50,26 @@ func TestConfigGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			pretty.WriteByte('\n')
-			golden := filepath.Join("testdata", "config-"+rt+".json")
-			if *update {
-				if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if diff := cmp.Diff(string(want), pretty.String()); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", golden, diff)
-			}
+			checkGolden(t, filepath.Join("testdata", "config-"+rt+".json"), pretty.String())
 		})
+	}
+}
+
+// checkGolden compares got with the golden file; go test -update rewrites
+// the file.
+func checkGolden(t *testing.T, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", golden, diff)
 	}
 }
 
