@@ -25,45 +25,58 @@ func (s *Store) CreateTenant(_ context.Context, t store.Tenant) error {
 	return nil
 }
 
-func (s *Store) Tenant(_ context.Context, id string) (store.Tenant, error) {
+// lookup returns m[id] under s.mu, or store.ErrNotFound.
+func lookup[T any](s *Store, m map[string]T, id string) (T, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.tenants[id]
+	v, ok := m[id]
 	if !ok {
-		return store.Tenant{}, store.ErrNotFound
+		var zero T
+		return zero, store.ErrNotFound
 	}
-	return t, nil
+	return v, nil
 }
 
-func (s *Store) Tenants(_ context.Context) ([]store.Tenant, error) {
+// sortedValues returns m's values under s.mu, ordered by key (nil when m
+// is empty).
+func sortedValues[T any](s *Store, m map[string]T, key func(T) string) []T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []store.Tenant
-	for _, t := range s.tenants {
-		out = append(out, t)
+	var out []T
+	for _, v := range m {
+		out = append(out, v)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	sort.Slice(out, func(i, j int) bool { return key(out[i]) < key(out[j]) })
+	return out
 }
 
-func (s *Store) updateTenant(id string, fn func(*store.Tenant)) error {
+// update applies fn to m[id] under s.mu, or returns store.ErrNotFound.
+func update[T any](s *Store, m map[string]T, id string, fn func(*T)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.tenants[id]
+	v, ok := m[id]
 	if !ok {
 		return store.ErrNotFound
 	}
-	fn(&t)
-	s.tenants[id] = t
+	fn(&v)
+	m[id] = v
 	return nil
 }
 
+func (s *Store) Tenant(_ context.Context, id string) (store.Tenant, error) {
+	return lookup(s, s.tenants, id)
+}
+
+func (s *Store) Tenants(_ context.Context) ([]store.Tenant, error) {
+	return sortedValues(s, s.tenants, func(t store.Tenant) string { return t.ID }), nil
+}
+
 func (s *Store) SetPlan(_ context.Context, tenant, plan string) error {
-	return s.updateTenant(tenant, func(t *store.Tenant) { t.Plan = plan })
+	return update(s, s.tenants, tenant, func(t *store.Tenant) { t.Plan = plan })
 }
 
 func (s *Store) SetTenantDisabled(_ context.Context, tenant string, disabled bool) error {
-	return s.updateTenant(tenant, func(t *store.Tenant) { t.Disabled = disabled })
+	return update(s, s.tenants, tenant, func(t *store.Tenant) { t.Disabled = disabled })
 }
 
 func (s *Store) TouchKey(_ context.Context, keyID string, at time.Time) error {
@@ -105,44 +118,19 @@ func (s *Store) AccountByEmail(_ context.Context, email string) (store.Account, 
 }
 
 func (s *Store) AccountByID(_ context.Context, id string) (store.Account, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.accounts[id]
-	if !ok {
-		return store.Account{}, store.ErrNotFound
-	}
-	return a, nil
+	return lookup(s, s.accounts, id)
 }
 
 func (s *Store) ListAccounts(_ context.Context) ([]store.Account, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []store.Account
-	for _, a := range s.accounts {
-		out = append(out, a)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Email < out[j].Email })
-	return out, nil
-}
-
-func (s *Store) updateAccount(id string, fn func(*store.Account)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.accounts[id]
-	if !ok {
-		return store.ErrNotFound
-	}
-	fn(&a)
-	s.accounts[id] = a
-	return nil
+	return sortedValues(s, s.accounts, func(a store.Account) string { return a.Email }), nil
 }
 
 func (s *Store) SetPassword(_ context.Context, accountID, hash string) error {
-	return s.updateAccount(accountID, func(a *store.Account) { a.PasswordHash = hash })
+	return update(s, s.accounts, accountID, func(a *store.Account) { a.PasswordHash = hash })
 }
 
 func (s *Store) MarkVerified(_ context.Context, accountID string, at time.Time) error {
-	return s.updateAccount(accountID, func(a *store.Account) {
+	return update(s, s.accounts, accountID, func(a *store.Account) {
 		if a.VerifiedAt.IsZero() {
 			a.VerifiedAt = ts(at)
 		}
@@ -150,7 +138,7 @@ func (s *Store) MarkVerified(_ context.Context, accountID string, at time.Time) 
 }
 
 func (s *Store) SetRole(_ context.Context, accountID, role string) error {
-	return s.updateAccount(accountID, func(a *store.Account) { a.Role = role })
+	return update(s, s.accounts, accountID, func(a *store.Account) { a.Role = role })
 }
 
 func (s *Store) CreateSession(_ context.Context, se store.Session) error {
