@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -15,29 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress/egresstest"
 )
-
-// waitAttempt waits until w has logged more than n attempts and returns
-// the last.
-func (w *world) waitAttempt(t *testing.T, n int, within time.Duration) (Attempt, bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		w.mu.Lock()
-		done := len(w.attempts) > n
-		w.mu.Unlock()
-		if done {
-			return w.last(), true
-		}
-	}
-	return Attempt{}, false
-}
-
-func (w *world) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.attempts)
-}
 
 // TestProxyTunnelHeadBounded: through a CONNECT to an HTTP port, the
 // proxy reads at most about maxHead bytes of request head: a sandbox
@@ -45,16 +23,8 @@ func (w *world) count() int {
 // server's memory) until a timeout.
 func TestProxyTunnelHeadBounded(t *testing.T) {
 	w := newWorld(t, 0)
-	c, err := net.Dial("tcp", w.proxyURL.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br := w.connect(t, fmt.Sprintf("CONNECT api.example.test:%d HTTP/1.1\r\n\r\n", w.httpPort))
 	defer c.Close()
-	fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\n\r\n", w.httpPort)
-	br := bufio.NewReader(c)
-	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", res, err)
-	}
 	go func() {
 		io.WriteString(c, "GET /"+strings.Repeat("a", 4*maxHead)) // no end of line, ever
 	}()
@@ -115,8 +85,8 @@ func TestProxyNoCompression(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProxy(Options{Policy: pol, Guard: webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil),
-		Resolver: zone{"api.example.test": addrs("127.0.0.1")}, HTTPPorts: []int{port(t, hs.URL)}})
+	p, err := NewProxy(Options{Policy: pol, Guard: egresstest.Guard("127.0.0.1/32"),
+		Resolver: egresstest.Zone{"api.example.test": egresstest.Addrs("127.0.0.1")}, HTTPPorts: []int{egresstest.Port(t, hs.URL)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +98,7 @@ func TestProxyNoCompression(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "GET http://api.example.test:%d/ HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n", port(t, hs.URL))
+	fmt.Fprintf(c, "GET http://api.example.test:%d/ HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n", egresstest.Port(t, hs.URL))
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	b, _ := io.ReadAll(c)
 	mu.Lock()
@@ -148,8 +118,8 @@ func TestProxyIPv6AddressRule(t *testing.T) {
 	}
 	var got []Attempt
 	var mu sync.Mutex
-	p, err := NewProxy(Options{Policy: pol, Guard: webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("::1/128")}, nil),
-		Resolver: zone{}, Log: func(a Attempt) { mu.Lock(); got = append(got, a); mu.Unlock() }})
+	p, err := NewProxy(Options{Policy: pol, Guard: egresstest.Guard("::1/128"),
+		Resolver: egresstest.Zone{}, Log: func(a Attempt) { mu.Lock(); got = append(got, a); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +144,7 @@ func (r *recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]ne
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked = append(r.asked, host)
-	return addrs("127.0.0.1"), nil
+	return egresstest.Addrs("127.0.0.1"), nil
 }
 
 // TestProxyResolvesCheckedName: the name the proxy resolves is the one
@@ -186,7 +156,7 @@ func TestProxyResolvesCheckedName(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &recordingResolver{}
-	p, err := NewProxy(Options{Policy: pol, Guard: webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil), Resolver: res})
+	p, err := NewProxy(Options{Policy: pol, Guard: egresstest.Guard("127.0.0.1/32"), Resolver: res})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,42 +2,20 @@ package egress
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress/egresstest"
 )
-
-// zone is a fake DNS: every test name and what it resolves to. Nothing
-// here asks a real resolver, and every connection stays on loopback.
-type zone map[string][]netip.Addr
-
-func (z zone) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := z[strings.ToLower(strings.TrimSuffix(host, "."))]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
-func addrs(s ...string) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range s {
-		out = append(out, netip.MustParseAddr(a))
-	}
-	return out
-}
 
 // world is a proxy in front of a fake internet on loopback: 127.0.0.1
 // stands for a public address (the guard lets it through), everything
@@ -64,22 +42,22 @@ func newWorld(t testing.TB, maxBytes int64) *world {
 	t.Cleanup(hs.Close)
 	ts := httptest.NewTLSServer(mux)
 	t.Cleanup(ts.Close)
-	w := &world{httpPort: port(t, hs.URL), tlsPort: port(t, ts.URL), tlsServer: ts}
+	w := &world{httpPort: egresstest.Port(t, hs.URL), tlsPort: egresstest.Port(t, ts.URL), tlsServer: ts}
 	pol, err := Parse([]string{"api.example.test", "*.wild.example.test", "rebind.example.test", "meta.example.test", "mixed.example.test", "v6.example.test"}, maxBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.proxy, err = NewProxy(Options{
 		Policy: pol,
-		Guard:  webhook.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil),
-		Resolver: zone{
-			"api.example.test":    addrs("127.0.0.1"),
-			"a.wild.example.test": addrs("127.0.0.1"),
-			"other.example.test":  addrs("127.0.0.1"),
-			"rebind.example.test": addrs("10.0.0.1"),
-			"meta.example.test":   addrs("169.254.169.254"),
-			"mixed.example.test":  addrs("127.0.0.1", "10.0.0.1"),
-			"v6.example.test":     addrs("::1"),
+		Guard:  egresstest.Guard("127.0.0.1/32"),
+		Resolver: egresstest.Zone{
+			"api.example.test":    egresstest.Addrs("127.0.0.1"),
+			"a.wild.example.test": egresstest.Addrs("127.0.0.1"),
+			"other.example.test":  egresstest.Addrs("127.0.0.1"),
+			"rebind.example.test": egresstest.Addrs("10.0.0.1"),
+			"meta.example.test":   egresstest.Addrs("169.254.169.254"),
+			"mixed.example.test":  egresstest.Addrs("127.0.0.1", "10.0.0.1"),
+			"v6.example.test":     egresstest.Addrs("::1"),
 		},
 		HTTPPorts: []int{w.httpPort},
 		TLSPorts:  []int{w.tlsPort},
@@ -100,15 +78,6 @@ func newWorld(t testing.TB, maxBytes int64) *world {
 	return w
 }
 
-func port(t testing.TB, raw string) int {
-	u, _ := url.Parse(raw)
-	p, err := strconv.Atoi(u.Port())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // client is what code in a sandbox uses: HTTP(S)_PROXY pointing at the
 // proxy. TLS verification is off: the fake servers' certificate does not
 // name the test hosts, and what is tested is the proxy's decision.
@@ -124,19 +93,11 @@ func (w *world) client(serverName string) *http.Client {
 // logged the attempt (a tunnel is logged once both sides closed).
 func (w *world) get(t *testing.T, rawURL, serverName string) (int, string, error) {
 	t.Helper()
-	w.mu.Lock()
-	n := len(w.attempts)
-	w.mu.Unlock()
+	n := w.count()
 	defer func() {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			w.mu.Lock()
-			done := len(w.attempts) > n
-			w.mu.Unlock()
-			if done {
-				return
-			}
+		if _, ok := w.waitAttempt(t, n, 5*time.Second); !ok {
+			t.Errorf("GET %s: the proxy logged no attempt", rawURL)
 		}
-		t.Errorf("GET %s: the proxy logged no attempt", rawURL)
 	}()
 	res, err := w.client(serverName).Get(rawURL)
 	if err != nil {
@@ -154,6 +115,45 @@ func (w *world) last() Attempt {
 		return Attempt{}
 	}
 	return w.attempts[len(w.attempts)-1]
+}
+
+func (w *world) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.attempts)
+}
+
+// waitAttempt waits until w has logged more than n attempts and returns
+// the last.
+func (w *world) waitAttempt(t *testing.T, n int, within time.Duration) (Attempt, bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		done := len(w.attempts) > n
+		w.mu.Unlock()
+		if done {
+			return w.last(), true
+		}
+	}
+	return Attempt{}, false
+}
+
+// connect dials the proxy and writes head, a CONNECT request; unless the
+// proxy answers 200 it fails t at once. What follows on the connection
+// is the tunnel.
+func (w *world) connect(t *testing.T, head string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", w.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, head)
+	br := bufio.NewReader(c)
+	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
+		c.Close()
+		t.Fatalf("CONNECT: %v %v", res, err)
+	}
+	return c, br
 }
 
 // TestProxyDecides: allowed names work over HTTP and through CONNECT;
@@ -230,17 +230,8 @@ func TestProxyChecksTLS(t *testing.T) {
 		t.Errorf("audit: %+v", a)
 	}
 
-	c, err := net.Dial("tcp", w.proxyURL.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br := w.connect(t, fmt.Sprintf("CONNECT api.example.test:%d HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n", w.tlsPort, w.tlsPort))
 	defer c.Close()
-	fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n", w.tlsPort, w.tlsPort)
-	br := bufio.NewReader(c)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", res, err)
-	}
 	fmt.Fprintf(c, "GET /hello HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if b, _ := io.ReadAll(br); len(b) != 0 {
@@ -273,16 +264,8 @@ func TestProxyByteBound(t *testing.T) {
 
 func TestProxyCloseCuts(t *testing.T) {
 	w := newWorld(t, 0)
-	c, err := net.Dial("tcp", w.proxyURL.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br := w.connect(t, fmt.Sprintf("CONNECT api.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n", w.tlsPort))
 	defer c.Close()
-	fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n", w.tlsPort)
-	br := bufio.NewReader(c)
-	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", res, err)
-	}
 	tc := tls.Client(&brConn{Conn: c, r: br}, &tls.Config{InsecureSkipVerify: true, ServerName: "api.example.test"})
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
@@ -313,34 +296,16 @@ func TestProxyTunnelsHTTP(t *testing.T) {
 	w := newWorld(t, 0)
 	tunnel := func(hostHeader, payload string) (string, Attempt) {
 		t.Helper()
-		w.mu.Lock()
-		n := len(w.attempts)
-		w.mu.Unlock()
-		c, err := net.Dial("tcp", w.proxyURL.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
+		n := w.count()
+		c, br := w.connect(t, fmt.Sprintf("CONNECT api.example.test:%d HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n", w.httpPort, w.httpPort))
 		defer c.Close()
-		fmt.Fprintf(c, "CONNECT api.example.test:%d HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n", w.httpPort, w.httpPort)
-		br := bufio.NewReader(c)
-		res, err := http.ReadResponse(br, nil)
-		if err != nil || res.StatusCode != 200 {
-			t.Fatalf("CONNECT: %v %v", res, err)
-		}
 		if payload == "" {
 			payload = "GET /hello HTTP/1.1\r\nHost: " + hostHeader + "\r\nConnection: close\r\n\r\n"
 		}
 		io.WriteString(c, payload)
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		b, _ := io.ReadAll(br)
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			w.mu.Lock()
-			done := len(w.attempts) > n
-			w.mu.Unlock()
-			if done {
-				break
-			}
-		}
+		w.waitAttempt(t, n, 5*time.Second)
 		return string(b), w.last()
 	}
 	for _, host := range []string{"api.example.test", fmt.Sprintf("API.example.test:%d", w.httpPort)} {

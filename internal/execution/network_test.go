@@ -6,11 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,11 +15,11 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress/egresstest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/store"
 	"github.com/kuboprotocol/vertal2kubo/internal/store/storefake"
-	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 func TestNetworkFor(t *testing.T) {
@@ -70,16 +65,6 @@ func TestNetworkFor(t *testing.T) {
 	}
 }
 
-// zone resolves test names to loopback, where the fake site listens.
-type zone map[string][]netip.Addr
-
-func (z zone) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := z[host]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
 // netDriver stands in for a sandbox with a network: it fetches each URL
 // of the code (one a line) through the socket in spec.EgressDir, as the
 // agent's relay would carry a program's request, and prints the statuses.
@@ -94,12 +79,7 @@ func (d *netDriver) Run(ctx context.Context, spec engine.Spec) (engine.Result, e
 	if spec.EgressDir == "" {
 		return res, nil
 	}
-	c := &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(spec.EgressDir, egress.SocketName))
-		},
-	}}
+	c := egresstest.Client(filepath.Join(spec.EgressDir, egress.SocketName))
 	for _, u := range strings.Fields(spec.Code) {
 		r, err := c.Get(u)
 		if err != nil {
@@ -120,13 +100,9 @@ func (d *netDriver) Run(ctx context.Context, spec engine.Spec) (engine.Result, e
 // it, and the directory is gone after. [] is none; a wider list is 403;
 // a server without egress refuses one that would get a network.
 func TestExecutionNetwork(t *testing.T) {
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+r.Host) }))
-	t.Cleanup(site.Close)
-	port, _ := strconv.Atoi(site.URL[len("http://127.0.0.1:"):])
-	lo := netip.MustParseAddr("127.0.0.1")
+	site := egresstest.NewSite(t)
 	dir := t.TempDir()
-	h, err := egress.NewHost(egress.HostOptions{Dir: filepath.Join(dir, "net"), Guard: webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
-		Resolver: zone{"allowed.test": {lo}, "other.test": {lo}}, HTTPPorts: []int{port}})
+	h, err := egress.NewHost(egress.HostOptions{Dir: filepath.Join(dir, "net"), Guard: site.Guard, Resolver: site.Zone, HTTPPorts: []int{site.Port}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +122,6 @@ func TestExecutionNetwork(t *testing.T) {
 	s := newService(h)
 	c := caller("acme", 2)
 	c.Plan.Egress = &config.Egress{Allow: []string{"allowed.test", "other.test"}, MaxBytes: 1 << 20}
-	u := func(host string) string { return "http://" + host + ":" + strconv.Itoa(port) + "/" }
 	run := func(code string, nw *NetworkRequest) (store.Execution, engine.Spec) {
 		t.Helper()
 		req := request(code)
@@ -158,7 +133,7 @@ func TestExecutionNetwork(t *testing.T) {
 		return out.Execution, <-d.specs
 	}
 
-	exe, spec := run(u("allowed.test")+" "+u("other.test"), &NetworkRequest{Allow: []string{"allowed.test"}})
+	exe, spec := run(site.URL("allowed.test")+" "+site.URL("other.test"), &NetworkRequest{Allow: []string{"allowed.test"}})
 	if spec.EgressDir != h.Dir(exe.ID) || spec.Agent != "/usr/lib/vertal/vertal-agent" {
 		t.Errorf("spec: EgressDir %q, Agent %q; want %q and the agent", spec.EgressDir, spec.Agent, h.Dir(exe.ID))
 	}
@@ -183,11 +158,11 @@ func TestExecutionNetwork(t *testing.T) {
 	}
 
 	// Left out: the plan's list. []: none, and no record.
-	exe, spec = run(u("other.test"), nil)
+	exe, spec = run(site.URL("other.test"), nil)
 	if exe.Stdout != "200\n" || spec.EgressDir == "" {
 		t.Errorf("the plan's list: %q, EgressDir %q", exe.Stdout, spec.EgressDir)
 	}
-	exe, spec = run(u("other.test"), &NetworkRequest{Allow: []string{}})
+	exe, spec = run(site.URL("other.test"), &NetworkRequest{Allow: []string{}})
 	if spec.EgressDir != "" || spec.Agent != "" || exe.Network != "" || spec.Limits.Pids != c.Plan.Limits(spec.Timeout).Pids {
 		t.Errorf("no network: EgressDir %q, Agent %q, record %q", spec.EgressDir, spec.Agent, exe.Network)
 	}

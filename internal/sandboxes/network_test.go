@@ -1,14 +1,9 @@
 package sandboxes
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,38 +14,23 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress/egresstest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
-	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
-
-// zone resolves test names to loopback, where the fake sites listen.
-type zone map[string][]netip.Addr
-
-func (z zone) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := z[host]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
 
 // egressFixture is a fixture whose service gives network to a plan
 // allowing allowed.test and other.test, both served by one local site
 // (the guard lets loopback through here, as no real one does).
 func egressFixture(t *testing.T, warm int) (*fixture, config.Plan, string) {
 	t.Helper()
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s", r.Host)
-	}))
-	t.Cleanup(site.Close)
-	port, _ := strconv.Atoi(site.URL[len("http://127.0.0.1:"):])
+	site := egresstest.NewSite(t)
 	f := warmFixture(t, warm)
-	lo := netip.MustParseAddr("127.0.0.1")
 	h, err := egress.NewHost(egress.HostOptions{
 		Dir:       filepath.Join(f.dir, "net"),
-		Guard:     webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
-		Resolver:  zone{"allowed.test": {lo}, "other.test": {lo}},
-		HTTPPorts: []int{port},
+		Guard:     site.Guard,
+		Resolver:  site.Zone,
+		HTTPPorts: []int{site.Port},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +41,7 @@ func egressFixture(t *testing.T, warm int) (*fixture, config.Plan, string) {
 	f.s.opts.Egress = h
 	p := config.DefaultPlans()["pro"]
 	p.Egress = &config.Egress{Allow: []string{"allowed.test", "other.test"}, MaxBytes: 1 << 20}
-	return f, p, strconv.Itoa(port)
+	return f, p, strconv.Itoa(site.Port)
 }
 
 // through fetches u through sandbox id's proxy socket, as the agent's
@@ -69,14 +49,7 @@ func egressFixture(t *testing.T, warm int) (*fixture, config.Plan, string) {
 // socket is gone.
 func through(t *testing.T, f *fixture, id, u string) (int, string) {
 	t.Helper()
-	sock := filepath.Join(f.s.opts.Egress.Dir(id), egress.SocketName)
-	c := &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
-	resp, err := c.Get(u)
+	resp, err := egresstest.Client(filepath.Join(f.s.opts.Egress.Dir(id), egress.SocketName)).Get(u)
 	if err != nil {
 		return -1, err.Error()
 	}
