@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // twoTenants starts a 2-slot server with args and makes a pro key for
@@ -39,11 +41,7 @@ func tenantKey(t *testing.T, p *serverProc, tenant, plan string) string {
 // waitFor polls cond until it holds, for at most a minute.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in a minute")
-		}
-	}
+	e2etest.WaitFor(t, time.Minute, 20*time.Millisecond, cond)
 }
 
 // post sends one JSON request for a load-generating goroutine, which must

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // forgeScript is code in a sandbox attacking its own agent's channel:
@@ -206,9 +208,5 @@ func TestSandboxStoppedAgentE2E(t *testing.T) {
 // second), for up to 90 s.
 func waitPolling(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(500 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 90 s")
-		}
-	}
+	e2etest.WaitFor(t, 90*time.Second, 500*time.Millisecond, cond)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/client/wire"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver/mcptest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -698,7 +699,7 @@ func TestHTTPHandlerLogsQuietly(t *testing.T) {
 		{slog.LevelDebug, true},
 	} {
 		t.Run(tc.level.String(), func(t *testing.T) {
-			var buf syncBuffer
+			var buf e2etest.Buffer
 			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
 			_, api := newFakeAPI(t)
 			h := HTTPHandler(HTTPOptions{Options: Options{Logger: log, Languages: testLanguages}, APIURL: api.URL})
@@ -722,23 +723,6 @@ func TestHTTPHandlerLogsQuietly(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestHTTPHandlerOnlyPOST: the stateless endpoint has no GET stream and no

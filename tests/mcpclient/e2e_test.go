@@ -44,26 +44,9 @@ var e2e struct {
 	devKey  string // printed by --dev on first start, if found
 	cmd     *exec.Cmd
 	exited  chan error // receives cmd.Wait's result
-	log     *lockedBuffer
+	log     *e2etest.Buffer
 	keyN    int
 	keyMu   sync.Mutex
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var keyPattern = regexp.MustCompile(`kubo_sk_[A-Za-z0-9_-]{16,}`)
@@ -124,7 +107,7 @@ func startServer() error {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	e2e.url = fmt.Sprintf("http://127.0.0.1:%d", port)
-	e2e.log = &lockedBuffer{}
+	e2e.log = &e2etest.Buffer{}
 	// The enterprise plan's sandboxes may reach allowed.test and its
 	// subdomains (e2b_test.go's TestE2BNetwork); the fake internet of
 	// cmd/vertal's TestEgressE2E is where traffic is tested.
