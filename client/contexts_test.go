@@ -12,11 +12,7 @@ import (
 // come back typed, and streams yield the events then the end.
 func TestCodeContextsSDK(t *testing.T) {
 	ctx := context.Background()
-	c, _, _ := sandboxClient(t)
-	sb, err := c.CreateSandbox(ctx, client.SandboxParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, _ := newSandbox(t)
 	if r, err := sb.RunCode(ctx, "x = 41"); err != nil || r.Status != client.StatusSucceeded || r.Text() != "" || r.ContextID == "" {
 		t.Fatalf("set: %+v %v", r, err)
 	}

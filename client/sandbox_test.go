@@ -26,6 +26,17 @@ func sandboxClient(t *testing.T) (*client.Client, *sandboxfake.Fake, *apitest.Se
 	return c, fake, srv
 }
 
+// newSandbox is a sandbox created with no parameters on a fresh fake.
+func newSandbox(t *testing.T) (*client.Sandbox, *sandboxfake.Fake) {
+	t.Helper()
+	c, fake, _ := sandboxClient(t)
+	sb, err := c.CreateSandbox(context.Background(), client.SandboxParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, fake
+}
+
 func TestSandboxSDKLifecycle(t *testing.T) {
 	ctx := context.Background()
 	c, fake, srv := sandboxClient(t)
@@ -91,11 +102,7 @@ func TestSandboxSDKLifecycle(t *testing.T) {
 
 func TestSandboxSDKCommands(t *testing.T) {
 	ctx := context.Background()
-	c, fake, _ := sandboxClient(t)
-	sb, err := c.CreateSandbox(ctx, client.SandboxParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, fake := newSandbox(t)
 	res, err := sb.Commands.Run(ctx, "echo hi", client.WithCwd("/tmp"), client.WithCommandEnv(map[string]string{"A": "1"}), client.WithCommandTimeout(5*time.Second))
 	if err != nil || res.Stdout != "hi\n" || res.Status != client.StatusSucceeded || res.PID == 0 {
 		t.Fatalf("run %+v %v", res, err)
@@ -172,11 +179,7 @@ func TestSandboxSDKCommands(t *testing.T) {
 
 func TestSandboxSDKFiles(t *testing.T) {
 	ctx := context.Background()
-	c, _, _ := sandboxClient(t)
-	sb, err := c.CreateSandbox(ctx, client.SandboxParams{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, _ := newSandbox(t)
 	fe, err := sb.Files.Write(ctx, "out/data.bin", []byte("\x00bin"))
 	if err != nil || fe.Path != "/home/user/out/data.bin" || fe.Size != 4 {
 		t.Fatalf("write %+v %v", fe, err)
