@@ -2,9 +2,7 @@ package main
 
 import (
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,15 +82,10 @@ func postInBackground(u, key, body string, header map[string]string) <-chan http
 		for k, v := range header {
 			req.Header.Set(k, v)
 		}
-		res, err := http.DefaultClient.Do(req)
+		r, err := send(req)
 		if err != nil {
-			answer <- httpResult{status: -1, raw: err.Error()}
-			return
+			r = httpResult{status: -1, raw: err.Error()}
 		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		r := httpResult{status: res.StatusCode, header: res.Header, raw: string(raw)}
-		_ = json.Unmarshal(raw, &r.body)
 		answer <- r
 	}()
 	return answer

@@ -81,32 +81,14 @@ func imageDir() string {
 	return "/var/lib/vertal/images/default"
 }
 
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 type serverProc struct {
 	t       *testing.T
 	cmd     *exec.Cmd
 	url     string // http://127.0.0.1:PORT
 	devKey  string // printed on the first --dev start
 	dataDir string
-	stdout  *lockedBuffer
-	stderr  *lockedBuffer
+	stdout  *e2etest.Buffer
+	stderr  *e2etest.Buffer
 	exited  chan error
 }
 
@@ -129,7 +111,7 @@ func startServerWith(t *testing.T, command func(string, ...string) *exec.Cmd, da
 	full := append([]string{"serve", "--port", "0", "--data-dir", dataDir, "--image-dir", imageDir(), "--max-concurrent", "4", "--queue-timeout", "60s"}, args...)
 	cmd := command(vertalBinary(t), full...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &serverProc{t: t, cmd: cmd, dataDir: dataDir, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	p := &serverProc{t: t, cmd: cmd, dataDir: dataDir, stdout: &e2etest.Buffer{}, stderr: &e2etest.Buffer{}, exited: make(chan error, 1)}
 	pr, pw := io.Pipe()
 	cmd.Stdout = io.MultiWriter(p.stdout, pw)
 	cmd.Stderr = p.stderr
@@ -234,15 +216,25 @@ func call(t *testing.T, method, u, key string, body any, header map[string]strin
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	r, err := send(req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return r
+}
+
+// send does req and reads the whole answer, its body decoded when it is
+// JSON; the error is the transport's.
+func send(req *http.Request) (httpResult, error) {
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return httpResult{}, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	r := httpResult{status: res.StatusCode, header: res.Header, raw: string(raw)}
 	_ = json.Unmarshal(raw, &r.body)
-	return r
+	return r, nil
 }
 
 // postStream POSTs body as JSON to u with key, asking for an event
