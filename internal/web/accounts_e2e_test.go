@@ -19,6 +19,8 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // smtpSink is a real SMTP server, Debian's aiosmtpd, printing every
@@ -31,7 +33,7 @@ type smtpSink struct {
 
 func startSMTPSink(t *testing.T) *smtpSink {
 	t.Helper()
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	s := &smtpSink{addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	cmd := exec.Command("/usr/bin/python3", "-u", "-m", "aiosmtpd", "-n", "-l", s.addr, "-c", "aiosmtpd.handlers.Debugging")
 	stdout, err := cmd.StdoutPipe()
@@ -77,16 +79,6 @@ func (s *smtpSink) link(t *testing.T, re *regexp.Regexp) string {
 	}
 	t.Fatalf("no mail with %s reached the SMTP sink; it got:\n%s", re, s.out.String())
 	return ""
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // buildVertal builds the vertal binary for a test that runs it.
@@ -145,7 +137,7 @@ func TestAccountFlowWithRealServer(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildVertal(t)
 	sink := startSMTPSink(t)
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	common := []string{"--data-dir", filepath.Join(dir, "data"), "--public-url", base, "--signup", "invite"}
 	args := append(serveArgs(port, "--smtp-url", "smtp://"+sink.addr+"?from=noreply@vertal.test"), common...)
@@ -320,10 +312,7 @@ func shootAccount(t *testing.T, dir, base string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, size := range []struct {
-		name string
-		w, h int64
-	}{{"laptop", 1366, 768}, {"phone", 390, 844}} {
+	for _, size := range screenSizes {
 		b := newBrowser(t, size.w, size.h)
 		save := func(name string) {
 			shot, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
@@ -361,12 +350,12 @@ func TestMailedLinksIgnoreForgedHost(t *testing.T) {
 	// Today's main starts and serves: the timeout ends it, and the test fails.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, serveArgs(freePort(t), "--data-dir", filepath.Join(dir, "refused"), "--smtp-url", smtp)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, serveArgs(e2etest.FreePort(t), "--data-dir", filepath.Join(dir, "refused"), "--smtp-url", smtp)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "smtp-url needs public-url") {
 		t.Fatalf("serve with --smtp-url and no --public-url: %v, want a refusal naming public-url:\n%s", err, out)
 	}
 
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	srv := launchServer(t, bin, serveArgs(port, "--data-dir", filepath.Join(dir, "data"), "--public-url", base,
 		"--signup", "open", "--smtp-url", smtp), false)

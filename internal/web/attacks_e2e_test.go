@@ -21,6 +21,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/account"
 	"github.com/kuboprotocol/vertal2kubo/internal/api"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
@@ -75,7 +76,7 @@ func serveOpen(t *testing.T, bin string, more ...string) string {
 	if os.Geteuid() != 0 {
 		t.Fatal("the oci driver needs root")
 	}
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	srv := launchServer(t, bin, serveArgs(port, append([]string{"--data-dir", t.TempDir(), "--public-url", base,
 		"--signup", "open", "--pool-max", "0"}, more...)...), false)

@@ -1025,14 +1025,17 @@ const visibleJS = `((sels, whole) => sels.filter((sel) => {
   return !whole && (r.bottom <= 0 || r.right <= 0 || r.top >= innerHeight || r.left >= innerWidth);
 }))`
 
+// screenSizes are the windows the screenshots are taken in.
+var screenSizes = []struct {
+	name string
+	w, h int64
+}{{"laptop", 1366, 768}, {"phone", 390, 844}}
+
 func takeScreenshots(t *testing.T, dir, url, key string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, size := range []struct {
-		name string
-		w, h int64
-	}{{"laptop", 1366, 768}, {"phone", 390, 844}} {
+	for _, size := range screenSizes {
 		b := newBrowser(t, size.w, size.h)
 		save := func(name string, full bool, visible ...string) {
 			t.Helper()
