@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
@@ -44,16 +45,6 @@ except OSError as e:
 // probeScript is a /bin/sh script that prints its pid, then runs
 // relayProbe to $1 port $2.
 const probeScript = `echo "pid $$"; /usr/bin/python3 -c "$0" "$1" "$2"`
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // hasIPv6Loopback tells whether ::1 can be listened on here.
 func hasIPv6Loopback() bool {
@@ -265,7 +256,7 @@ func TestRelay(t *testing.T) {
 			if tc.ipv6 && !hasIPv6Loopback() {
 				t.Skip("no ::1 here")
 			}
-			port := freePort(t)
+			port := e2etest.FreePort(t)
 			script := `echo "pid $$"`
 			if tc.host != "" {
 				script = probeScript
@@ -333,7 +324,7 @@ func TestRelayDescriptors(t *testing.T) {
 	if want := "0\n1\n2\n3\n"; string(direct) != want {
 		t.Fatalf("ls %s without the relay: %q, want %q", ls[1], direct, want)
 	}
-	r := run(t, bin, nil, relayArgs(sock, freePort(t), ls...)...)
+	r := run(t, bin, nil, relayArgs(sock, e2etest.FreePort(t), ls...)...)
 	if r.code() != 0 || r.stdout != string(direct) {
 		t.Errorf("ls %s under the relay: exit %d, %q %q; want %q", ls[1], r.code(), r.stdout, r.stderr, direct)
 	}
@@ -361,7 +352,7 @@ func TestRelayKeepsTheProcessState(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd = exec.Command(bin, relayArgs(sock, freePort(t), argv...)...)
+			cmd = exec.Command(bin, relayArgs(sock, e2etest.FreePort(t), argv...)...)
 			cmd.Dir = wd
 			cmd.Env = []string{"VERTAL_TEST=1", "PATH=/usr/bin:/bin"}
 			cmd.WaitDelay = 15 * time.Second // the relay must not hold stdout
@@ -389,7 +380,7 @@ func TestRelayHoldsNoInheritedDescriptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	r := run(t, bin, []*os.File{pw, pw}, relayArgs(sock, freePort(t), "/bin/sh", "-c", "echo passed >&4")...)
+	r := run(t, bin, []*os.File{pw, pw}, relayArgs(sock, e2etest.FreePort(t), "/bin/sh", "-c", "echo passed >&4")...)
 	pw.Close()
 	if r.code() != 0 {
 		t.Fatalf("exit %d, %q", r.code(), r.stderr)
@@ -436,14 +427,14 @@ func TestRelayFailures(t *testing.T) {
 		code int
 		msg  string // in stderr
 	}{
-		{"missing program", func(s string) []string { return relayArgs(s, freePort(t), "vertal-no-such-program") }, 127, "vertal-no-such-program: command not found"},
-		{"missing path", func(s string) []string { return relayArgs(s, freePort(t), filepath.Join(dir, "nothing")) }, 127, "no such file or directory"},
-		{"not executable", func(s string) []string { return relayArgs(s, freePort(t), plain) }, 126, "permission denied"},
-		{"missing interpreter", func(s string) []string { return relayArgs(s, freePort(t), noInterp) }, 127, "no such file or directory"},
-		{"not a program", func(s string) []string { return relayArgs(s, freePort(t), garbage) }, 126, "exec format error"},
-		{"a directory", func(s string) []string { return relayArgs(s, freePort(t), dir) }, 126, "is a directory"},
-		{"no program", func(s string) []string { return relayArgs(s, freePort(t)) }, 125, "no program to run"},
-		{"relative socket", func(string) []string { return relayArgs("proxy.sock", freePort(t), ran...) }, 125, "not an absolute path"},
+		{"missing program", func(s string) []string { return relayArgs(s, e2etest.FreePort(t), "vertal-no-such-program") }, 127, "vertal-no-such-program: command not found"},
+		{"missing path", func(s string) []string { return relayArgs(s, e2etest.FreePort(t), filepath.Join(dir, "nothing")) }, 127, "no such file or directory"},
+		{"not executable", func(s string) []string { return relayArgs(s, e2etest.FreePort(t), plain) }, 126, "permission denied"},
+		{"missing interpreter", func(s string) []string { return relayArgs(s, e2etest.FreePort(t), noInterp) }, 127, "no such file or directory"},
+		{"not a program", func(s string) []string { return relayArgs(s, e2etest.FreePort(t), garbage) }, 126, "exec format error"},
+		{"a directory", func(s string) []string { return relayArgs(s, e2etest.FreePort(t), dir) }, 126, "is a directory"},
+		{"no program", func(s string) []string { return relayArgs(s, e2etest.FreePort(t)) }, 125, "no program to run"},
+		{"relative socket", func(string) []string { return relayArgs("proxy.sock", e2etest.FreePort(t), ran...) }, 125, "not an absolute path"},
 		{"no port", func(s string) []string { return relayArgs(s, 0, ran...) }, 125, "not a port"},
 		{"bad flag", func(s string) []string { return []string{"relay", "--sock", s, "--", "true"} }, 125, "flag provided but not defined"},
 		{"port taken", func(s string) []string { return relayArgs(s, takenPort, ran...) }, 125, "address already in use"},
@@ -500,7 +491,7 @@ while True:
         break
 print("reaped", n, "children")
 `
-	r := run(t, bin, nil, relayArgs(sock, freePort(t), "/usr/bin/python3", "-c", reapAll)...)
+	r := run(t, bin, nil, relayArgs(sock, e2etest.FreePort(t), "/usr/bin/python3", "-c", reapAll)...)
 	if r.code() != 0 || r.stdout != "reaped 1 children\n" {
 		t.Errorf("a program reaping all its children: exit %d, stdout %q, stderr %q; want 0 and its one child", r.code(), r.stdout, r.stderr)
 	}

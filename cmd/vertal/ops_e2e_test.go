@@ -8,7 +8,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,22 +15,14 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
+)
 
 func TestOperatorCommandsE2E(t *testing.T) {
 	needE2E(t)
 	const edge = "ops-e2e-edge-secret-0123456789"
-	metricsAddr := freeAddr(t)
+	metricsAddr := e2etest.FreeAddr(t)
 	p := startServer(t, t.TempDir(), []string{"VERTAL_EDGE_SECRET=" + edge}, "--metrics-addr", metricsAddr, "--pool-min", "1", "--pool-max", "2")
 	relay := map[string]string{"X-Vertal-Edge-Secret": edge}
 	run := func(t *testing.T, key, code string) string {
@@ -183,7 +174,7 @@ func TestOperatorCommandsE2E(t *testing.T) {
 // flags, prints the settings the server runs with, not its own defaults.
 func TestServerSettingsInStatusE2E(t *testing.T) {
 	needE2E(t)
-	metricsAddr := freeAddr(t)
+	metricsAddr := e2etest.FreeAddr(t)
 	p := startServer(t, t.TempDir(), nil, "--max-concurrent", "3", "--pool-min", "1", "--pool-max", "3", "--pool-memory-mb", "300", "--metrics-addr", metricsAddr)
 	out, errOut, err := p.vertal(t, nil, "status", "--url", p.url, "--json")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 )
 
@@ -763,17 +764,6 @@ func TestSetEnv(t *testing.T) {
 	}
 }
 
-// freePort is a loopback port nothing listens on (as far as a moment ago).
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // egressServer listens on a unix socket in a fresh directory: each
 // connection gets "hi\n" at once, then, once the peer half-closed,
 // "got " and all it sent, and the end of the stream. quiet: each
@@ -815,7 +805,7 @@ func egressServer(t *testing.T, quiet bool) (path string, conns <-chan struct{})
 func TestEgressRelay(t *testing.T) {
 	sock, _ := egressServer(t, false)
 	c, _, done := serve(t, nil)
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	if err := c.Egress(ctxT(t), sock, port); err != nil {
 		t.Fatalf("Egress: %v", err)
 	}
@@ -851,7 +841,7 @@ func TestEgressRelay(t *testing.T) {
 	}
 
 	// One relay per agent; the arguments are checked.
-	if err := c.Egress(ctxT(t), sock, freePort(t)); !errors.Is(err, ErrExist) {
+	if err := c.Egress(ctxT(t), sock, e2etest.FreePort(t)); !errors.Is(err, ErrExist) {
 		t.Errorf("a second Egress: %v, want ErrExist", err)
 	}
 	for _, bad := range []struct {
@@ -891,7 +881,7 @@ func TestEgressRefusesATakenPort(t *testing.T) {
 		t.Errorf("Egress on a taken port: %v, want ErrExist (address already in use)", err)
 	}
 	// The failure left no relay behind: another port works.
-	if err := c.Egress(ctxT(t), "/nonexistent/proxy.sock", freePort(t)); err != nil {
+	if err := c.Egress(ctxT(t), "/nonexistent/proxy.sock", e2etest.FreePort(t)); err != nil {
 		t.Errorf("Egress after a refused one: %v", err)
 	}
 }
@@ -902,7 +892,7 @@ func TestEgressWithoutTheSocket(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "proxy.sock")
 	c, _, _ := serve(t, nil)
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	if err := c.Egress(ctxT(t), sock, port); err != nil {
 		t.Fatal(err)
 	}
@@ -944,7 +934,7 @@ func TestEgressWithoutTheSocket(t *testing.T) {
 func TestEgressIsBounded(t *testing.T) {
 	sock, accepted := egressServer(t, true)
 	c, _, _ := serve(t, nil)
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	if err := c.Egress(ctxT(t), sock, port); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 func TestListenRelayRefuses(t *testing.T) {
@@ -39,7 +41,7 @@ func TestListenRelayRefuses(t *testing.T) {
 // the same port, each connection to the unix socket, until ctx ends.
 func TestRelay(t *testing.T) {
 	sock, _ := egressServer(t, false)
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	lns, err := ListenRelay(port)
 	if err != nil {
 		t.Fatal(err)
