@@ -2,14 +2,11 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,8 +17,8 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress/egresstest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
-	"github.com/kuboprotocol/vertal2kubo/internal/webhook"
 )
 
 var volatile = []struct {
@@ -144,10 +141,8 @@ func TestGoldenNetwork(t *testing.T) {
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") }))
 	t.Cleanup(site.Close)
 	port := site.Listener.Addr().(*net.TCPAddr).Port
-	lo := netip.MustParseAddr("127.0.0.1")
-	host, err := egress.NewHost(egress.HostOptions{Dir: filepath.Join(t.TempDir(), "net"),
-		Guard:    webhook.NewGuard([]netip.Prefix{netip.PrefixFrom(lo, 32)}, nil),
-		Resolver: oneName{"files.test", lo}, HTTPPorts: []int{port}})
+	host, err := egress.NewHost(egress.HostOptions{Dir: filepath.Join(t.TempDir(), "net"), Guard: egresstest.Guard("127.0.0.1/32"),
+		Resolver: egresstest.Zone{"files.test": egresstest.Addrs("127.0.0.1")}, HTTPPorts: []int{port}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,13 +161,7 @@ func TestGoldenNetwork(t *testing.T) {
 			body: `{"language":"python","code":"slow","network":{"allow":["files.test"]}}`})
 	}()
 	<-env.driver.started
-	sock := filepath.Join(env.driver.lastSpec().EgressDir, egress.SocketName)
-	c := &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
+	c := egresstest.Client(filepath.Join(env.driver.lastSpec().EgressDir, egress.SocketName))
 	for _, tc := range []struct {
 		host   string
 		status int
@@ -196,17 +185,4 @@ func TestGoldenNetwork(t *testing.T) {
 	}
 	got := regexp.MustCompile(`(127\.0\.0\.1:|"port": )`+strconv.Itoa(port)).ReplaceAll(body.Bytes(), []byte("${1}<port>"))
 	goldenFile(t, "run_network", []byte("status: "+strconv.Itoa(r.status)+"\n"+string(got)))
-}
-
-// oneName resolves one name, to one address.
-type oneName struct {
-	name string
-	addr netip.Addr
-}
-
-func (o oneName) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if host == o.name {
-		return []netip.Addr{o.addr}, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
