@@ -13,6 +13,17 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
+// configDriver is a Driver on runtime rt, instance inst, that is not
+// connected to Docker: enough to build configs.
+func configDriver(t *testing.T, rt, inst string) *Driver {
+	t.Helper()
+	pol, err := newPolicy(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Driver{opts: Options{Runtime: rt, Image: "vertal/default:latest", StateDir: "/run/v"}, policy: pol, gvisor: rt == "runsc", instance: inst, acct: &accounting{}}
+}
+
 // TestContainerConfigEgress: Spec.EgressDir puts the language's command
 // (and only it) under the agent's relay, adds engine.ProxyEnv over the
 // request's own, and mounts the state directory's binds of the agent
@@ -23,11 +34,7 @@ func TestContainerConfigEgress(t *testing.T) {
 	python := engine.Language{Name: "python", File: "main.py", Command: []string{"python3"}}
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
-			pol, err := newPolicy(rt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &Driver{opts: Options{Runtime: rt, Image: "vertal/default:latest", StateDir: "/run/v"}, policy: pol, gvisor: rt == "runsc", instance: inst, acct: &accounting{}}
+			d := configDriver(t, rt, inst)
 			spec := enginetest.Complete(engine.Spec{ID: "exe_1", Language: python, Timeout: 30 * time.Second,
 				Args: []string{"a1"}, Env: map[string]string{"HTTP_PROXY": "http://elsewhere:1", "MINE": "1"}})
 			cfg, host := d.containerConfig(spec, "/run/v/"+inst+"/exe_1", 42, 2_000_000_042)

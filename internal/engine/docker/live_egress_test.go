@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,81 +11,30 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/agent"
-	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/egresstest"
 )
 
-// startAgent starts a live sandbox of spec running the real agent and
-// returns a client on it; when the test ends it discards the sandbox and
-// checks that nothing of it is left.
-func startAgent(t *testing.T, d *Driver, spec engine.LiveSpec) (*liveContainer, *agent.Client) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	live, err := d.Start(ctx, spec)
-	if err != nil {
-		t.Fatalf("Start(%s): %v", spec.ID, err)
-	}
-	l := live.(*liveContainer)
-	c := agent.NewClient(live.Conn())
-	t.Cleanup(func() {
-		c.Close()
-		if err := l.Discard(context.Background()); err != nil {
-			t.Errorf("Discard: %v", err)
-		}
-		assertNothingLeft(t, d, spec.ID)
-	})
-	return l, c
-}
-
-// TestLiveEgress runs the real agent in a live sandbox with an EgressDir
-// on each runtime: code reaches the host's socket through the agent's
-// relay, and the directory is read-only. A sandbox without EgressDir has
-// no socket to reach.
+// TestLiveEgress runs the live egress suite (egresstest.LiveSuite) on
+// each runtime, with the real agent: code reaches the host's socket
+// through the agent's relay, and the directory is read-only; Discard
+// unmounts it from the sandbox's state directory and leaves the host's
+// socket alone. A sandbox without EgressDir has no socket to reach.
 func TestLiveEgress(t *testing.T) {
 	requireE2E(t)
-	bin := agenttest.Build(t)
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			d := newTestDriver(t, rt)
-			t.Run("with", func(t *testing.T) {
-				echo := agenttest.NewEcho(t)
-				spec := liveSpec(bin)
-				spec.EgressDir = echo.Dir
-				l, c := startAgent(t, d, spec)
-				agenttest.CheckEgress(t, c, echo, d.gvisor)
-				// Discard unmounts the directory from the sandbox's state
-				// directory and leaves the host's socket alone.
-				if err := l.Discard(context.Background()); err != nil {
-					t.Fatalf("Discard: %v", err)
-				}
-				assertNothingLeft(t, d, spec.ID)
-				if _, err := os.Stat(filepath.Join(echo.Dir, filepath.Base(engine.EgressSocket))); err != nil {
-					t.Errorf("the host's socket after Discard: %v", err)
-				}
-			})
-			t.Run("refused", func(t *testing.T) {
-				file := filepath.Join(t.TempDir(), "file")
-				if err := os.WriteFile(file, nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				for _, dir := range []string{"relative/dir", file, filepath.Join(t.TempDir(), "missing")} {
-					spec := liveSpec(bin)
-					spec.EgressDir = dir
-					if l, err := d.Start(context.Background(), spec); err == nil {
-						l.Discard(context.Background())
-						t.Errorf("Start with EgressDir %q succeeded", dir)
-					}
-					assertNothingLeft(t, d, spec.ID)
-				}
-			})
-			t.Run("without", func(t *testing.T) {
-				_, c := startAgent(t, d, liveSpec(bin))
-				agenttest.CheckNoEgress(t, c)
-			})
+	egresstest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
+		d := newTestDriver(t, rt)
+		egresstest.LiveSuite(t, agent, egresstest.Live{
+			Driver: d,
+			Gvisor: d.gvisor,
+			Spec:   func(*testing.T) engine.LiveSpec { return liveSpec(agent) },
+			Start: func(t *testing.T, spec engine.LiveSpec) engine.Live {
+				l, _ := startLive(t, d, spec)
+				return l
+			},
+			Check: func(t *testing.T, id string) { assertNothingLeft(t, d, id) },
 		})
-	}
+	})
 }
 
 // TestLiveConfigEgress: EgressDir adds one mount, the sandbox's state
@@ -96,11 +44,7 @@ func TestLiveConfigEgress(t *testing.T) {
 	const inst = "0123456789ab"
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
-			pol, err := newPolicy(rt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &Driver{opts: Options{Runtime: rt, Image: "vertal/default:latest", StateDir: "/run/v"}, policy: pol, gvisor: rt == "runsc", instance: inst, acct: &accounting{}}
+			d := configDriver(t, rt, inst)
 			spec := engine.LiveSpec{ID: "sbx_1", Limits: engine.DefaultLimits(time.Minute), HomeBytes: 8 << 20, Agent: "/srv/agent", Deadline: time.Unix(1_900_000_000, 0)}
 			_, without := d.liveConfig(spec, 42, 2_000_000_042, "")
 			spec.EgressDir = "/srv/egress/sbx_1"

@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/egresstest"
@@ -26,19 +25,23 @@ import (
 // left (bundle, runtime state, cgroups, mounts, processes).
 func TestRunEgress(t *testing.T) {
 	e2e(t)
-	bin := agenttest.Build(t)
-	for _, rt := range allRuntimes {
-		t.Run(rt, func(t *testing.T) {
-			d := newTestDriver(t, rt)
-			egresstest.Suite(t, testLanguages()["python"], bin, d.rt.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
-				spec.ID = enginetest.NewID()
-				res, err := d.Run(ctx, enginetest.Complete(spec))
-				if diff := cmp.Diff([]string(nil), leftovers(d, d.instance, d.rt, spec.ID)); diff != "" {
-					t.Errorf("left behind (-want +got):\n%s", diff)
-				}
-				return res, err
-			})
+	egresstest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rt, agent string) {
+		d := newTestDriver(t, rt)
+		egresstest.Suite(t, testLanguages()["python"], agent, d.rt.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
+			spec.ID = enginetest.NewID()
+			res, err := d.Run(ctx, enginetest.Complete(spec))
+			checkNothingLeft(t, d, spec.ID)
+			return res, err
 		})
+	})
+}
+
+// checkNothingLeft fails t if anything of d's execution or sandbox id is
+// left (see leftovers).
+func checkNothingLeft(t *testing.T, d *Driver, id string) {
+	t.Helper()
+	if diff := cmp.Diff([]string(nil), leftovers(d, d.instance, d.rt, id)); diff != "" {
+		t.Errorf("left behind (-want +got):\n%s", diff)
 	}
 }
 
@@ -47,37 +50,34 @@ func TestRunEgress(t *testing.T) {
 // removes it with the rest, leaving the host's directory alone.
 func TestReapAfterCrashEgress(t *testing.T) {
 	e2e(t)
-	bin := agenttest.Build(t)
-	for _, rtName := range allRuntimes {
-		t.Run(rtName, func(t *testing.T) {
-			host := egresstest.NewHost(t)
-			t.Setenv(crashEgressEnv, host.Dir)
-			t.Setenv(crashAgentEnv, bin)
-			stateDir := testStateDir(t)
-			sleepArg := fmt.Sprintf("%d.%d", 60000+time.Now().UnixNano()%9000, os.Getpid()%1000)
-			child, inst, id := startCrashChild(t, rtName, stateDir, sleepArg, "")
-			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = child.Wait()
-			if ms := egresstest.MountsOf(t, host.Dir); len(ms) != 1 || !strings.HasPrefix(ms[0], inst+"/") {
-				t.Fatalf("after the crash, binds of the egress directory %v; want the 1 in the bundle, or the test proves nothing", ms)
-			}
-			d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			if n, err := d.Reap(context.Background()); n != 1 || err != nil {
-				t.Errorf("Reap = %d, %v; want 1, nil", n, err)
-			}
-			if diff := cmp.Diff([]string(nil), leftovers(d, inst, runtimes[rtName], id)); diff != "" {
-				t.Errorf("left behind after Reap (-want +got):\n%s", diff)
-			}
-			host.Check(t)
-			if _, err := os.Stat(inst); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("the dead instance's directory after Reap: %v", err)
-			}
-		})
-	}
+	egresstest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rtName, agent string) {
+		host := egresstest.NewHost(t)
+		t.Setenv(crashEgressEnv, host.Dir)
+		t.Setenv(crashAgentEnv, agent)
+		stateDir := testStateDir(t)
+		sleepArg := fmt.Sprintf("%d.%d", 60000+time.Now().UnixNano()%9000, os.Getpid()%1000)
+		child, inst, id := startCrashChild(t, rtName, stateDir, sleepArg, "")
+		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = child.Wait()
+		if ms := egresstest.MountsOf(t, host.Dir); len(ms) != 1 || !strings.HasPrefix(ms[0], inst+"/") {
+			t.Fatalf("after the crash, binds of the egress directory %v; want the 1 in the bundle, or the test proves nothing", ms)
+		}
+		d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if n, err := d.Reap(context.Background()); n != 1 || err != nil {
+			t.Errorf("Reap = %d, %v; want 1, nil", n, err)
+		}
+		if diff := cmp.Diff([]string(nil), leftovers(d, inst, runtimes[rtName], id)); diff != "" {
+			t.Errorf("left behind after Reap (-want +got):\n%s", diff)
+		}
+		host.Check(t)
+		if _, err := os.Stat(inst); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dead instance's directory after Reap: %v", err)
+		}
+	})
 }
