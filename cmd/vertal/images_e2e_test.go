@@ -7,22 +7,14 @@ import (
 	"fmt"
 	"image/png"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
 
-// datasciDir is the datasci image (scripts/setup.sh builds it;
-// VERTAL_DATASCI_DIR overrides).
-func datasciDir() string {
-	if d := os.Getenv("VERTAL_DATASCI_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/vertal/images/datasci"
-}
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
+)
 
 // chartCode reads the CSV with pandas and draws it with matplotlib into
 // chart.png, 400x300 pixels (4x3 inches at 100 dpi).
@@ -138,7 +130,7 @@ func TestDatasciE2E(t *testing.T) {
 		{"docker-runc", []string{"--driver", "docker", "--runtime", "runc"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--dev", "--image", "datasci=" + datasciDir()}, tc.args...)
+			args := append([]string{"--dev", "--image", "datasci=" + e2etest.DatasciDir()}, tc.args...)
 			p := startServer(t, t.TempDir(), nil, args...)
 			checkDatasci(t, p, p.devKey)
 			if tc.name == "oci-crun" {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // runCell runs code in a sandbox's context (cid, or lang's default) and
@@ -187,7 +189,7 @@ func TestSandboxContextsE2E(t *testing.T) {
 // back as HTML beside its text, and an open matplotlib figure as a PNG.
 func TestSandboxContextsDatasciE2E(t *testing.T) {
 	needE2E(t)
-	p := startServer(t, t.TempDir(), nil, "--image", "datasci="+datasciDir())
+	p := startServer(t, t.TempDir(), nil, "--image", "datasci="+e2etest.DatasciDir())
 	key := tenantKey(t, p, "notebook", "pro")
 	id := createSandbox(t, p, key, map[string]any{"timeout_s": 300, "image": "datasci"})
 	r := runCell(t, p, key, id, map[string]any{"code": "import pandas as pd\ndf = pd.DataFrame({'month': ['jan', 'feb'], 'units': [10, 25]})\ndf", "timeout_s": 60})

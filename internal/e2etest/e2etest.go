@@ -42,6 +42,15 @@ func ImageDir(def string) string {
 	return def
 }
 
+// DatasciDir is the datasci image directory, which scripts/setup.sh test
+// builds: VERTAL_DATASCI_DIR, else /var/lib/vertal/images/datasci.
+func DatasciDir() string {
+	if d := os.Getenv("VERTAL_DATASCI_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/vertal/images/datasci"
+}
+
 // FreeAddr is a loopback address, 127.0.0.1:PORT, that nothing listened
 // on a moment ago: the kernel's pick, closed again before it returns, so
 // another process could still take it first.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // notebookCells are the cells the notebook test runs, in order, in one
@@ -39,10 +41,7 @@ var notebookCells = []string{
 // at laptop and phone widths go to VERTAL_SCREENSHOTS when set.
 func TestNotebookWithRealServer(t *testing.T) {
 	requireServerE2E(t)
-	datasci := os.Getenv("VERTAL_DATASCI_DIR")
-	if datasci == "" {
-		datasci = "/var/lib/vertal/images/datasci"
-	}
+	datasci := e2etest.DatasciDir()
 	if _, err := os.Stat(datasci); err != nil {
 		t.Fatalf("the notebook test needs the datasci image (scripts/setup.sh test builds it): %v", err)
 	}

@@ -9,15 +9,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-)
 
-// datasciDir is the datasci image that scripts/setup.sh test builds.
-func datasciDir() string {
-	if d := os.Getenv("VERTAL_DATASCI_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/vertal/images/datasci"
-}
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
+)
 
 // e2bFlows runs one mode of e2b.mjs (E2B's official SDKs, unmodified)
 // against the shared server and requires each named check to pass.
@@ -105,7 +99,7 @@ func TestE2BNetwork(t *testing.T) {
 // matplotlib chart as PNG and a DataFrame as HTML.
 func TestE2BCodeInterpreter(t *testing.T) {
 	server(t)
-	if _, err := os.Stat(datasciDir()); err != nil {
+	if _, err := os.Stat(e2etest.DatasciDir()); err != nil {
 		t.Fatalf("the code interpreter's template is the datasci image (scripts/setup.sh test builds it): %v", err)
 	}
 	e2bFlows(t, "interpreter", newKey(t, "pro"), []string{

@@ -115,8 +115,8 @@ func startServer() error {
 		"--port", fmt.Sprint(port), "--data-dir", e2e.dataDir, "--egress", "enterprise:allowed.test,enterprise:*.allowed.test"}
 	// The image with the data stack, where setup built it: the E2B code
 	// interpreter's template maps to it (e2b_test.go).
-	if _, err := os.Stat(datasciDir()); err == nil {
-		args = append(args, "--image", "datasci="+datasciDir())
+	if _, err := os.Stat(e2etest.DatasciDir()); err == nil {
+		args = append(args, "--image", "datasci="+e2etest.DatasciDir())
 	}
 	e2e.cmd = exec.Command(e2e.bin, args...)
 	e2e.cmd.Stdout, e2e.cmd.Stderr = e2e.log, e2e.log
