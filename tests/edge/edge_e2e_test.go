@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -132,16 +131,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 type edgeSetup struct {
 	origin string // http://127.0.0.1:PORT of vertal serve
 	edge   string // http://127.0.0.1:PORT of wrangler dev
@@ -195,9 +184,9 @@ func startEdge(t *testing.T) edgeSetup {
 	if err := os.WriteFile(secrets, []byte("EDGE_SECRET="+edgeSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	wd := exec.Command(wrangler, "dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--inspector-port", strconv.Itoa(freePort(t)), "--show-interactive-dev-session=false",
+		"--inspector-port", strconv.Itoa(e2etest.FreePort(t)), "--show-interactive-dev-session=false",
 		"--persist-to", filepath.Join(tmp, "wrangler-state"), "--env-file", secrets,
 		"--var", "ORIGIN_URL:"+origin, "--var", "MAX_BODY_BYTES:"+strconv.Itoa(edgeMaxBody),
 		"--log-level", "info")
