@@ -50,16 +50,22 @@ func (d *Driver) Reap(ctx context.Context) (int, error) {
 		return di
 	}
 
+	// leftover says whether a container or volume with these labels is to
+	// be removed: this driver's own that no running execution holds, or a
+	// dead instance's (not a live one's, nor one with labels we did not
+	// write).
+	leftover := func(labels map[string]string) bool {
+		inst, lockPath := labels[labelInstance], labels[labelOwner]
+		if inst == d.instance {
+			return !d.running(labels[labelExecution])
+		}
+		return validOwner(inst, lockPath) && owner(lockPath, inst) != nil
+	}
+
 	removed := 0
 	for _, c := range list {
-		inst, lockPath := c.Labels[labelInstance], c.Labels[labelOwner]
-		switch {
-		case inst == d.instance:
-			if d.running(c.Labels[labelExecution]) {
-				continue
-			}
-		case !validOwner(inst, lockPath) || owner(lockPath, inst) == nil:
-			continue // alive, or not a label we wrote
+		if !leftover(c.Labels) {
+			continue
 		}
 		err := d.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		switch {
@@ -79,13 +85,7 @@ func (d *Driver) Reap(ctx context.Context) (int, error) {
 		errs = append(errs, fmt.Errorf("docker: listing leftover volumes: %w", err))
 	}
 	for _, v := range vols.Volumes {
-		inst, lockPath := v.Labels[labelInstance], v.Labels[labelOwner]
-		switch {
-		case inst == d.instance:
-			if d.running(v.Labels[labelExecution]) {
-				continue
-			}
-		case !validOwner(inst, lockPath) || owner(lockPath, inst) == nil:
+		if !leftover(v.Labels) {
 			continue
 		}
 		if err := d.cli.VolumeRemove(ctx, v.Name, true); err != nil && !errNotFound(err) {

@@ -256,17 +256,24 @@ func (c stdinConn) Close() error                { return c.att.CloseWrite() }
 // runs on a context of its own: cleanup must happen even when the caller's
 // context is what ended the execution.
 func (s *execution) remove() error {
-	ref := s.id
+	return s.d.removeOnce(s.id, s.name, &s.removed)
+}
+
+// removeOnce force-removes the container by its id, or by name before it
+// has one, unless *removed says it already was (or there is neither);
+// it sets *removed once it is gone.
+func (d *Driver) removeOnce(id, name string, removed *bool) error {
+	ref := id
 	if ref == "" {
-		ref = s.name
+		ref = name
 	}
-	if ref == "" || s.removed {
+	if ref == "" || *removed {
 		return nil
 	}
-	if err := s.d.forceRemove(ref); err != nil {
+	if err := d.forceRemove(ref); err != nil {
 		return err
 	}
-	s.removed = true
+	*removed = true
 	return nil
 }
 

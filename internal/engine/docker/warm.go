@@ -329,18 +329,7 @@ func (w *warmContainer) Exec(ctx context.Context, spec engine.Spec) (engine.Resu
 func (w *warmContainer) remove() error {
 	w.removeMu.Lock()
 	defer w.removeMu.Unlock()
-	ref := w.cid
-	if ref == "" {
-		ref = w.name
-	}
-	if ref == "" || w.removed {
-		return nil
-	}
-	if err := w.d.forceRemove(ref); err != nil {
-		return err
-	}
-	w.removed = true
-	return nil
+	return w.d.removeOnce(w.cid, w.name, &w.removed)
 }
 
 // Discard removes the container, its code directory and parent cgroup.
