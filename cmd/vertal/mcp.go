@@ -25,10 +25,9 @@ it in an MCP client as the command "vertal" with the argument "mcp".`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "mcp")
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal mcp: %v\n", err)
-		return exitCode(exitUsage)
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err = mcpserver.ServeStdio(ctx, c, e.Stdin, e.Stdout, mcpserver.Options{Version: version, Logger: logger})

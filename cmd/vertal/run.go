@@ -46,6 +46,17 @@ func (cf *clientFlags) client(e *env) (*client.Client, error) {
 	return client.New(base, key, client.WithUserAgent("vertal-cli/"+version))
 }
 
+// clientOrUsage is client for the subcommand name ("sandbox exec"): an
+// error (no API key, a bad URL) goes to stderr and is a usage error.
+func (cf *clientFlags) clientOrUsage(e *env, name string) (*client.Client, error) {
+	c, err := cf.client(e)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "vertal %s: %v\n", name, err)
+		return nil, exitCode(exitUsage)
+	}
+	return c, nil
+}
+
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "run", `run [flags] CODE | FILE | - [-- ARGS...]
 
@@ -197,10 +208,9 @@ included.`)
 	}
 	language = firstNonEmpty(language, inferred, "python")
 
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "run")
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal run: %v\n", err)
-		return exitCode(exitUsage)
+		return err
 	}
 	opts := []client.RunOption{client.WithImage(imageName), client.WithLanguage(language),
 		client.WithFiles(files...), client.WithEnv(envVars), client.WithArgs(progArgs...), client.WithReturnFiles(globs...)}
@@ -365,10 +375,9 @@ func cmdUsage(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.Stderr, "vertal usage: takes no arguments")
 		return exitCode(exitUsage)
 	}
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "usage")
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal usage: %v\n", err)
-		return exitCode(exitUsage)
+		return err
 	}
 	u, err := c.Usage(ctx)
 	if err != nil {

@@ -80,10 +80,9 @@ func sandboxClient(e *env, fs *flag.FlagSet, cf *clientFlags, name string, args 
 		fmt.Fprintf(e.Stderr, "vertal sandbox %s: wrong arguments; see vertal sandbox %s -h\n", name, name)
 		return nil, nil, exitCode(exitUsage)
 	}
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "sandbox "+name)
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal sandbox %s: %v\n", name, err)
-		return nil, nil, exitCode(exitUsage)
+		return nil, nil, err
 	}
 	return c, positional, nil
 }
@@ -218,10 +217,9 @@ command's. If the API refuses or cannot be reached, the exit status is 125.
 		fmt.Fprintln(e.Stderr, "vertal sandbox exec: want ID and one shell line, or ID -- ARGV...; see vertal sandbox exec -h")
 		return exitCode(exitUsage)
 	}
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "sandbox exec")
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal sandbox exec: %v\n", err)
-		return exitCode(exitUsage)
+		return err
 	}
 	sb := c.Sandbox(positional[0])
 	opts := []client.CommandOption{client.WithCwd(cwd), client.WithCommandEnv(env), client.WithCommandTimeout(timeout)}
@@ -303,10 +301,9 @@ outcome instead (results as MIME bundles, images base64).
 		}
 		code = string(b)
 	}
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "sandbox run-code")
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal sandbox run-code: %v\n", err)
-		return exitCode(exitUsage)
+		return err
 	}
 	sb := c.Sandbox(positional[0])
 	opts := []client.CodeOption{client.InContext(contextID), client.WithCodeLanguage(language), client.WithCodeEnv(env), client.WithCodeTimeout(timeout)}

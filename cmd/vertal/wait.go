@@ -37,10 +37,9 @@ the waiting.
 		fmt.Fprintln(e.Stderr, "vertal wait: want exactly one execution ID; see vertal wait -h")
 		return exitCode(exitUsage)
 	}
-	c, err := cf.client(e)
+	c, err := cf.clientOrUsage(e, "wait")
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "vertal wait: %v\n", err)
-		return exitCode(exitUsage)
+		return err
 	}
 	ex, err := c.Wait(ctx, positional[0])
 	if err != nil {
