@@ -487,6 +487,14 @@ type call struct {
 	gotHeader *http.Header
 }
 
+// doDecode sends a call and decodes its 2xx body into a W.
+func doDecode[W any](ctx context.Context, c *Client, cl call) (W, error) {
+	var w W
+	cl.decodes = &w
+	_, err := c.do(ctx, cl)
+	return w, err
+}
+
 // do sends a call, retrying as its policy allows, and decodes a 2xx body
 // into c.decodes. It returns the raw body.
 func (c *Client) do(ctx context.Context, cl call) (json.RawMessage, error) {

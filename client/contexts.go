@@ -178,9 +178,8 @@ func (sb *Sandbox) RunCode(ctx context.Context, code string, opts ...CodeOption)
 	if err != nil {
 		return nil, err
 	}
-	var w wire.RunCodeResult
-	cl.decodes = &w
-	if _, err := sb.c.do(ctx, cl); err != nil {
+	w, err := doDecode[wire.RunCodeResult](ctx, sb.c, cl)
+	if err != nil {
 		return nil, err
 	}
 	return toCodeResult(w), nil

@@ -184,9 +184,8 @@ func (c *Client) CreateSandbox(ctx context.Context, p SandboxParams) (*Sandbox, 
 	if err != nil {
 		return nil, err
 	}
-	var w wire.Sandbox
-	cl.decodes = &w
-	if _, err := c.do(ctx, cl); err != nil {
+	w, err := doDecode[wire.Sandbox](ctx, c, cl)
+	if err != nil {
 		return nil, err
 	}
 	return c.newSandbox(w), nil
@@ -254,9 +253,8 @@ func (c *Client) ListSandboxes(ctx context.Context, p ListParams) (*SandboxPage,
 
 // update runs a call that answers the sandbox and takes its fields.
 func (sb *Sandbox) update(ctx context.Context, cl call) error {
-	var w wire.Sandbox
-	cl.decodes = &w
-	if _, err := sb.c.do(ctx, cl); err != nil {
+	w, err := doDecode[wire.Sandbox](ctx, sb.c, cl)
+	if err != nil {
 		return err
 	}
 	sb.set(w)
@@ -381,9 +379,8 @@ func (cs *Commands) Run(ctx context.Context, cmd string, opts ...CommandOption) 
 	if err != nil {
 		return nil, err
 	}
-	var w wire.CommandResult
-	cl.decodes = &w
-	if _, err := cs.c.do(ctx, cl); err != nil {
+	w, err := doDecode[wire.CommandResult](ctx, cs.c, cl)
+	if err != nil {
 		return nil, err
 	}
 	return toResult(w), nil
@@ -453,9 +450,8 @@ func (cs *Commands) Start(ctx context.Context, cmd string, opts ...CommandOption
 	if err != nil {
 		return nil, err
 	}
-	var w wire.Command
-	cl.decodes = &w
-	if _, err := cs.c.do(ctx, cl); err != nil {
+	w, err := doDecode[wire.Command](ctx, cs.c, cl)
+	if err != nil {
 		return nil, err
 	}
 	p := toProcess(w)
