@@ -212,16 +212,12 @@ func TestConnLimiterPerAddrIPv6Slash64(t *testing.T) {
 
 // TestGroupOf: the per-address cap's groups.
 func TestGroupOf(t *testing.T) {
-	for _, tc := range []struct{ addr, want string }{
+	wantNetworks(t, "groupOf", groupOf, []struct{ addr, want string }{
 		{"127.0.0.2", "127.0.0.2/32"},
 		{"::ffff:10.1.2.3", "10.1.2.3/32"},
 		{"2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"},
 		{"2001:db8:1:2:ffff::9", "2001:db8:1:2::/64"},
-	} {
-		if got := groupOf(netip.MustParseAddr(tc.addr).Unmap()); got.String() != tc.want {
-			t.Errorf("groupOf(%s) = %s, want %s", tc.addr, got, tc.want)
-		}
-	}
+	})
 }
 
 // TestConnLimiterHogAtTotalIsEvicted: one client authenticates as many

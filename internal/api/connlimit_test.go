@@ -279,16 +279,23 @@ func (l *ConnLimiter) running() int {
 // client cheaply holds: an IPv4 /24, an IPv6 /64 (IPv4-mapped IPv6 as
 // IPv4).
 func TestPrefixOf(t *testing.T) {
-	for _, tc := range []struct{ addr, want string }{
+	wantNetworks(t, "prefixOf", prefixOf, []struct{ addr, want string }{
 		{"127.0.0.2", "127.0.0.0/24"},
 		{"127.0.1.2", "127.0.1.0/24"},
 		{"::ffff:10.1.2.3", "10.1.2.0/24"},
 		{"2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"},
 		{"2001:db8:1:2:ffff::9", "2001:db8:1:2::/64"},
 		{"::1", "::/64"},
-	} {
-		if got := prefixOf(netip.MustParseAddr(tc.addr).Unmap()); got.String() != tc.want {
-			t.Errorf("prefixOf(%s) = %s, want %s", tc.addr, got, tc.want)
+	})
+}
+
+// wantNetworks checks the network fn (prefixOf or groupOf, named name)
+// puts each address in.
+func wantNetworks(t *testing.T, name string, fn func(netip.Addr) netip.Prefix, cases []struct{ addr, want string }) {
+	t.Helper()
+	for _, tc := range cases {
+		if got := fn(netip.MustParseAddr(tc.addr).Unmap()); got.String() != tc.want {
+			t.Errorf("%s(%s) = %s, want %s", name, tc.addr, got, tc.want)
 		}
 	}
 }

@@ -56,8 +56,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	env.do(request{method: "POST", path: "/v1/webhook-secret/rotate"})
 	// 503: the only slot is busy and the one queue place times out.
 	env.driver.started = make(chan string, 1)
-	blocked := make(chan response)
-	go func() { blocked <- env.run("python", "block", nil) }()
+	blocked := env.goRun("python", "block", nil)
 	<-env.driver.started
 	env.run("python", "print(6 * 7)", nil)
 	env.driver.release()
@@ -71,7 +70,7 @@ func TestOpenAPICoverage(t *testing.T) {
 	env.do(request{method: "POST", path: "/v1/executions/exe_00000000000000000000000000000000/cancel"})                          // 404
 	cenv := newEnv(t)
 	cenv.driver.started = make(chan string, 1)
-	go func() { blocked <- cenv.run("python", "block", nil) }()
+	blocked = cenv.goRun("python", "block", nil)
 	cenv.do(request{method: "POST", path: "/v1/executions/" + <-cenv.driver.started + "/cancel"}) // 200
 	<-blocked
 	env.do(request{path: "/v1/usage"})

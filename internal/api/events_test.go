@@ -319,11 +319,9 @@ func TestEventsQueued(t *testing.T) {
 	}
 	env := newEnv(t, withPlans(plans), withOptions(func(o *Options) { o.Heartbeat = 5 * time.Millisecond }))
 	env.driver.started = make(chan string, 2)
-	first := make(chan response, 1)
-	go func() { first <- env.run("python", "block", nil) }()
+	first := env.goRun("python", "block", nil)
 	<-env.driver.started
-	second := make(chan response, 1)
-	go func() { second <- env.run("python", "print(6 * 7)", nil) }()
+	second := env.goRun("python", "print(6 * 7)", nil)
 	var id string
 	for deadline := time.Now().Add(5 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		id = env.queuedID(t)

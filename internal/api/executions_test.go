@@ -96,11 +96,7 @@ func TestOutcomes(t *testing.T) {
 		{"loop", "timed_out", 137},
 		{"hog", "memory_exceeded", 137},
 	} {
-		res := env.run("python", tc.code, nil)
-		if res.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", tc.code, res.status, res.body)
-		}
-		m := decode(t, res)
+		m := decodeOK(t, tc.code, env.run("python", tc.code, nil))
 		if m["status"] != tc.status || m["exit_code"] != tc.exit {
 			t.Errorf("%s: status %v exit %v, want %s %v", tc.code, m["status"], m["exit_code"], tc.status, tc.exit)
 		}
@@ -291,11 +287,9 @@ func TestQuotaResetsAtUTCMidnight(t *testing.T) {
 func TestOverload(t *testing.T) {
 	env := newEnv(t, withEngine(engine.Options{MaxConcurrent: 1, MaxQueue: 1, QueueTimeout: time.Hour}))
 	env.driver.started = make(chan string, 10)
-	first := make(chan response, 1)
-	go func() { first <- env.run("python", "block", nil) }()
+	first := env.goRun("python", "block", nil)
 	<-env.driver.started
-	second := make(chan response, 1)
-	go func() { second <- env.run("python", "print(6 * 7)", nil) }()
+	second := env.goRun("python", "print(6 * 7)", nil)
 	waitFor(t, func() bool { return env.engine.Stats().Waiting == 1 })
 
 	res := env.run("python", "print(6 * 7)", nil)
@@ -324,8 +318,7 @@ func TestOverload(t *testing.T) {
 func TestQueueTimeout(t *testing.T) {
 	env := newEnv(t, withEngine(engine.Options{MaxConcurrent: 1, MaxQueue: 5, QueueTimeout: 20 * time.Millisecond}))
 	env.driver.started = make(chan string, 10)
-	first := make(chan response, 1)
-	go func() { first <- env.run("python", "block", nil) }()
+	first := env.goRun("python", "block", nil)
 	<-env.driver.started
 	res := env.run("python", "print(6 * 7)", nil)
 	if res.status != 503 || errCode(t, res) != "overloaded" {
@@ -614,8 +607,7 @@ func TestMCPMessagesAreRateCounted(t *testing.T) {
 func TestRunningExecutionAndCancel(t *testing.T) {
 	env := newEnv(t)
 	env.driver.started = make(chan string, 1)
-	posted := make(chan response, 1)
-	go func() { posted <- env.run("python", "block", nil) }()
+	posted := env.goRun("python", "block", nil)
 	id := <-env.driver.started
 	steps := []struct {
 		name       string

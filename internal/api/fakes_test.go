@@ -487,4 +487,11 @@ func (e *testEnv) run(language, code string, header map[string]string) response 
 	return e.do(request{method: http.MethodPost, path: "/v1/executions", body: jsonBody(map[string]any{"language": language, "code": code}), header: header})
 }
 
+// goRun is run in a goroutine: the response arrives on the channel.
+func (e *testEnv) goRun(language, code string, header map[string]string) <-chan response {
+	c := make(chan response, 1)
+	go func() { c <- e.run(language, code, header) }()
+	return c
+}
+
 func ptr[T any](v T) *T { return &v }

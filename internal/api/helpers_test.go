@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -27,6 +28,16 @@ func decode(t *testing.T, r response) map[string]any {
 		t.Fatalf("body %q: %v", r.body, err)
 	}
 	return m
+}
+
+// decodeOK decodes the JSON object of a 200 response; any other status
+// fails the test, named by what.
+func decodeOK(t *testing.T, what string, r response) map[string]any {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("%s: %d %s", what, r.status, r.body)
+	}
+	return decode(t, r)
 }
 
 // errCode checks the error shape strictly and returns the code.

@@ -117,8 +117,7 @@ func TestIdempotentInProgress(t *testing.T) {
 	env := newEnv(t, withService(func(o *execution.Options) { o.IdempotencyWait = 30 * time.Millisecond }))
 	env.driver.started = make(chan string, 10)
 	hdr := map[string]string{"Idempotency-Key": "slow-1"}
-	first := make(chan response, 1)
-	go func() { first <- env.run("python", "block", hdr) }()
+	first := env.goRun("python", "block", hdr)
 	<-env.driver.started
 	r := env.run("python", "block", hdr)
 	if r.status != 409 || errCode(t, r) != "idempotency_in_progress" || r.header.Get("Retry-After") == "" {
@@ -165,14 +164,8 @@ func TestIdempotencyWaiterTakesOverReleasedClaim(t *testing.T) {
 	env := newEnv(t)
 	ctx := context.Background()
 	body := `{"language":"python","code":"print(6 * 7)"}`
-	req, err := env.srv.decodeForTest(body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// An earlier request with this body holds the key.
-	if _, claimed, err := env.store.ClaimIdempotency(ctx, "acme", "k1", req.hash, env.clock.Now(), time.Time{}, time.Time{}); err != nil || !claimed {
-		t.Fatal(claimed, err)
-	}
+	env.holdKey(t, "k1", body)
 	done := make(chan response, 1)
 	go func() {
 		done <- env.do(request{method: "POST", path: "/v1/executions", body: body, header: map[string]string{"Idempotency-Key": "k1"}})
@@ -188,6 +181,19 @@ func TestIdempotencyWaiterTakesOverReleasedClaim(t *testing.T) {
 	r := <-done
 	if r.status != 200 || decode(t, r)["idempotent_replay"] != nil || env.driver.runs.Load() != 1 {
 		t.Errorf("got %d %s, runs %d", r.status, r.body, env.driver.runs.Load())
+	}
+}
+
+// holdKey claims key for body in tenant acme's name, as a request with
+// that body does while it runs (or forever, if its process died).
+func (e *testEnv) holdKey(t *testing.T, key, body string) {
+	t.Helper()
+	req, err := e.srv.decodeForTest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, claimed, err := e.store.ClaimIdempotency(context.Background(), "acme", key, req.hash, e.clock.Now(), time.Time{}, time.Time{}); err != nil || !claimed {
+		t.Fatal(claimed, err)
 	}
 }
 
@@ -222,8 +228,7 @@ func TestIdempotencyReleasedOnQuotaAndOverload(t *testing.T) {
 	}
 
 	env.driver.started = make(chan string, 1)
-	done := make(chan response)
-	go func() { done <- env.run("python", "block", nil) }()
+	done := env.goRun("python", "block", nil)
 	<-env.driver.started
 	r = env.run("python", "print(6 * 7)", map[string]string{"Idempotency-Key": "o"})
 	env.driver.release()
@@ -242,16 +247,9 @@ func TestIdempotencyReleasedOnQuotaAndOverload(t *testing.T) {
 // completed key is kept; a completed key keeps replaying for those 24 h.
 func TestIdempotencyAbandonedClaim(t *testing.T) {
 	env := newEnv(t, withService(func(o *execution.Options) { o.IdempotencyWait = 20 * time.Millisecond }))
-	ctx := context.Background()
 	body := `{"language":"python","code":"print(6 * 7)"}`
-	req, err := env.srv.decodeForTest(body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The dead process's claim: never completed, never released.
-	if _, claimed, err := env.store.ClaimIdempotency(ctx, "acme", "orphan", req.hash, env.clock.Now(), time.Time{}, time.Time{}); err != nil || !claimed {
-		t.Fatal(claimed, err)
-	}
+	env.holdKey(t, "orphan", body)
 	hdr := map[string]string{"Idempotency-Key": "orphan"}
 	post := func() response {
 		return env.do(request{method: "POST", path: "/v1/executions", body: body, header: hdr})

@@ -110,8 +110,7 @@ func TestAccessLogLevelAndTenant(t *testing.T) {
 	}
 	overload := func() response {
 		env.driver.started = make(chan string, 1)
-		first := make(chan response, 1)
-		go func() { first <- env.run("python", "block", nil) }()
+		first := env.goRun("python", "block", nil)
 		<-env.driver.started
 		defer func() { env.driver.release(); <-first }()
 		return env.run("python", "print(6 * 7)", nil)

@@ -128,8 +128,7 @@ func TestMetricsBrokenWriter(t *testing.T) {
 func TestSandboxesInUseGauge(t *testing.T) {
 	env := newEnv(t)
 	env.driver.started = make(chan string, 1)
-	done := make(chan response)
-	go func() { done <- env.run("python", "block", nil) }()
+	done := env.goRun("python", "block", nil)
 	<-env.driver.started
 	if got := scrape(t, env.srv.Metrics())["vertal_sandboxes_in_use"]; got != "1" {
 		t.Errorf("in use while running = %s", got)

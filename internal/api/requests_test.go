@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -115,11 +114,7 @@ func TestPurgedExecution(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res := env.do(request{path: "/v1/executions/" + id})
-		if res.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", tc.name, res.status, res.body)
-		}
-		got := decode(t, res)
+		got := decodeOK(t, tc.name, env.do(request{path: "/v1/executions/" + id}))
 		if got["stdout"] != tc.wantStdout || got["output_purged"] != tc.wantPurged {
 			t.Errorf("%s: stdout %q, output_purged %v; want %q, %v", tc.name, got["stdout"], got["output_purged"], tc.wantStdout, tc.wantPurged)
 		}
