@@ -106,8 +106,7 @@ included.`)
 		outDir    string
 		async     bool
 		webhook   string
-		allow     []string
-		noNetwork bool
+		network   networkFlags
 	)
 	cf.register(fs)
 	fs.StringVar(&language, "language", "", "python, javascript or bash (default: from the file extension, else python)")
@@ -147,14 +146,7 @@ included.`)
 	fs.StringVar(&outDir, "out", "", "directory the returned files are written to (default: the current one; with --json only when given)")
 	fs.BoolVar(&async, "async", false, "queue the run and print its id at once (with --json: the queued execution); vertal wait ID gets the result")
 	fs.StringVar(&webhook, "webhook", "", "with --async: URL (https) the server POSTs the signed result to when the run ends")
-	fs.Func("allow", "a host name, *.suffix or address range the program may reach, within the plan's egress allowlist (repeatable; default: the plan's whole list)", func(v string) error {
-		if v == "" {
-			return errors.New("want a host name, *.suffix or an address range (--no-network for none)")
-		}
-		allow = append(allow, v)
-		return nil
-	})
-	fs.BoolVar(&noNetwork, "no-network", false, "run without any network, whatever the plan allows")
+	network.register(fs, "the program", "run")
 	// The flag package calls Usage after every parse error too; the whole
 	// text is printed only for -h, so that an error stays on screen.
 	usage := fs.Usage
@@ -185,9 +177,8 @@ included.`)
 		fmt.Fprintln(e.Stderr, "vertal run: --timeout must be a positive number of seconds")
 		return exitCode(exitUsage)
 	}
-	if noNetwork && len(allow) > 0 {
-		fmt.Fprintln(e.Stderr, "vertal run: --allow and --no-network cannot go together")
-		return exitCode(exitUsage)
+	if err := network.check(e, "run"); err != nil {
+		return err
 	}
 
 	code, inferred, err := readCode(positional[0], e.Stdin, language != "")
@@ -223,8 +214,8 @@ included.`)
 	if idemKey != "" {
 		opts = append(opts, client.WithIdempotencyKey(idemKey))
 	}
-	if noNetwork || len(allow) > 0 {
-		opts = append(opts, client.WithNetwork(allow...))
+	if network.given() {
+		opts = append(opts, client.WithNetwork(network.allow...))
 	}
 
 	if async {
@@ -498,3 +489,35 @@ func firstNonEmpty(vs ...string) string {
 	}
 	return ""
 }
+
+// networkFlags are --allow and --no-network, of run and sandbox create.
+type networkFlags struct {
+	allow     []string
+	noNetwork bool
+}
+
+// register adds the two flags to fs; who may reach, verb is what runs
+// without a network.
+func (n *networkFlags) register(fs *flag.FlagSet, who, verb string) {
+	fs.Func("allow", "a host name, *.suffix or address range "+who+" may reach, within the plan's egress allowlist (repeatable; default: the plan's whole list)", func(v string) error {
+		if v == "" {
+			return errors.New("want a host name, *.suffix or an address range (--no-network for none)")
+		}
+		n.allow = append(n.allow, v)
+		return nil
+	})
+	fs.BoolVar(&n.noNetwork, "no-network", false, verb+" without any network, whatever the plan allows")
+}
+
+// check refuses the two together, as a usage error of command.
+func (n *networkFlags) check(e *env, command string) error {
+	if n.noNetwork && len(n.allow) > 0 {
+		fmt.Fprintf(e.Stderr, "vertal %s: --allow and --no-network cannot go together\n", command)
+		return exitCode(exitUsage)
+	}
+	return nil
+}
+
+// given reports whether either was given: without them the plan's whole
+// list applies.
+func (n *networkFlags) given() bool { return n.noNetwork || len(n.allow) > 0 }

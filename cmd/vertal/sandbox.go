@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
 )
 
 // cmdSandbox dispatches `vertal sandbox <subcommand>`: the client of
@@ -96,14 +97,17 @@ func cmdSandboxCreate(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "sandbox create", `sandbox create [flags]
 
 Starts a sandbox that stays until vertal sandbox rm or its timeout, and
-prints its id. Files given with --file go under /home/user.
+prints its id. Files given with --file go under /home/user. Its commands
+reach the network as the plan's egress allowlist lets them (the built-in
+plans allow nothing): --allow narrows that list, --no-network asks for none.
 
   id=$(vertal sandbox create --timeout 30m --metadata team=ml --file data.csv)
   vertal sandbox exec "$id" 'wc -l data.csv'`)
 	var (
-		cf     clientFlags
-		p      client.SandboxParams
-		asJSON bool
+		cf      clientFlags
+		p       client.SandboxParams
+		asJSON  bool
+		network networkFlags
 	)
 	cf.register(fs)
 	fs.StringVar(&p.Image, "image", "", "image to run (default: the server's default)")
@@ -111,6 +115,7 @@ prints its id. Files given with --file go under /home/user.
 	fs.StringVar(&p.OnTimeout, "on-timeout", "", "what happens at the timeout: kill (default) or pause")
 	fs.StringVar(&p.IdempotencyKey, "idempotency-key", "", "the same key returns the same sandbox")
 	fs.BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	network.register(fs, "its commands", "create it")
 	p.Env = keyValues(fs, "env", "environment variable of every command, K=V (repeatable)")
 	p.Metadata = keyValues(fs, "metadata", "label, K=V (repeatable)")
 	fs.Func("file", "local file to place under /home/user, FILE or FILE:PATH (repeatable)", func(v string) error {
@@ -128,6 +133,12 @@ prints its id. Files given with --file go under /home/user.
 	c, _, err := sandboxClient(e, fs, &cf, "create", args, 0)
 	if err != nil {
 		return err
+	}
+	if err := network.check(e, "sandbox create"); err != nil {
+		return err
+	}
+	if network.given() {
+		p.Network = &wire.NetworkRequest{Allow: append([]string{}, network.allow...)}
 	}
 	sb, err := c.CreateSandbox(ctx, p)
 	if err != nil {
