@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
 )
 
@@ -259,11 +260,7 @@ func (c *agentClient) fails(req, want string) {
 
 func waitDone(t *testing.T, l engine.Live, what string) {
 	t.Helper()
-	select {
-	case <-l.Done():
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("%s: the sandbox did not end within 2 minutes", what)
-	}
+	enginetest.WaitDone(t, l, what, 2*time.Minute)
 }
 
 // containersNamed lists every container (running or not) whose name

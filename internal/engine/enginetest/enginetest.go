@@ -48,6 +48,17 @@ func Complete(s engine.Spec) engine.Spec {
 	return s
 }
 
+// WaitDone waits up to within for the live sandbox l to end; if it does
+// not, t fails, named by what.
+func WaitDone(t testing.TB, l engine.Live, what string, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("%s: the sandbox did not end within %v", what, within)
+	}
+}
+
 // NewID returns a fresh execution id shaped like the API's.
 func NewID() string {
 	var b [16]byte

@@ -126,11 +126,7 @@ func startLive(t *testing.T, d *Driver, spec engine.LiveSpec) *liveSandbox {
 // waitDone waits for a live sandbox to end, generously.
 func waitDone(t *testing.T, l engine.Live, what string) {
 	t.Helper()
-	select {
-	case <-l.Done():
-	case <-time.After(90 * time.Second):
-		t.Fatalf("%s: the sandbox did not end", what)
-	}
+	enginetest.WaitDone(t, l, what, 90*time.Second)
 }
 
 // rootMountOptions are the mount options of the last mount at / in a
