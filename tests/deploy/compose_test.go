@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 )
 
 // compose runs `docker compose` (the v2 plugin) on deploy/compose.yaml
@@ -83,7 +85,7 @@ func TestComposeUpRunsAndDownLeavesNothing(t *testing.T) {
 	requireE2E(t)
 	buildImage(t)
 	project := randomName("vertal-e2e-")
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	env := []string{"COMPOSE_PROFILES=", "VERTAL_API_IMAGE=" + apiImage, "VERTAL_LOCAL_PORT=" + strconv.Itoa(port)}
 	files := []string{"-p", project, "-f", "deploy/compose.yaml", "-f", "deploy/compose.local.yaml"}
 	down := func() string {

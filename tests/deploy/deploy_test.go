@@ -16,7 +16,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -113,16 +112,6 @@ func randomName(prefix string) string {
 	var b [4]byte
 	rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // waitHealthy waits until Docker reports the container healthy: the
@@ -222,7 +211,7 @@ func TestImageServesAndStopsClean(t *testing.T) {
 	buildImage(t)
 
 	name := randomName("vertal-e2e-")
-	port := freePort(t)
+	port := e2etest.FreePort(t)
 	// The flags deploy/compose.yaml gives the api service.
 	run(t, nil, "docker", "run", "-d", "--name", name,
 		"--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_PTRACE",
