@@ -11,20 +11,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/egresstest"
 )
 
-// TestLiveEgress runs the live egress suite (egresstest.LiveSuite) on
+// TestLiveEgress runs the live egress suite (agenttest.LiveSuite) on
 // each runtime, with the real agent: code reaches the host's socket
 // through the agent's relay, and the directory is read-only; Discard
 // unmounts it from the sandbox's state directory and leaves the host's
 // socket alone. A sandbox without EgressDir has no socket to reach.
 func TestLiveEgress(t *testing.T) {
 	requireE2E(t)
-	egresstest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
+	agenttest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
 		d := newTestDriver(t, rt)
-		egresstest.LiveSuite(t, agent, egresstest.Live{
+		agenttest.LiveSuite(t, agent, agenttest.Live{
 			Driver: d,
 			Gvisor: d.gvisor,
 			Spec:   func(*testing.T) engine.LiveSpec { return liveSpec(agent) },

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
@@ -22,7 +23,7 @@ import (
 // gone too.
 func TestRunEgress(t *testing.T) {
 	requireE2E(t)
-	egresstest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
+	agenttest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
 		d := newTestDriver(t, rt)
 		egresstest.Suite(t, languages["python"], agent, d.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
 			spec.ID = newID(t)
@@ -45,7 +46,7 @@ func TestRunEgress(t *testing.T) {
 // with the rest, leaving the host's directory alone.
 func TestReapAfterSIGKILLEgress(t *testing.T) {
 	requireE2E(t)
-	egresstest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
+	agenttest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
 		host := egresstest.NewHost(t)
 		stateDir, id := t.TempDir(), newID(t)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/egresstest"
@@ -25,7 +26,7 @@ import (
 // left (bundle, runtime state, cgroups, mounts, processes).
 func TestRunEgress(t *testing.T) {
 	e2e(t)
-	egresstest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rt, agent string) {
+	agenttest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rt, agent string) {
 		d := newTestDriver(t, rt)
 		egresstest.Suite(t, testLanguages()["python"], agent, d.rt.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
 			spec.ID = enginetest.NewID()
@@ -50,7 +51,7 @@ func checkNothingLeft(t *testing.T, d *Driver, id string) {
 // removes it with the rest, leaving the host's directory alone.
 func TestReapAfterCrashEgress(t *testing.T) {
 	e2e(t)
-	egresstest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rtName, agent string) {
+	agenttest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rtName, agent string) {
 		host := egresstest.NewHost(t)
 		t.Setenv(crashEgressEnv, host.Dir)
 		t.Setenv(crashAgentEnv, agent)
