@@ -6,7 +6,7 @@
 // proxy's socket. Every connection stays on loopback.
 //
 // It does not import package egress, whose own tests use it. (The
-// drivers' tests of a sandbox's way out use engine/sandbox/egresstest.)
+// drivers' tests of a sandbox's way out use engine/sandbox/relaytest.)
 package egresstest
 
 import (

@@ -13,10 +13,10 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/egresstest"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/relaytest"
 )
 
-// TestRunEgress runs the one-shot egress suite (package egresstest) on
+// TestRunEgress runs the one-shot egress suite (package relaytest) on
 // each runtime, with the real agent's relay: after every execution, with
 // or without EgressDir and whatever its outcome, nothing of it is left
 // (container, state directory, mounts, cgroup), and the agent's bind is
@@ -25,14 +25,14 @@ func TestRunEgress(t *testing.T) {
 	requireE2E(t)
 	agenttest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
 		d := newTestDriver(t, rt)
-		egresstest.Suite(t, languages["python"], agent, d.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
+		relaytest.Suite(t, languages["python"], agent, d.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
 			spec.ID = newID(t)
 			res, err := d.Run(ctx, enginetest.Complete(spec))
 			assertNothingLeft(t, d, spec.ID)
 			if ms, _ := sandbox.MountsUnder(d.codeDir(spec.ID)); len(ms) > 0 {
 				t.Errorf("mounts left in the execution's directory: %v", ms)
 			}
-			if ms := egresstest.MountsOf(t, agent); len(ms) > 0 {
+			if ms := relaytest.MountsOf(t, agent); len(ms) > 0 {
 				t.Errorf("binds of the agent left on the host: %v", ms)
 			}
 			return res, err
@@ -47,7 +47,7 @@ func TestRunEgress(t *testing.T) {
 func TestReapAfterSIGKILLEgress(t *testing.T) {
 	requireE2E(t)
 	agenttest.ForEachRuntime(t, runtimes, func(t *testing.T, rt, agent string) {
-		host := egresstest.NewHost(t)
+		host := relaytest.NewHost(t)
 		stateDir, id := t.TempDir(), newID(t)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), reapEgressEnv+"="+host.Dir, reapAgentEnv+"="+agent,
@@ -71,7 +71,7 @@ func TestReapAfterSIGKILLEgress(t *testing.T) {
 		}
 		_ = cmd.Wait()
 		for _, p := range []string{host.Dir, agent} {
-			if ms := egresstest.MountsOf(t, p); len(ms) != 1 || !strings.HasPrefix(ms[0], stateDir+"/") {
+			if ms := relaytest.MountsOf(t, p); len(ms) != 1 || !strings.HasPrefix(ms[0], stateDir+"/") {
 				t.Fatalf("after SIGKILL, binds of %s: %v; want the 1 in the state directory, or the test proves nothing", p, ms)
 			}
 		}
@@ -86,7 +86,7 @@ func TestReapAfterSIGKILLEgress(t *testing.T) {
 			}
 		}
 		host.Check(t)
-		if ms := egresstest.MountsOf(t, agent); len(ms) > 0 {
+		if ms := relaytest.MountsOf(t, agent); len(ms) > 0 {
 			t.Errorf("after Reap, binds of the agent remain: %v", ms)
 		}
 		if list, _ := cli.ContainerList(ctx, byLabel(labelExecution, id)); len(list) != 0 {

@@ -17,10 +17,10 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/agent/agenttest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
-	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/egresstest"
+	"github.com/kuboprotocol/vertal2kubo/internal/engine/sandbox/relaytest"
 )
 
-// TestRunEgress runs the one-shot egress suite (package egresstest) on
+// TestRunEgress runs the one-shot egress suite (package relaytest) on
 // every runtime, with the real agent's relay: after every execution,
 // with or without EgressDir and whatever its outcome, nothing of it is
 // left (bundle, runtime state, cgroups, mounts, processes).
@@ -28,7 +28,7 @@ func TestRunEgress(t *testing.T) {
 	e2e(t)
 	agenttest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rt, agent string) {
 		d := newTestDriver(t, rt)
-		egresstest.Suite(t, testLanguages()["python"], agent, d.rt.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
+		relaytest.Suite(t, testLanguages()["python"], agent, d.rt.gvisor, func(t *testing.T, ctx context.Context, spec engine.Spec) (engine.Result, error) {
 			spec.ID = enginetest.NewID()
 			res, err := d.Run(ctx, enginetest.Complete(spec))
 			checkNothingLeft(t, d, spec.ID)
@@ -52,7 +52,7 @@ func checkNothingLeft(t *testing.T, d *Driver, id string) {
 func TestReapAfterCrashEgress(t *testing.T) {
 	e2e(t)
 	agenttest.ForEachRuntime(t, allRuntimes, func(t *testing.T, rtName, agent string) {
-		host := egresstest.NewHost(t)
+		host := relaytest.NewHost(t)
 		t.Setenv(crashEgressEnv, host.Dir)
 		t.Setenv(crashAgentEnv, agent)
 		stateDir := testStateDir(t)
@@ -62,7 +62,7 @@ func TestReapAfterCrashEgress(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = child.Wait()
-		if ms := egresstest.MountsOf(t, host.Dir); len(ms) != 1 || !strings.HasPrefix(ms[0], inst+"/") {
+		if ms := relaytest.MountsOf(t, host.Dir); len(ms) != 1 || !strings.HasPrefix(ms[0], inst+"/") {
 			t.Fatalf("after the crash, binds of the egress directory %v; want the 1 in the bundle, or the test proves nothing", ms)
 		}
 		d, err := New(context.Background(), Options{Runtime: rtName, StateDir: stateDir, CgroupParent: "vertal-test"})

@@ -1,4 +1,4 @@
-// Package egresstest checks, in the drivers' end-to-end tests, a
+// Package relaytest checks, in the drivers' end-to-end tests, a
 // sandbox's way out (engine.Spec.EgressDir, engine.LiveSpec.EgressDir):
 // with the real agent's relay, the program reaches a host socket standing
 // in for package egress's proxy, and sees what the driver mounts; without
@@ -6,8 +6,9 @@
 // agenttest.LiveSuite, on each of its runtimes (agenttest.ForEachRuntime),
 // as every store runs storetest. (It imports nothing of package agent:
 // the agent imports the engine, so the suites that drive the agent's
-// client live in agenttest.)
-package egresstest
+// client live in agenttest.) The fake internet that package egress's
+// own tests and the services' network tests use is egress/egresstest.
+package relaytest
 
 import (
 	"context"
