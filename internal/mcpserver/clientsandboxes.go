@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/client/wire"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 )
 
@@ -20,6 +22,9 @@ var _ SandboxBackend = clientSandboxes{}
 func (b clientSandboxes) CreateSandbox(ctx context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
 	p := client.SandboxParams{Image: req.Image, Timeout: time.Duration(req.TimeoutS) * time.Second, Env: req.Env,
 		Metadata: req.Metadata, OnTimeout: req.OnTimeout}
+	if req.Network != nil {
+		p.Network = &wire.NetworkRequest{Allow: req.Network.Allow}
+	}
 	for _, f := range req.Files {
 		p.Files = append(p.Files, client.File{Path: f.Path, Content: f.Content})
 	}
@@ -139,6 +144,16 @@ func fromClientSandbox(sb *client.Sandbox) sandboxes.Sandbox {
 	if !sb.EndedAt.IsZero() {
 		t := sb.EndedAt
 		out.EndedAt = &t
+	}
+	if n := l.Network; n != nil {
+		out.Limits.Network = &sandboxes.Network{Allow: n.Allow, MaxBytes: n.MaxBytes}
+	}
+	if u := sb.Network; u != nil {
+		out.Network = &sandboxes.NetworkUsage{BytesIn: u.BytesIn, BytesOut: u.BytesOut, Connections: u.Connections, Refused: u.Refused,
+			Attempts: make([]egress.Attempt, 0, len(u.Attempts))}
+		for _, a := range u.Attempts {
+			out.Network.Attempts = append(out.Network.Attempts, egress.Attempt(a))
+		}
 	}
 	return out
 }

@@ -53,6 +53,7 @@ type fakeAPI struct {
 	keys       map[string]bool
 	calls      []string // "METHOD path key"
 	runs       []map[string]any
+	creates    []map[string]any // POST /v1/sandboxes bodies (with sandboxes)
 }
 
 func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
@@ -100,6 +101,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"sandboxes":[],"next_cursor":null}`)
 		return
 	}
+	if r.Method+" "+path == "POST /v1/sandboxes" && sandboxes {
+		f.createSandbox(w, r)
+		return
+	}
 	switch r.Method + " " + path {
 	case "POST /v1/executions":
 		var body map[string]any
@@ -107,6 +112,19 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.runs = append(f.runs, body)
 		f.mu.Unlock()
+		if n, ok := body["network"].(map[string]any); ok {
+			// The service's own check, against fakePlan.
+			req := &execution.NetworkRequest{Allow: []string{}}
+			for _, r := range n["allow"].([]any) {
+				req.Allow = append(req.Allow, r.(string))
+			}
+			if _, err := execution.NetworkFor(fakePlan, req); err != nil {
+				e := refusal(err)
+				w.WriteHeader(e.StatusCode)
+				json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message}, "request_id": "req_n"})
+				return
+			}
+		}
 		if body["code"] == "quota" {
 			w.Header().Set("Retry-After", "3600")
 			w.WriteHeader(429)
@@ -122,6 +140,37 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(404)
 		io.WriteString(w, `{"error":{"code":"not_found","message":"no such route"},"request_id":"req_404"}`)
 	}
+}
+
+// createSandbox answers POST /v1/sandboxes with a running sandbox whose
+// network is fakePlan's, narrowed by the request's, or the API's refusal.
+func (f *fakeAPI) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var body map[string]any
+	json.NewDecoder(r.Body).Decode(&body)
+	f.mu.Lock()
+	f.creates = append(f.creates, body)
+	f.mu.Unlock()
+	var req *execution.NetworkRequest
+	if n, ok := body["network"].(map[string]any); ok {
+		req = &execution.NetworkRequest{Allow: []string{}}
+		for _, rule := range n["allow"].([]any) {
+			req.Allow = append(req.Allow, rule.(string))
+		}
+	}
+	nw, err := execution.NetworkFor(fakePlan, req)
+	if err != nil {
+		e := refusal(err)
+		w.WriteHeader(e.StatusCode)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message}, "request_id": "req_n"})
+		return
+	}
+	sb := wire.Sandbox{ID: "sbx_1", Status: "running", Image: "default", OnTimeout: "kill"}
+	if nw != nil {
+		sb.Limits.Network = &wire.SandboxNetwork{Allow: nw.Allow, MaxBytes: nw.MaxBytes}
+		sb.Network = &wire.NetworkUsage{Attempts: []wire.NetworkAttempt{}}
+	}
+	w.WriteHeader(201)
+	json.NewEncoder(w).Encode(sb)
 }
 
 func (f *fakeAPI) seen() []string {
@@ -285,6 +334,14 @@ func TestRunCode(t *testing.T) {
 				"duration_ms": 265.0, "truncated": false, "usage": map[string]any{"sandbox_seconds": 0.265}, "request_id": "req_1",
 				"image": "datasci", "image_version": "20261201T092047Z-19222"},
 			wantRun: map[string]any{"language": "python", "code": "print(6*7)", "network": map[string]any{"allow": []any{}}},
+		},
+		{
+			name:      "a host beyond the plan's list is refused, with that list and what to do",
+			args:      map[string]any{"language": "python", "code": "fetch", "network": []any{"evil.example"}},
+			wantError: true,
+			wantText: []string{"Vertal Run API error forbidden: network.allow names what your plan does not allow (\"evil.example\"); " +
+				"your plan allows [\"pypi.org\" \"*.pythonhosted.org\"] (HTTP 403, request id req_n). The network argument may list only"},
+			wantRun: map[string]any{"language": "python", "code": "fetch", "network": map[string]any{"allow": []any{"evil.example"}}},
 		},
 		{
 			name:      "a network is a list of rules",

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -52,6 +53,10 @@ const (
 // context is no place for more.
 const readFileCap = 256 << 10
 
+// sandboxNetworkDescription is what create_sandbox's description says of
+// its network; run_code's says the same of a run's.
+const sandboxNetworkDescription = "\n\nNetwork: the sandbox has none unless the egress allowlist of this API key's plan lists hosts, and the built-in plans list none. Where the plan lists some, the sandbox may reach those for its whole life, and the network argument narrows them for this sandbox ([] for none); asking for a host the plan does not list is refused, with the plan's list in the message. The sandbox's record shows its allowlist in limits.network and, while it runs, the bytes and connections it used (each refused one with why) in network."
+
 const sandboxInstructions = " With create_sandbox you get a sandbox that stays across calls (files, installed state and processes persist until it ends): run shell commands in it with run_command, run Python or JavaScript that keeps its variables from one call to the next with run_code and its sandbox_id, move files with read_file, write_file and list_files, and end it with kill_sandbox when done."
 
 // addSandboxTools adds the sandbox tools to s.
@@ -87,8 +92,18 @@ var sandboxOutput = obj{
 		"created_at":    obj{"type": "string"},
 		"expires_at":    obj{"type": "string", "description": "When it ends (or pauses, with on_timeout pause) unless killed first."},
 		"on_timeout":    obj{"type": "string"},
-		"limits":        obj{"type": "object"},
-		"metadata":      obj{"type": []any{"object", "null"}},
+		"limits": obj{"type": "object", "properties": obj{
+			"network": obj{"type": "object",
+				"description": "What the sandbox may reach: its allowlist (the plan's, or the narrower one create_sandbox asked for) and the bytes in and out its connections may carry in all. Left out: no network.",
+				"properties": obj{
+					"allow":     obj{"type": "array", "items": obj{"type": "string"}},
+					"max_bytes": obj{"type": "integer", "minimum": 0},
+				}},
+		}},
+		"metadata": obj{"type": []any{"object", "null"}},
+		"network": obj{"type": "object",
+			"description": "Only for a running sandbox with a network: the bytes its connections carried, the connections made and refused, and the newest attempts, each refused or cut one with its reason.",
+			"properties":  networkUsageProps()},
 	},
 	"required": []any{"id", "status"},
 }
@@ -108,7 +123,7 @@ func sandboxTools() []sandboxTool {
 			Name:  toolCreateSandbox,
 			Title: "Create a sandbox that stays",
 			Description: "Create an isolated Vertal Run sandbox that stays across calls, and get its id (sbx_...). Unlike run_code, what you do in it persists: files in its home directory " + engine.HomeDir +
-				", and background state, until it ends. Use run_command to run shell commands in it, read_file, write_file and list_files for its files, and kill_sandbox when you are done (it also ends by itself when timeout_s runs out). The sandbox has no network access. Its time alive counts toward the plan's usage.",
+				", and background state, until it ends. Use run_command to run shell commands in it, read_file, write_file and list_files for its files, and kill_sandbox when you are done (it also ends by itself when timeout_s runs out). Its time alive counts toward the plan's usage." + sandboxNetworkDescription,
 			Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox that stays", OpenWorldHint: new(false), DestructiveHint: new(false)},
 			InputSchema: obj{
 				"type": "object",
@@ -123,6 +138,7 @@ func sandboxTools() []sandboxTool {
 						"description": "Labels kept with the sandbox, for your own bookkeeping. Optional."},
 					"files": obj{"type": "array", "description": "Files placed in the home directory before the sandbox starts. Optional.",
 						"items": fileItemSchema()},
+					"network": networkArgSchema("the sandbox"),
 				},
 				"additionalProperties": false,
 			},
@@ -324,6 +340,7 @@ type createArgs struct {
 	Env       map[string]string `json:"env"`
 	Metadata  map[string]string `json:"metadata"`
 	Files     []fileArg         `json:"files"`
+	Network   networkArg        `json:"network"`
 }
 
 func (t *tools) createSandbox(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -331,7 +348,7 @@ func (t *tools) createSandbox(ctx context.Context, req *mcp.CallToolRequest) (*m
 	if err := decodeArgs(req.Params.Arguments, &a, nil); err != nil {
 		return errorResult(err.Error()), nil
 	}
-	r := sandboxes.CreateRequest{Image: a.Image, Env: a.Env, Metadata: a.Metadata, OnTimeout: a.OnTimeout}
+	r := sandboxes.CreateRequest{Image: a.Image, Env: a.Env, Metadata: a.Metadata, OnTimeout: a.OnTimeout, Network: a.Network.request()}
 	switch {
 	case a.TimeoutS != nil && *a.TimeoutS < 1:
 		return errorResult("argument timeout_s must be at least 1"), nil
@@ -357,7 +374,7 @@ func (t *tools) createSandbox(ctx context.Context, req *mcp.CallToolRequest) (*m
 	}
 	sb, err := b.CreateSandbox(ctx, r)
 	if err != nil {
-		return t.apiErrorResult(err), nil
+		return t.apiErrorResult(err, a.Network.hint(err)), nil
 	}
 	return sandboxResult(sb, "created")
 }
@@ -387,6 +404,12 @@ func (t *tools) sandboxCall(call func(SandboxBackend, context.Context, string) (
 // sandboxResult renders a sandbox's record; verb, when set, says what
 // just happened to it.
 func sandboxResult(sb sandboxes.Sandbox, verb string) (*mcp.CallToolResult, error) {
+	if u := sb.Network; u != nil && u.Attempts == nil {
+		// The output schema's attempts is an array, as on the API's wire.
+		nu := *u
+		nu.Attempts = []egress.Attempt{}
+		sb.Network = &nu
+	}
 	structured, err := structure(sb)
 	if err != nil {
 		return nil, err
@@ -409,10 +432,36 @@ func sandboxResult(sb sandboxes.Sandbox, verb string) (*mcp.CallToolResult, erro
 	if sb.Status != sandboxes.StatusEnded && !sb.ExpiresAt.IsZero() {
 		fmt.Fprintf(&b, "expires_at: %s (on_timeout %s)\n", sb.ExpiresAt.UTC().Format(time.RFC3339), sb.OnTimeout)
 	}
+	if sb.Status != sandboxes.StatusEnded {
+		b.WriteString(sandboxNetworkText(sb, verb == "created"))
+	}
 	if verb == "created" {
 		fmt.Fprintf(&b, "home: %s\nnote: pass sandbox_id to run_command, read_file, write_file and list_files; call kill_sandbox when done\n", engine.HomeDir)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}, StructuredContent: structured}, nil
+}
+
+// sandboxNetworkText is the line of a sandbox's record saying what it may
+// reach and, while it runs, what it reached; "" for a sandbox without a
+// network unless created, where "network: none" says so.
+func sandboxNetworkText(sb sandboxes.Sandbox, created bool) string {
+	n := sb.Limits.Network
+	if n == nil || len(n.Allow) == 0 {
+		if created {
+			return "network: none\n"
+		}
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "network: allowed %s", strings.Join(n.Allow, ", "))
+	if n.MaxBytes > 0 {
+		fmt.Fprintf(&b, " (at most %d bytes in all)", n.MaxBytes)
+	}
+	if u := sb.Network; u != nil {
+		fmt.Fprintf(&b, "; connections: %d made, %d refused; bytes: %d in, %d out", u.Connections, u.Refused, u.BytesIn, u.BytesOut)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // structure is v as the JSON object a tool's structured content is.

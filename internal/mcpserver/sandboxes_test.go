@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -26,10 +29,29 @@ import (
 // commands are a tiny language: "write NAME TEXT" writes a file, "cat
 // NAME" prints one, "fail" exits 1.
 type fakeSandboxes struct {
-	mu    sync.Mutex
-	next  int
-	boxes map[string]*fakeBox
-	calls []string
+	mu      sync.Mutex
+	next    int
+	boxes   map[string]*fakeBox
+	calls   []string
+	creates []sandboxes.CreateRequest
+}
+
+// fakePlan is the plan of fakeSandboxes' caller: its sandboxes may reach
+// pypi.org and *.pythonhosted.org.
+var fakePlan = config.Plan{Egress: &config.Egress{Allow: []string{"pypi.org", "*.pythonhosted.org"}, MaxBytes: 1 << 20}}
+
+// refusal is the service's error err as the API answers it (only the
+// kinds NetworkFor gives).
+func refusal(err error) *client.Error {
+	var e *execution.Error
+	if !errors.As(err, &e) {
+		panic(err)
+	}
+	out := &client.Error{StatusCode: 400, Code: "invalid_request", Message: e.Msg, RequestID: "req_1"}
+	if e.Kind == execution.KindForbidden {
+		out.StatusCode, out.Code = 403, "forbidden"
+	}
+	return out
 }
 
 type fakeBox struct {
@@ -97,6 +119,12 @@ func (f *fakeSandboxes) box(id string, running bool) (*fakeBox, error) {
 func (f *fakeSandboxes) CreateSandbox(_ context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.creates = append(f.creates, req)
+	// The service's own check of the network, refused as the API does.
+	nw, err := execution.NetworkFor(fakePlan, req.Network)
+	if err != nil {
+		return sandboxes.Sandbox{}, refusal(err)
+	}
 	f.next++
 	img := req.Image
 	if img == "" {
@@ -107,7 +135,11 @@ func (f *fakeSandboxes) CreateSandbox(_ context.Context, req sandboxes.CreateReq
 		onTimeout = "kill"
 	}
 	b := &fakeBox{files: map[string][]byte{}, sb: sandboxes.Sandbox{ID: fmt.Sprintf("sbx_%d", f.next), Status: sandboxes.StatusRunning,
-		Image: img, CreatedAt: time.Unix(1e9, 0), ExpiresAt: time.Unix(1e9+300, 0), OnTimeout: onTimeout, Metadata: req.Metadata}}
+		Image: img, CreatedAt: time.Unix(1e9, 0), ExpiresAt: time.Unix(1e9+300, 0), OnTimeout: onTimeout, Metadata: req.Metadata,
+		Limits: sandboxes.Limits{Network: nw}}}
+	if nw != nil {
+		b.sb.Network = &sandboxes.NetworkUsage{}
+	}
 	for _, file := range req.Files {
 		b.files[file.Path] = file.Content
 	}
@@ -456,6 +488,121 @@ func TestReadFileBinaryAndLong(t *testing.T) {
 	}
 }
 
+// create_sandbox's network reaches the service as the API's "network"
+// would (left out or null: the plan's list; []: none; a list: narrowed),
+// the record says what the sandbox may reach, and a host beyond the plan
+// is refused with the plan's list in the message, as run_code's is.
+func TestCreateSandboxNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		network   any // nil: the argument left out
+		want      *execution.NetworkRequest
+		wantError bool
+		wantText  []string
+		wantLimit any // structured limits.network; nil: none
+	}{
+		{name: "left out is the plan's list", want: nil,
+			wantText:  []string{"network: allowed pypi.org, *.pythonhosted.org (at most 1048576 bytes in all); connections: 0 made, 0 refused; bytes: 0 in, 0 out\n"},
+			wantLimit: map[string]any{"allow": []any{"pypi.org", "*.pythonhosted.org"}, "max_bytes": 1048576.0}},
+		{name: "null is the plan's list", network: json.RawMessage("null"), want: nil,
+			wantText:  []string{"network: allowed pypi.org, *.pythonhosted.org"},
+			wantLimit: map[string]any{"allow": []any{"pypi.org", "*.pythonhosted.org"}, "max_bytes": 1048576.0}},
+		{name: "[] is none", network: []any{}, want: &execution.NetworkRequest{Allow: []string{}},
+			wantText: []string{"network: none\n"}},
+		{name: "a list narrows the plan's", network: []any{"pypi.org"}, want: &execution.NetworkRequest{Allow: []string{"pypi.org"}},
+			wantText:  []string{"network: allowed pypi.org (at most 1048576 bytes in all)"},
+			wantLimit: map[string]any{"allow": []any{"pypi.org"}, "max_bytes": 1048576.0}},
+		{name: "a host beyond the plan is refused", network: []any{"pypi.org", "evil.example"},
+			want: &execution.NetworkRequest{Allow: []string{"pypi.org", "evil.example"}}, wantError: true,
+			wantText: []string{"Vertal Run API error forbidden: ", "your plan does not allow", "evil.example", `your plan allows ["pypi.org" "*.pythonhosted.org"]`, "(HTTP 403, request id req_1).", "leave network out for the plan's whole list"}},
+		{name: "a malformed rule is refused", network: []any{"http://pypi.org/"},
+			want: &execution.NetworkRequest{Allow: []string{"http://pypi.org/"}}, wantError: true,
+			wantText: []string{"Vertal Run API error invalid_request: network.allow", "(HTTP 400"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := newFakeSandboxes()
+			args := map[string]any{}
+			if tc.network != nil {
+				args["network"] = tc.network
+			}
+			res := call(t, sandboxSession(t, fake), "create_sandbox", args)
+			if res.IsError != tc.wantError {
+				t.Errorf("IsError = %v, want %v: %s", res.IsError, tc.wantError, text(res))
+			}
+			for _, w := range tc.wantText {
+				if !strings.Contains(text(res), w) {
+					t.Errorf("text lacks %q:\n%s", w, text(res))
+				}
+			}
+			if len(fake.creates) != 1 {
+				t.Fatalf("%d creates reached the backend, want 1", len(fake.creates))
+			}
+			if diff := cmp.Diff(tc.want, fake.creates[0].Network); diff != "" {
+				t.Errorf("CreateRequest.Network (-want +got):\n%s", diff)
+			}
+			if tc.wantError {
+				return
+			}
+			sc, _ := res.StructuredContent.(map[string]any)
+			limits, _ := sc["limits"].(map[string]any)
+			if diff := cmp.Diff(tc.wantLimit, limits["network"]); diff != "" {
+				t.Errorf("structured limits.network (-want +got):\n%s", diff)
+			}
+			if usage, ok := sc["network"].(map[string]any); (tc.wantLimit != nil) != ok || ok && usage["attempts"] == nil {
+				t.Errorf("structured network = %v, want usage with attempts only with a network", sc["network"])
+			}
+		})
+	}
+}
+
+// Over the Go SDK (vertal mcp), create_sandbox sends its network as the
+// API's "network" and reads the sandbox's back from the record; the
+// API's refusal comes back with what to do.
+func TestStdioCreateSandboxNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		network   any // nil: the argument left out
+		wantBody  any // the request's "network"; nil: left out
+		wantError bool
+		wantText  string
+		wantLimit any // structured limits.network
+	}{
+		{name: "left out", wantText: "network: allowed pypi.org, *.pythonhosted.org (at most 1048576 bytes in all); connections: 0 made",
+			wantLimit: map[string]any{"allow": []any{"pypi.org", "*.pythonhosted.org"}, "max_bytes": 1048576.0}},
+		{name: "none", network: []any{}, wantBody: map[string]any{"allow": []any{}}, wantText: "network: none\n"},
+		{name: "narrowed", network: []any{"*.pythonhosted.org"}, wantBody: map[string]any{"allow": []any{"*.pythonhosted.org"}},
+			wantText: "network: allowed *.pythonhosted.org (", wantLimit: map[string]any{"allow": []any{"*.pythonhosted.org"}, "max_bytes": 1048576.0}},
+		{name: "beyond the plan", network: []any{"evil.example"}, wantBody: map[string]any{"allow": []any{"evil.example"}}, wantError: true,
+			wantText: `Vertal Run API error forbidden: network.allow names what your plan does not allow ("evil.example"); your plan allows ["pypi.org" "*.pythonhosted.org"] (HTTP 403, request id req_n). The network argument may list only`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, srv := newFakeAPI(t)
+			f.sandboxes = true
+			args := map[string]any{}
+			if tc.network != nil {
+				args["network"] = tc.network
+			}
+			res := call(t, connect(t, stdioServer(t, srv.URL, "kubo_sk_alice", testLanguages)), "create_sandbox", args)
+			if res.IsError != tc.wantError || !strings.Contains(text(res), tc.wantText) {
+				t.Errorf("IsError %v, text:\n%s\nwant IsError %v and %q", res.IsError, text(res), tc.wantError, tc.wantText)
+			}
+			if len(f.creates) != 1 {
+				t.Fatalf("%d creates reached the API, want 1", len(f.creates))
+			}
+			if diff := cmp.Diff(tc.wantBody, f.creates[0]["network"]); diff != "" {
+				t.Errorf("the request's network (-want +got):\n%s", diff)
+			}
+			if !tc.wantError {
+				sc, _ := res.StructuredContent.(map[string]any)
+				limits, _ := sc["limits"].(map[string]any)
+				if diff := cmp.Diff(tc.wantLimit, limits["network"]); diff != "" {
+					t.Errorf("structured limits.network (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
 // A server built with the sandbox tools whose caller's Backend does not
 // serve sandboxes refuses them as a tool error.
 func TestSandboxToolWithoutSandboxBackend(t *testing.T) {
@@ -495,6 +642,8 @@ func TestSandboxToolArguments(t *testing.T) {
 		{"create_sandbox", map[string]any{"timeout_s": 0}, "argument timeout_s must be at least 1"},
 		{"create_sandbox", map[string]any{"on_timeout": "sleep"}, "argument on_timeout must be kill or pause"},
 		{"create_sandbox", map[string]any{"files": []any{map[string]any{"content": "x"}}}, "argument files[0].path is required"},
+		{"create_sandbox", map[string]any{"network": "pypi.org"}, "invalid arguments"},
+		{"create_sandbox", map[string]any{"network": []any{7}}, "invalid arguments"},
 	} {
 		res := call(t, cs, tc.tool, tc.args)
 		if !res.IsError || !strings.Contains(text(res), tc.want) {

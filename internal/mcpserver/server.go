@@ -245,9 +245,7 @@ type runArgs struct {
 	Env         map[string]string `json:"env"`
 	Args        []string          `json:"args"`
 	ReturnFiles []string          `json:"return_files"`
-	// Network is nil when the argument is left out (or null): the plan's
-	// allowlist; [] decodes to an empty, non-nil slice: no network.
-	Network []string `json:"network"`
+	Network     networkArg        `json:"network"`
 	// A cell in a sandbox that stays (servers with sandboxes only).
 	SandboxID string `json:"sandbox_id"`
 	ContextID string `json:"context_id"`
@@ -262,12 +260,9 @@ type fileArg struct {
 
 func (a runArgs) request() RunRequest {
 	req := RunRequest{Image: a.Image, Language: a.Language, Code: a.Code, TimeoutS: a.TimeoutS, Stdin: a.Stdin,
-		Env: a.Env, Args: a.Args, ReturnFiles: a.ReturnFiles}
+		Env: a.Env, Args: a.Args, ReturnFiles: a.ReturnFiles, Network: a.Network.request()}
 	for _, f := range a.Files {
 		req.Files = append(req.Files, execution.InputFile(f))
-	}
-	if a.Network != nil {
-		req.Network = &execution.NetworkRequest{Allow: a.Network}
 	}
 	return req
 }
@@ -321,7 +316,7 @@ func (t *tools) runCode(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 		return errorResult(err.Error()), nil
 	}
 	if err != nil {
-		return t.apiErrorResult(err), nil
+		return t.apiErrorResult(err, args.Network.hint(err)), nil
 	}
 	var structured map[string]any
 	if err := json.Unmarshal(ex.Raw, &structured); err != nil {
@@ -483,8 +478,9 @@ var hints = map[string]string{
 }
 
 // apiErrorResult turns a refused or failed API call into a tool error the
-// agent can read: code, message, request id and what to do.
-func (t *tools) apiErrorResult(err error) *mcp.CallToolResult {
+// agent can read: code, message, request id and what to do. more, when
+// set, is a hint of the caller's after the table's.
+func (t *tools) apiErrorResult(err error, more ...string) *mcp.CallToolResult {
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -507,6 +503,11 @@ func (t *tools) apiErrorResult(err error) *mcp.CallToolResult {
 	}
 	if h, ok := hints[apiErr.Code]; ok {
 		b.WriteString(" " + h)
+	}
+	for _, h := range more {
+		if h != "" {
+			b.WriteString(" " + h)
+		}
 	}
 	return errorResult(b.String())
 }

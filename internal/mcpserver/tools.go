@@ -1,11 +1,14 @@
 package mcpserver
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress"
+	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/lang"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -136,8 +139,7 @@ func runCodeTool(langs []client.Language, images []client.Image, withSandboxes b
 					"description": "Command-line arguments after the program file (sys.argv[1:], process.argv.slice(2), $1...). Optional."},
 				"return_files": obj{"type": "array", "items": obj{"type": "string"}, "maxItems": 20,
 					"description": "Globs relative to /code of files to send back after the run, e.g. [\"*.png\", \"out/**\"]. Images come back as image content, other files as embedded resources. Optional."},
-				"network": obj{"type": "array", "items": obj{"type": "string"}, "maxItems": egress.MaxRules,
-					"description": "What the program may reach, within the plan's egress allowlist: host names (pypi.org), *.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: the plan's whole list (none on the built-in plans); []: no network. Optional."},
+				"network": networkArgSchema("the program"),
 			},
 			"required":             []any{"language", "code"},
 			"additionalProperties": false,
@@ -234,26 +236,77 @@ func getUsageTool() *mcp.Tool {
 	}
 }
 
+// networkArgSchema is the network argument of run_code and of
+// create_sandbox: what who (the program, the sandbox) may reach. Both
+// decode it into a networkArg.
+func networkArgSchema(who string) obj {
+	return obj{"type": "array", "items": obj{"type": "string"}, "maxItems": egress.MaxRules,
+		"description": "What " + who + " may reach, within the plan's egress allowlist: host names (pypi.org), *.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: the plan's whole list (none on the built-in plans); []: no network. Optional."}
+}
+
+// networkArg is a decoded network argument (networkArgSchema): nil when
+// left out or null, which takes the plan's allowlist; [] decodes to an
+// empty, non-nil slice, which asks for no network. The rules themselves
+// are the service's to check, with the API's messages.
+type networkArg []string
+
+// UnmarshalJSON refuses a network that is not a list of strings in the
+// argument's own words, not in Go's types.
+func (a *networkArg) UnmarshalJSON(b []byte) error {
+	var rules []string
+	if err := json.Unmarshal(b, &rules); err != nil {
+		return errors.New("network must be a list of rules (strings such as \"pypi.org\"), [] for no network, or left out for the plan's whole list")
+	}
+	*a = rules
+	return nil
+}
+
+// request is a as the services take it, as the API's "network" would be.
+func (a networkArg) request() *execution.NetworkRequest {
+	if a == nil {
+		return nil
+	}
+	return &execution.NetworkRequest{Allow: a}
+}
+
+// hint is what to do about err, the API's refusal of a call that asked
+// for network a; "" when the call asked for none or err is not about it.
+// The API's message names its field (network.allow) and the plan's list.
+func (a networkArg) hint(err error) string {
+	var apiErr *client.Error
+	if a == nil || !errors.As(err, &apiErr) || !strings.HasPrefix(apiErr.Message, "network") && !strings.Contains(apiErr.Message, "allows no network") {
+		return ""
+	}
+	return "The network argument may list only what the plan's egress allowlist covers; leave network out for the plan's whole list, or pass [] for none."
+}
+
 // networkSchema is run_code's network in its output: what a run with a
 // network reached (wire.ExecutionNetwork).
 func networkSchema() obj {
-	count := obj{"type": "integer", "minimum": 0}
+	props := networkUsageProps()
+	props["allow"] = obj{"type": "array", "items": obj{"type": "string"}}
 	return obj{"type": "object",
 		"description": "Only for a run with a network: its allowlist, the bytes its connections carried, the connections made and refused, and the newest attempts, each refused or cut one with its reason.",
-		"properties": obj{
-			"allow":       obj{"type": "array", "items": obj{"type": "string"}},
-			"bytes_in":    count,
-			"bytes_out":   count,
-			"connections": count,
-			"refused":     count,
-			"attempts": obj{"type": "array", "items": obj{"type": "object", "properties": obj{
-				"host":    obj{"type": "string"},
-				"port":    obj{"type": "integer"},
-				"kind":    obj{"type": "string", "description": "http or tls."},
-				"allowed": obj{"type": "boolean"},
-				"reason":  obj{"type": "string", "description": "Why it was refused or cut."},
-			}}},
-		},
+		"properties":  props,
+	}
+}
+
+// networkUsageProps are the properties of a network's traffic, in a run's
+// network and a sandbox's (wire.NetworkUsage).
+func networkUsageProps() obj {
+	count := obj{"type": "integer", "minimum": 0}
+	return obj{
+		"bytes_in":    count,
+		"bytes_out":   count,
+		"connections": count,
+		"refused":     count,
+		"attempts": obj{"type": "array", "items": obj{"type": "object", "properties": obj{
+			"host":    obj{"type": "string"},
+			"port":    obj{"type": "integer"},
+			"kind":    obj{"type": "string", "description": "http or tls."},
+			"allowed": obj{"type": "boolean"},
+			"reason":  obj{"type": "string", "description": "Why it was refused or cut."},
+		}}},
 	}
 }
 

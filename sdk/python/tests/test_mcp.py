@@ -97,6 +97,18 @@ class ServerTest(unittest.TestCase):
                 self.assertEqual(json.loads(self.api.requests[-1][3]).get("network"), want)
                 self.assertEqual(result["structuredContent"]["network"], FETCH_EXECUTION["network"])
 
+    def test_run_code_network_refused(self):
+        """A host beyond the plan's list is the API's refusal, with what to
+        do (as the Go server says it)."""
+        message = 'network.allow names what your plan does not allow ("evil.example"); your plan allows ["pypi.org"]'
+        self.api.push("POST /v1/executions", (403, {}, {"error": {"code": "forbidden", "message": message},
+                                                         "request_id": "req_n"}))
+        result = self.call("run_code", {"language": "python", "code": "fetch", "network": ["evil.example"]})
+        self.assertTrue(result["isError"])
+        self.assertEqual(result["content"][0]["text"], f"Vertal Run API error forbidden: {message} (HTTP 403, request id req_n). "
+                         "The network argument may list only what the plan's egress allowlist covers; leave network out "
+                         "for the plan's whole list, or pass [] for none.")
+
     def test_network_text(self):
         """As TestNetworkText in Go: each refusal once, with how often it
         came, and at most ten of them."""

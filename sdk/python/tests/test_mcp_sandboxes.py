@@ -103,6 +103,35 @@ class SandboxToolsTest(unittest.TestCase):
         self.assertIn("sandbox_not_running", gone["content"][0]["text"])
         self.assertIn("call create_sandbox for a new one", gone["content"][0]["text"])
 
+    def test_create_network(self):
+        """network reaches the API as the Go server sends it: left out or
+        null is the plan's list, [] none, a list narrows; the record's
+        network is in the text; a refusal says what to do."""
+        for args, want in [({}, None), ({"network": None}, None), ({"network": []}, {"allow": []}),
+                           ({"network": ["pypi.org"]}, {"allow": ["pypi.org"]})]:
+            with self.subTest(args=args):
+                self.ok("create_sandbox", args)
+                body = json.loads(self.api.requests[-1][3])
+                self.assertEqual(body.get("network"), want)
+        self.assertIn("network: none\n", self.ok("create_sandbox", {"network": []})["content"][0]["text"])
+
+        record = dict(next(iter(self.fake.sandboxes.values())), id="sbx_net",
+                      limits={"memory_mb": 256, "network": {"allow": ["pypi.org"], "max_bytes": 1048576}},
+                      network={"bytes_in": 10, "bytes_out": 2, "connections": 1, "refused": 0, "attempts": []})
+        self.api.push("POST /v1/sandboxes", (201, {}, record))
+        created = self.ok("create_sandbox", {"network": ["pypi.org"]})
+        self.assertIn("network: allowed pypi.org (at most 1048576 bytes in all); connections: 1 made, 0 refused; "
+                      "bytes: 10 in, 2 out\n", created["content"][0]["text"])
+        self.assertEqual(created["structuredContent"]["limits"]["network"], {"allow": ["pypi.org"], "max_bytes": 1048576})
+
+        message = 'network.allow names what your plan does not allow ("evil.example"); your plan allows ["pypi.org"]'
+        self.api.push("POST /v1/sandboxes", (403, {}, {"error": {"code": "forbidden", "message": message},
+                                                        "request_id": "req_n"}))
+        refused = self.call("create_sandbox", {"network": ["evil.example"]})
+        self.assertTrue(refused["isError"])
+        self.assertEqual(refused["content"][0]["text"], f"Vertal Run API error forbidden: {message} (HTTP 403, request id req_n). "
+                         + _mcp_sandboxes.NETWORK_HINT)
+
     def test_cells_keep_state(self):
         sid = self.create()
         first = self.ok("run_code", {"sandbox_id": sid, "language": "python", "code": "x = 42"})
@@ -166,6 +195,8 @@ class SandboxToolsTest(unittest.TestCase):
             ("create_sandbox", {"files": [{"content": "x"}]}, "files[0].path is required"),
             ("create_sandbox", {"files": [{"path": "a", "content": "!!", "encoding": "base64"}]}, "not valid base64"),
             ("create_sandbox", {"env": {"A": 1}}, "env must be an object of strings"),
+            ("create_sandbox", {"network": "pypi.org"}, "network must be an array of strings"),
+            ("create_sandbox", {"network": [7]}, "network[0] must be a string"),
             ("run_command", {"sandbox_id": sid}, "argument cmd is required"),
             ("run_command", {"cmd": "ls"}, "argument sandbox_id is required"),
             ("run_command", {"sandbox_id": sid, "cmd": "ls", "timeout_s": 0}, "timeout_s must be at least 1"),

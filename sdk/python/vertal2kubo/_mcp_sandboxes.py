@@ -81,6 +81,30 @@ def offers_sandboxes(client: KuboClient) -> bool:
     return True
 
 
+NETWORK_HINT = ("The network argument may list only what the plan's egress allowlist covers; leave network out for "
+                "the plan's whole list, or pass [] for none.")
+
+
+def network_hint(e: KuboError, network: Any) -> str:
+    """What to do about e, the API's refusal of a call that asked for
+    network (networkArg.hint in Go); "" when it asked for none or e is not
+    about it."""
+    if network is None or not (e.message.startswith("network") or "allows no network" in e.message):
+        return ""
+    return " " + NETWORK_HINT
+
+
+def strings_problem(value: Any, name: str) -> Optional[str]:
+    """Why value is not a list of strings, or None (run_code's args,
+    return_files and network, create_sandbox's network)."""
+    if not isinstance(value, list):
+        return f"invalid arguments: {name} must be an array of strings"
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            return f"invalid arguments: {name}[{i}] must be a string"
+    return None
+
+
 class ArgError(Exception):
     """A tool's arguments are wrong; the message is for the agent."""
 
@@ -134,6 +158,10 @@ class _Args:
                     raise ArgError(f"invalid arguments: {name} must be an object of strings")
             if kind == "files" and not isinstance(v, list):
                 raise ArgError(f"invalid arguments: {name} must be an array of objects")
+            if kind == "strlist":
+                problem = strings_problem(v, name)
+                if problem:
+                    raise ArgError(problem)
             self.values[name] = v
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -177,10 +205,30 @@ def _sandbox_text(info: dict, created: bool) -> str:
         lines.append(f"image: {info['image']}{build}")
     if info.get("status") != "ended" and info.get("expires_at"):
         lines.append(f"expires_at: {info['expires_at']} (on_timeout {info.get('on_timeout') or 'kill'})")
+    if info.get("status") != "ended":
+        line = _sandbox_network_line(info, created)
+        if line:
+            lines.append(line)
     if created:
         lines.append(f"home: {HOME}")
         lines.append("note: pass sandbox_id to run_command, read_file, write_file and list_files; call kill_sandbox when done")
     return "\n".join(lines) + "\n"
+
+
+def _sandbox_network_line(info: dict, created: bool) -> str:
+    """What the sandbox may reach and, while it runs, what it reached
+    (sandboxNetworkText in Go); "network: none" for a new one without."""
+    n = (info.get("limits") or {}).get("network") or {}
+    if not n.get("allow"):
+        return "network: none" if created else ""
+    line = "network: allowed " + ", ".join(n["allow"])
+    if n.get("max_bytes"):
+        line += f" (at most {n['max_bytes']} bytes in all)"
+    u = info.get("network")
+    if isinstance(u, dict):
+        line += (f"; connections: {u.get('connections', 0)} made, {u.get('refused', 0)} refused; "
+                 f"bytes: {u.get('bytes_in', 0)} in, {u.get('bytes_out', 0)} out")
+    return line
 
 
 def _valid_prefix(data: bytes) -> Optional[str]:
@@ -229,7 +277,7 @@ class SandboxTools:
 
     def create_sandbox(self, raw: Any) -> dict:
         a = _Args(raw, {"image": "str", "timeout_s": "int", "on_timeout": "str", "env": "strmap",
-                        "metadata": "strmap", "files": "files"})
+                        "metadata": "strmap", "files": "files", "network": "strlist"})
         timeout, on_timeout = a.get("timeout_s"), a.get("on_timeout") or ""
         if timeout is not None and timeout < 1:
             raise ArgError("argument timeout_s must be at least 1")
@@ -249,8 +297,13 @@ class SandboxTools:
                 raise ArgError(f"argument files[{i}].path is required")
             files.append((f["path"], decode_content(f.get("content") or "", f.get("encoding") or "",
                                                     f"files[{i}].content")))
-        sbx = self.client.create_sandbox(a.get("image") or None, timeout, env=a.get("env"), metadata=a.get("metadata"),
-                                         files=files or None, on_timeout=on_timeout or None)
+        # network: None (left out or null) is the plan's list, [] none.
+        network = a.get("network")
+        try:
+            sbx = self.client.create_sandbox(a.get("image") or None, timeout, env=a.get("env"), metadata=a.get("metadata"),
+                                             files=files or None, on_timeout=on_timeout or None, network=network)
+        except KuboError as e:
+            return result(self._error_text(e) + network_hint(e, network), is_error=True)
         return result(_sandbox_text(sbx.info, True), structured=_structured(sbx.info))
 
     def _call(self, raw: Any, method: Callable[[Sandbox], Sandbox]) -> dict:

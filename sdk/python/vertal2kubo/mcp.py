@@ -331,16 +331,6 @@ def _clip(s: str, n: int) -> str:
     return s if len(s.encode("utf-8")) <= n else s.encode("utf-8")[:n].decode("utf-8", "ignore") + "..."
 
 
-def _strings(value: Any, name: str) -> Optional[str]:
-    """Why value is not a list of strings, or None."""
-    if not isinstance(value, list):
-        return f"invalid arguments: {name} must be an array of strings"
-    for i, v in enumerate(value):
-        if not isinstance(v, str):
-            return f"invalid arguments: {name}[{i}] must be a string"
-    return None
-
-
 def _check_files(files: Any) -> tuple[list, Optional[str]]:
     """run_code's files as (path, bytes) pairs for the client. Only what the
     schema fixes is checked; paths and sizes are the API's to refuse, with
@@ -417,7 +407,7 @@ def _check_run_args(args: Any) -> tuple[Optional[dict], Optional[str]]:
         checked["env"] = env
     for name in ("args", "return_files", "network"):
         if args.get(name) is not None:
-            problem = _strings(args[name], name)
+            problem = sandboxes.strings_problem(args[name], name)
             if problem:
                 return None, problem
             checked[name] = args[name]
@@ -517,7 +507,7 @@ class Server:
                                  args=checked.get("args"), return_files=checked.get("return_files"),
                                  image=checked.get("image"), network=checked.get("network"))
         except KuboError as e:
-            return _text_result(_error_text(e), is_error=True)
+            return _text_result(_error_text(e) + sandboxes.network_hint(e, checked.get("network")), is_error=True)
         files = [f for f in ex.get("files") or [] if isinstance(f, dict)]
         text = format_execution(ex, files_line(files, bool(ex.get("files_truncated"))))
         # A program that did not succeed is a tool error the agent should
