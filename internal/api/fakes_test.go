@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
@@ -149,24 +149,6 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.offset += d
-}
-
-// syncBuffer is a log sink shared by concurrent requests.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // countingStore counts idempotency claims, so tests can wait until
@@ -302,7 +284,7 @@ type testEnv struct {
 	queue  *jobQueue // nil withoutQueue
 	engine *engine.Engine
 	clock  *clock
-	logs   *syncBuffer
+	logs   *e2etest.Buffer
 	key    string // a pro key of tenant "acme"
 	keyID  string
 	// covered holds "METHOD /template status" of every documented
@@ -360,7 +342,7 @@ var testStart = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
 
 func newEnv(t testing.TB, opts ...envOption) *testEnv {
 	t.Helper()
-	env := &testEnv{t: t, driver: newFakeDriver(), clock: newClock(testStart), logs: &syncBuffer{}}
+	env := &testEnv{t: t, driver: newFakeDriver(), clock: newClock(testStart), logs: &e2etest.Buffer{}}
 	cfg := envConfig{
 		opts: Options{
 			Version: "0.2.0-test",
