@@ -7,7 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/kuboprotocol/vertal2kubo/client"
+	"github.com/kuboprotocol/vertal2kubo/internal/config"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/mcpserver"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
@@ -16,8 +18,9 @@ import (
 // mcpFakeSandboxes is an MCPSandboxes with one sandbox, sbx_1, of tenant
 // acme; it notes the tenant of each call.
 type mcpFakeSandboxes struct {
-	mu      sync.Mutex
-	tenants []string
+	mu       sync.Mutex
+	tenants  []string
+	networks []*sandboxes.NetworkRequest // of each create
 }
 
 func (f *mcpFakeSandboxes) saw(c execution.Caller, id string) error {
@@ -30,8 +33,17 @@ func (f *mcpFakeSandboxes) saw(c execution.Caller, id string) error {
 	return nil
 }
 
+// Create checks the request's network against the caller's plan as the
+// service does.
 func (f *mcpFakeSandboxes) Create(_ context.Context, c execution.Caller, _ string, r sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
-	return sandboxes.Sandbox{ID: "sbx_1", Status: sandboxes.StatusRunning, Image: r.Image}, f.saw(c, "sbx_1")
+	f.mu.Lock()
+	f.networks = append(f.networks, r.Network)
+	f.mu.Unlock()
+	nw, err := execution.NetworkFor(c.Plan, r.Network)
+	if err != nil {
+		return sandboxes.Sandbox{}, err
+	}
+	return sandboxes.Sandbox{ID: "sbx_1", Status: sandboxes.StatusRunning, Image: r.Image, Limits: sandboxes.Limits{Network: nw}}, f.saw(c, "sbx_1")
 }
 
 func (f *mcpFakeSandboxes) record(c execution.Caller, id string, st sandboxes.Status) (sandboxes.Sandbox, error) {
@@ -133,4 +145,46 @@ func (f *mcpFakeSandboxes) RunCode(_ context.Context, c execution.Caller, id str
 		return sandboxes.CodeResult{}, err
 	}
 	return sandboxes.CodeResult{ContextID: "ctx_1", Status: "succeeded", Results: []sandboxes.CodeOutput{{Main: true, Data: map[string]string{"text/plain": r.Code}}}}, nil
+}
+
+// TestMCPCreateSandboxNetwork: /mcp's create_sandbox hands its network to
+// the service as POST /v1/sandboxes does, and the service's refusal of a
+// host beyond the caller's plan comes back through the error table with
+// the plan's list and what to do.
+func TestMCPCreateSandboxNetwork(t *testing.T) {
+	hdr := map[string]string{"Accept": "application/json, text/event-stream"}
+	plan := config.DefaultPlans()["pro"]
+	plan.Egress = &config.Egress{Allow: []string{"pypi.org", "*.pythonhosted.org"}}
+	fake := &mcpFakeSandboxes{}
+	env := newEnv(t, withPlans(map[string]config.Plan{"pro": plan}), withMCP(mcpserver.Options{Languages: []client.Language{{Name: "python"}}}),
+		func(c *envConfig) { c.mcpSandboxes = fake })
+	for _, tc := range []struct {
+		network string // the argument's JSON; "" leaves it out
+		want    *sandboxes.NetworkRequest
+		text    string
+	}{
+		{"", nil, `network: allowed pypi.org, *.pythonhosted.org (at most 104857600 bytes in all)\n`},
+		{`[]`, &sandboxes.NetworkRequest{Allow: []string{}}, `network: none\n`},
+		{`["pypi.org"]`, &sandboxes.NetworkRequest{Allow: []string{"pypi.org"}}, `network: allowed pypi.org (`},
+		{`["evil.example"]`, &sandboxes.NetworkRequest{Allow: []string{"evil.example"}},
+			`Vertal Run API error forbidden: network.allow names what your plan does not allow (\"evil.example\"); your plan allows [\"pypi.org\" \"*.pythonhosted.org\"] (HTTP 403, request id req_`},
+	} {
+		args := `{}`
+		if tc.network != "" {
+			args = `{"network":` + tc.network + `}`
+		}
+		fake.mu.Lock()
+		fake.networks = nil
+		fake.mu.Unlock()
+		msg := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_sandbox","arguments":` + args + `}}`
+		r := env.do(request{method: "POST", path: "/mcp", body: msg, header: hdr})
+		if r.status != 200 || !strings.Contains(string(r.body), tc.text) {
+			t.Errorf("network %s: %d %s, want %s", tc.network, r.status, r.body, tc.text)
+		}
+		fake.mu.Lock()
+		if diff := cmp.Diff([]*sandboxes.NetworkRequest{tc.want}, fake.networks); diff != "" {
+			t.Errorf("network %s: the service's CreateRequest.Network (-want +got):\n%s", tc.network, diff)
+		}
+		fake.mu.Unlock()
+	}
 }
