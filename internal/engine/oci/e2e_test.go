@@ -80,15 +80,12 @@ func TestSecuritySuite(t *testing.T) {
 }
 
 // TestSecuritySuiteDatasci runs the suite on the datasci image
-// (VERTAL_DATASCI_DIR, default /var/lib/vertal/images/datasci, which
-// scripts/setup.sh builds): its extra packages must open no way out.
-// Its rootfs is the link to the current version, as the server uses it.
+// (e2etest.DatasciDir, which scripts/setup.sh builds): its extra
+// packages must open no way out. Its rootfs is the link to the current
+// version, as the server uses it.
 func TestSecuritySuiteDatasci(t *testing.T) {
 	e2e(t)
-	dir := os.Getenv("VERTAL_DATASCI_DIR")
-	if dir == "" {
-		dir = "/var/lib/vertal/images/datasci"
-	}
+	dir := e2etest.DatasciDir()
 	for _, rt := range allRuntimes {
 		t.Run(rt, func(t *testing.T) {
 			securitytest.Run(t, newTestDriver(t, rt), languagesOn(dir+"/rootfs"))
