@@ -4,7 +4,9 @@
 //   node check.mjs http URL KEY [files]     (Streamable HTTP, Authorization: Bearer KEY)
 //
 // With stdio, MCPCHECK_FILES=1 in the environment does what "files" does for http;
-// MCPCHECK_SANDBOXES=1 requires the sandbox tools, in either mode.
+// MCPCHECK_SANDBOXES=1 requires the sandbox tools, in either mode. MCPCHECK_NETWORK=1
+// (for a key whose plan may reach allowed.test and *.allowed.test) also gives
+// create_sandbox a network: a narrower one is the sandbox's, a wider one is refused.
 //
 // It lists the tools, runs print(6*7) and expects 42, runs a failing
 // program and expects a tool error (not a protocol error), and reads the
@@ -136,6 +138,28 @@ try {
     sandbox = { id, stdout: cat.structuredContent.stdout, cells: c3.structuredContent.execution_count, chart: chart.mimeType };
   }
 
+  let network = null;
+  if (process.env.MCPCHECK_NETWORK === '1') {
+    if (!withSandboxes) fail('MCPCHECK_NETWORK needs the sandbox tools', names);
+    const create = tools.find((t) => t.name === 'create_sandbox');
+    if (!create.inputSchema?.properties?.network || create.description.includes('has no network access')) {
+      fail('create_sandbox does not take network, or says the sandbox has no network', create);
+    }
+    const narrow = await client.callTool({ name: 'create_sandbox', arguments: { network: ['api.allowed.test'], timeout_s: 60 } });
+    const allow = narrow.structuredContent?.limits?.network?.allow;
+    if (narrow.isError || JSON.stringify(allow) !== '["api.allowed.test"]' || !textOf(narrow).includes('network: allowed api.allowed.test')) {
+      fail('create_sandbox with network ["api.allowed.test"] did not get that list', narrow);
+    }
+    const gone = await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: narrow.structuredContent.id } });
+    if (gone.isError) fail('kill_sandbox of the sandbox with a network failed', gone);
+    const wide = await client.callTool({ name: 'create_sandbox', arguments: { network: ['evil.test'] } });
+    if (!wide.isError || !/forbidden: .*your plan does not allow \("evil.test"\).*allowed\.test/.test(textOf(wide)) ||
+        !textOf(wide).includes('leave network out for the plan\'s whole list')) {
+      fail('create_sandbox with a host beyond the plan should be a forbidden tool error naming the plan\'s list', wide);
+    }
+    network = { allow, refused: textOf(wide) };
+  }
+
   const usage = await client.callTool({ name: 'get_usage', arguments: {} });
   if (usage.isError || typeof usage.structuredContent?.limits?.max_timeout_s !== 'number') fail('get_usage failed', usage);
 
@@ -147,6 +171,7 @@ try {
     failedExitCode: bad.structuredContent.exit_code,
     files,
     sandbox,
+    network,
     executionsToday: usage.structuredContent.today.executions,
   }));
 } catch (err) {

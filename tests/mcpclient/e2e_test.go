@@ -472,6 +472,29 @@ func TestMCPHTTP(t *testing.T) {
 	}
 }
 
+// TestMCPSandboxNetwork: create_sandbox's network through each MCP server
+// (vertal mcp and the Python server over the API, /mcp over the service),
+// for a key whose plan may reach allowed.test and *.allowed.test: a
+// narrower list is the sandbox's, a wider one a forbidden tool error that
+// names the plan's list. Traffic itself is TestEgressE2E's (cmd/vertal).
+func TestMCPSandboxNetwork(t *testing.T) {
+	server(t)
+	key := newKey(t, "enterprise")
+	env := []string{"KUBO_API_URL=" + e2e.url + "/api", "KUBO_API_KEY=" + key,
+		"PYTHONPATH=" + filepath.Join(e2e.repo, "sdk", "python"), "MCPCHECK_SANDBOXES=1", "MCPCHECK_NETWORK=1"}
+	for name, args := range map[string][]string{
+		"vertal mcp":                {"stdio", e2e.bin, "mcp"},
+		"python -m vertal2kubo.mcp": {"stdio", "/usr/bin/python3", "-m", "vertal2kubo.mcp"},
+		"/mcp":                      {"http", e2e.url + "/mcp", key},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if s := checkMCP(t, env, args...); s["network"] == nil {
+				t.Errorf("%s: create_sandbox's network was not exercised: %v", name, s)
+			}
+		})
+	}
+}
+
 // TestPythonSDKLive runs sdk/python's unit and live tests against the
 // server, with a key of their own (they rotate it).
 func TestPythonSDKLive(t *testing.T) {
