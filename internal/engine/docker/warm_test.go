@@ -117,14 +117,8 @@ func TestWarmMatchesCold(t *testing.T) {
 					if err != nil {
 						t.Fatalf("warm Run: %v", err)
 					}
-					type cmpable struct {
-						Status         engine.Status
-						Stdout, Stderr string
-						ExitCode       int
-						Truncated      bool
-					}
-					want := cmpable{cold.Status, addr.ReplaceAllString(cold.Stdout, "0x"), cold.Stderr, cold.ExitCode, cold.Truncated}
-					have := cmpable{got.Status, addr.ReplaceAllString(got.Stdout, "0x"), got.Stderr, got.ExitCode, got.Truncated}
+					want, have := enginetest.OutcomeOf(cold), enginetest.OutcomeOf(got)
+					want.Stdout, have.Stdout = addr.ReplaceAllString(want.Stdout, "0x"), addr.ReplaceAllString(have.Stdout, "0x")
 					if diff := cmp.Diff(want, have); diff != "" {
 						t.Errorf("warm result differs from cold (-cold +warm):\n%s", diff)
 					}

@@ -2,7 +2,8 @@
 // scheduler, the pool, the drivers and the loop take as given: in the
 // server only execution.prepare makes them, so a test that drives the
 // engine without it makes them here, in one place. It builds engines
-// with complete queue options the same way.
+// with complete queue options the same way, and keeps of a Result what
+// two runs of one program must agree on (Outcome).
 package enginetest
 
 import (
@@ -57,6 +58,22 @@ func WaitDone(t testing.TB, l engine.Live, what string, within time.Duration) {
 	case <-time.After(within):
 		t.Fatalf("%s: the sandbox did not end within %v", what, within)
 	}
+}
+
+// Outcome is what two runs of one program must agree on, as the warm
+// pools' tests compare a warm run with a cold one: not the duration,
+// usage or files of their Results.
+type Outcome struct {
+	Status    engine.Status
+	Stdout    string
+	Stderr    string
+	ExitCode  int
+	Truncated bool
+}
+
+// OutcomeOf is r's Outcome.
+func OutcomeOf(r engine.Result) Outcome {
+	return Outcome{r.Status, r.Stdout, r.Stderr, r.ExitCode, r.Truncated}
 }
 
 // NewID returns a fresh execution id shaped like the API's.

@@ -175,15 +175,6 @@ func programs() []program {
 	}...)
 }
 
-// comparable is what must match between the cold and warm paths.
-type comparable struct {
-	Status    engine.Status
-	Stdout    string
-	Stderr    string
-	ExitCode  int
-	Truncated bool
-}
-
 func runProgram(t *testing.T, d engine.Driver, p program) engine.Result {
 	t.Helper()
 	timeout := p.timeout
@@ -210,8 +201,7 @@ func TestWarmMatchesCold(t *testing.T) {
 				t.Run(p.lang+"/"+p.name, func(t *testing.T) {
 					cold := runProgram(t, d, p)
 					got := runProgram(t, warm, p)
-					want := comparable{cold.Status, cold.Stdout, cold.Stderr, cold.ExitCode, cold.Truncated}
-					if diff := cmp.Diff(want, comparable{got.Status, got.Stdout, got.Stderr, got.ExitCode, got.Truncated}); diff != "" {
+					if diff := cmp.Diff(enginetest.OutcomeOf(cold), enginetest.OutcomeOf(got)); diff != "" {
 						t.Errorf("warm result differs from cold (-cold +warm):\n%s", diff)
 					}
 					if got.Duration <= 0 || got.Usage.CPUSeconds <= 0 || got.Usage.PeakMemoryBytes <= 0 {
