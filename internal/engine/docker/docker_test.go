@@ -63,17 +63,7 @@ func TestContainerConfig(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pol, err := newPolicy(tc.runtime)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &Driver{
-				opts:     Options{Runtime: tc.runtime, Image: "vertal/default:latest", StateDir: "/run/v"},
-				policy:   pol,
-				gvisor:   tc.runtime == "runsc",
-				instance: inst,
-				acct:     &accounting{},
-			}
+			d := configDriver(t, tc.runtime, inst)
 			// Complete, as the driver gets it, but without the sandbox's
 			// own deadline: Cmd is then the command alone.
 			tc.spec = enginetest.Complete(tc.spec)
@@ -122,7 +112,7 @@ func TestContainerConfig(t *testing.T) {
 					Type: mount.TypeBind, Source: "/run/v/" + inst + "/" + tc.spec.ID, Target: "/code",
 				}},
 				CapDrop:       []string{"ALL"},
-				SecurityOpt:   []string{"no-new-privileges", "seccomp=" + pol.Seccomp},
+				SecurityOpt:   []string{"no-new-privileges", "seccomp=" + d.policy.Seccomp},
 				MaskedPaths:   sandbox.MaskedPaths(),
 				ReadonlyPaths: sandbox.ReadonlyPaths(),
 				LogConfig:     container.LogConfig{Type: "none"},

@@ -34,17 +34,7 @@ func TestLiveConfig(t *testing.T) {
 	deadline := time.Unix(1_900_000_000, 0)
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
-			pol, err := newPolicy(rt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &Driver{
-				opts:     Options{Runtime: rt, Image: "vertal/default:latest", StateDir: "/run/v"},
-				policy:   pol,
-				gvisor:   rt == "runsc",
-				instance: inst,
-				acct:     &accounting{},
-			}
+			d := configDriver(t, rt, inst)
 			lim := engine.DefaultLimits(time.Minute)
 			spec := engine.LiveSpec{ID: "sbx_1", Limits: lim, HomeBytes: 8 << 20, Agent: "/srv/agent", Deadline: deadline}
 			sock := ""
