@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,20 +11,29 @@ import (
 	"github.com/kuboprotocol/vertal2kubo/internal/api/sandboxfake"
 )
 
+// sandboxCLI serves the real API handlers over a new sandboxes fake for
+// the test t. It returns the fake, the environment that points vertal at
+// it, and run, which runs vertal sandbox with stdin and args there.
+func sandboxCLI(t *testing.T) (fake *sandboxfake.Fake, environ map[string]string, run func(stdin string, args ...string) cliResult) {
+	t.Helper()
+	fake = sandboxfake.New()
+	srv := apitest.New(t, fake)
+	environ = map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": srv.Key}
+	run = func(stdin string, args ...string) cliResult {
+		t.Helper()
+		return runCLI(t, cmdSandbox, environ, stdin, args...)
+	}
+	return fake, environ, run
+}
+
 // TestSandboxCLI drives vertal sandbox against the real API handlers over
 // the sandboxes fake.
 func TestSandboxCLI(t *testing.T) {
-	fake := sandboxfake.New()
-	srv := apitest.New(t, fake)
-	environ := map[string]string{"KUBO_API_URL": srv.URL, "KUBO_API_KEY": srv.Key}
+	fake, environ, run := sandboxCLI(t)
 	dir := t.TempDir()
 	local := filepath.Join(dir, "data.csv")
 	if err := os.WriteFile(local, []byte("a,b\n1,2\n"), 0o644); err != nil {
 		t.Fatal(err)
-	}
-	run := func(stdin string, args ...string) cliResult {
-		t.Helper()
-		return runCLI(t, cmdSandbox, environ, stdin, args...)
 	}
 
 	got := run("", "create", "--timeout", "10m", "--metadata", "team=ml", "--env", "A=1", "--file", local+":in/data.csv", "--on-timeout", "pause")
@@ -115,5 +125,31 @@ func TestSandboxCLI(t *testing.T) {
 	}
 	if got := run(""); got.Exit != exitUsage || !strings.Contains(got.Stderr, "create|ls|exec|run-code|cp|pause|resume|rm") {
 		t.Errorf("no subcommand: %+v", got)
+	}
+}
+
+// TestSandboxCreateNetwork: vertal sandbox create sends --allow and
+// --no-network as run does, and nothing without them (the plan's list).
+func TestSandboxCreateNetwork(t *testing.T) {
+	fake, _, run := sandboxCLI(t)
+	for _, tc := range []struct {
+		args []string
+		want string // the request's network, printed
+	}{
+		{nil, "<nil>"},
+		{[]string{"--allow", "pypi.org", "--allow", "*.pythonhosted.org"}, "&{[pypi.org *.pythonhosted.org]}"},
+		{[]string{"--no-network"}, "&{[]}"},
+	} {
+		got := run("", append([]string{"create"}, tc.args...)...)
+		if got.Exit != 0 {
+			t.Fatalf("create %q: %+v", tc.args, got)
+		}
+		if n := fmt.Sprint(fake.LastCreate.Network); n != tc.want {
+			t.Errorf("create %q: network %s, want %s", tc.args, n, tc.want)
+		}
+	}
+	got := run("", "create", "--allow", "pypi.org", "--no-network")
+	if got != (cliResult{Stderr: "vertal sandbox create: --allow and --no-network cannot go together\n", Exit: 2}) {
+		t.Errorf("--allow with --no-network: %+v", got)
 	}
 }
