@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine/enginetest"
@@ -190,7 +191,10 @@ const (
 )
 
 // crashProgram keeps the sandbox busy with a daemonized, SIGTERM-ignoring
-// grandchild, `sleep <arg>`, and an endless loop.
+// grandchild, `sleep <arg>`, and an endless loop. The daemon creates
+// crashReady in the working directory right before it becomes sleep: the
+// host sees the file in the bundle under every runtime, gVisor's too,
+// whose processes are not the host's.
 func crashProgram(arg string) string {
 	return `
 import os, signal
@@ -199,11 +203,15 @@ if os.fork() == 0:
     if os.fork() > 0:
         os._exit(0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open("` + crashReady + `", "w").close()
     os.execv("/bin/sleep", ["sleep", "` + arg + `"])
 while True:
     pass
 `
 }
+
+// crashReady is the file crashProgram's daemon creates once it runs.
+const crashReady = "daemon-runs"
 
 // crashChild is the server that gets killed: it starts one long execution
 // and waits to be SIGKILLed.
@@ -221,8 +229,8 @@ func crashChild(rt, stateDir string) {
 	if dir := os.Getenv(crashEgressEnv); dir != "" {
 		spec.EgressDir, spec.Agent = dir, os.Getenv(crashAgentEnv)
 	}
-	_, err = d.Run(context.Background(), enginetest.Complete(spec))
-	fmt.Fprintln(os.Stderr, "crash child: Run returned, it should have been killed:", err)
+	res, err := d.Run(context.Background(), enginetest.Complete(spec))
+	fmt.Fprintf(os.Stderr, "crash child: Run returned (status %q), it should have been killed: %v\n", res.Status, err)
 	os.Exit(3)
 }
 
@@ -239,15 +247,16 @@ const (
 
 // startCrashChild runs this test binary as a server that starts one
 // execution (a busy loop and a setsid, double-forked, SIGTERM-ignoring
-// sleep) and waits to be SIGKILLed; it returns once the sandbox runs the
-// user's code, with the instance directory and execution id. Whatever
-// happens after, the sandbox does not outlive the test.
+// sleep) and waits to be SIGKILLed; it returns once the sandbox's daemon
+// runs (crashReady), with the instance directory and execution id.
+// Whatever happens after, the sandbox does not outlive the test.
 func startCrashChild(t *testing.T, rtName, stateDir, sleepArg, timeout string) (*exec.Cmd, string, string) {
 	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), crashChildEnv+"="+rtName, crashStateEnv+"="+stateDir, crashSleepEnv+"="+sleepArg, crashTimeoutEnv+"="+timeout)
 	var stderr bytes.Buffer
 	child.Stderr = &stderr
+	started := time.Now()
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,27 +268,35 @@ func startCrashChild(t *testing.T, rtName, stateDir, sleepArg, timeout string) (
 			d.Close()
 		}
 	})
-	probe, err := New(context.Background(), Options{Runtime: rtName, StateDir: testStateDir(t), CgroupParent: "vertal-test"})
-	if err != nil {
+	for deadline := started.Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ready, _ := filepath.Glob(filepath.Join(stateDir, "*", "bundles", "*", "code", crashReady))
+		if len(ready) == 1 {
+			bundle := filepath.Dir(filepath.Dir(ready[0]))
+			t.Logf("the sandbox's daemon ran %v after the server started", time.Since(started).Round(10*time.Millisecond))
+			return child, filepath.Dir(filepath.Dir(bundle)), filepath.Base(bundle)
+		}
+		var info unix.Siginfo
+		// WNOWAIT: the server stays to be waited for, and so its stderr.
+		ended := unix.Waitid(unix.P_PID, child.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil) == nil && info.Signo != 0
+		if ended || time.Now().After(deadline) {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+			t.Fatalf("the sandbox's daemon did not run (server: %v after %v); server's stderr: %s", child.ProcessState, time.Since(started).Round(time.Second), stderr.String())
+		}
+	}
+}
+
+// killCrashChild SIGKILLs the server startCrashChild started and waits for
+// it. A server that had already ended (its execution timed out, or failed)
+// fails t: what follows would not be about a killed server.
+func killCrashChild(t *testing.T, child *exec.Cmd) {
+	t.Helper()
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	defer probe.Close()
-	daemon := "sleep\x00" + sleepArg
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		pids, _ := filepath.Glob(filepath.Join(stateDir, "*", "bundles", "*", "init.pid"))
-		if len(pids) == 1 {
-			id := filepath.Base(filepath.Dir(pids[0]))
-			inst := filepath.Dir(filepath.Dir(filepath.Dir(pids[0])))
-			if rtName == "runsc" && len(probe.cg.procs(id)) >= 3 || len(processesMentioning(daemon)) > 0 {
-				if rtName == "runsc" {
-					time.Sleep(500 * time.Millisecond) // let the daemon start inside gVisor
-				}
-				return child, inst, id
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox did not start; child stderr: %s", stderr.String())
-		}
+	_ = child.Wait()
+	if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the server ended by itself (%v) before it was killed; its stderr: %s", child.ProcessState, child.Stderr)
 	}
 }
 
@@ -319,11 +336,8 @@ func TestDeadlineOutlivesServer(t *testing.T) {
 		t.Run(rtName, func(t *testing.T) {
 			stateDir := testStateDir(t)
 			sleepArg := uniqueSleepArg(70000)
-			child, _, id := startCrashChild(t, rtName, stateDir, sleepArg, "2s")
-			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = child.Wait()
+			child, _, id := startCrashChild(t, rtName, stateDir, sleepArg, crashDeadlineTimeout.String())
+			killCrashChild(t, child)
 			killed := time.Now()
 			probe := newTestDriver(t, rtName)
 			alive := func() []string {
@@ -343,7 +357,9 @@ func TestDeadlineOutlivesServer(t *testing.T) {
 				}
 				t.Fatal("the sandbox was gone at once; the test proves nothing")
 			}
-			for time.Since(killed) < 2*time.Second+engine.LifetimeGrace+15*time.Second {
+			// The deadline started inside the sandbox before its daemon
+			// ran, so before the kill.
+			for time.Since(killed) < crashDeadlineTimeout+engine.LifetimeGrace+15*time.Second {
 				if len(alive()) == 0 {
 					t.Logf("the sandbox ended by itself %v after its server was killed", time.Since(killed).Round(100*time.Millisecond))
 					return
@@ -354,6 +370,12 @@ func TestDeadlineOutlivesServer(t *testing.T) {
 		})
 	}
 }
+
+// crashDeadlineTimeout is the execution timeout of the server
+// TestDeadlineOutlivesServer kills: the server's own timer must not fire
+// first, even when a loaded host takes seconds to start the sandbox
+// (runsc took more than 2 s with three other tests running).
+const crashDeadlineTimeout = 10 * time.Second
 
 // TestReapAfterCrash SIGKILLs a process running the driver mid-execution,
 // then checks that Reap on a new driver removes everything it left.
@@ -367,10 +389,7 @@ func TestReapAfterCrash(t *testing.T) {
 			daemon := "sleep\x00" + sleepArg
 			child, inst, id := startCrashChild(t, rtName, stateDir, sleepArg, "")
 			probe := newTestDriver(t, rtName)
-			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = child.Wait()
+			killCrashChild(t, child)
 
 			rt := runtimes[rtName]
 			before := leftovers(probe, inst, rt, id)
