@@ -114,7 +114,7 @@ func ParseRule(s string) (Rule, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return Rule{}, fmt.Errorf("egress: %q is not an address range: %v", s, err)
+			return Rule{}, fmt.Errorf("egress: %q is not an address range: write an address, a slash and a prefix length, like 203.0.113.0/24 or 2001:db8::/32", s)
 		}
 		if p.Addr().Is4In6() {
 			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))

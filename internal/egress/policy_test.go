@@ -160,6 +160,18 @@ func FuzzPolicy(f *testing.F) {
 	})
 }
 
+// TestParseRuleAddressRangeError: a malformed address range is named as
+// one, with an example, and not with the Go parser's words.
+func TestParseRuleAddressRangeError(t *testing.T) {
+	for _, s := range []string{"allowed.test/x", "203.0.113.0/33", "203.0.113/24"} {
+		_, err := ParseRule(s)
+		if err == nil || !strings.Contains(err.Error(), "is not an address range") || !strings.Contains(err.Error(), "like 203.0.113.0/24") ||
+			strings.Contains(err.Error(), "netip") || strings.Contains(err.Error(), "ParseAddr") {
+			t.Errorf("ParseRule(%q): %v", s, err)
+		}
+	}
+}
+
 // TestParseRuleClipsALongRule: a rule too long to be one is refused
 // without being echoed whole.
 func TestParseRuleClipsALongRule(t *testing.T) {
