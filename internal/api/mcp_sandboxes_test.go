@@ -167,7 +167,7 @@ func TestMCPCreateSandboxNetwork(t *testing.T) {
 		{`[]`, &sandboxes.NetworkRequest{Allow: []string{}}, `network: none\n`},
 		{`["pypi.org"]`, &sandboxes.NetworkRequest{Allow: []string{"pypi.org"}}, `network: allowed pypi.org (`},
 		{`["evil.example"]`, &sandboxes.NetworkRequest{Allow: []string{"evil.example"}},
-			`Vertal Run API error forbidden: network.allow names what your plan does not allow (\"evil.example\"); your plan allows [\"pypi.org\" \"*.pythonhosted.org\"] (HTTP 403, request id req_`},
+			`Vertal Run API error forbidden: network.allow names what your plan does not allow (\"evil.example\"); your plan allows pypi.org, *.pythonhosted.org (HTTP 403, request id req_`},
 	} {
 		args := `{}`
 		if tc.network != "" {

@@ -45,12 +45,40 @@ func NetworkFor(p config.Plan, r *NetworkRequest) (*Network, error) {
 	}
 	n, err := pol.Narrow(r.Allow)
 	if errors.Is(err, egress.ErrWiden) {
-		return nil, Errorf(KindForbidden, "network.allow names what your plan does not allow (%s); your plan allows %q", strings.TrimPrefix(err.Error(), egress.ErrWiden.Error()+": "), pol.Strings())
+		return nil, Errorf(KindForbidden, "network.allow names what your plan does not allow (%s); your plan allows %s", strings.TrimPrefix(err.Error(), egress.ErrWiden.Error()+": "), strings.Join(pol.Strings(), ", "))
 	}
 	if err != nil {
 		return nil, Errorf(KindInvalidRequest, "network.allow: %v", err)
 	}
 	return &Network{Allow: n.Strings(), MaxBytes: n.MaxBytes}, nil
+}
+
+// NetworkWithin is kept (a stored sandbox's network) cut down to what p
+// allows now, for a sandbox that starts again (a resume): each kept rule
+// p's policy covers stays, the others are dropped (returned as written);
+// the byte cap is the smaller of the two (0 is no cap). Nil when nothing
+// stays or p allows no network. It never widens kept.
+func NetworkWithin(p config.Plan, kept *Network) (n *Network, dropped []string) {
+	if kept == nil {
+		return nil, nil
+	}
+	pol := p.EgressPolicy()
+	var allow []string
+	for _, r := range kept.Allow {
+		if _, err := pol.Narrow([]string{r}); pol.Enabled() && err == nil {
+			allow = append(allow, r)
+		} else {
+			dropped = append(dropped, r)
+		}
+	}
+	if len(allow) == 0 {
+		return nil, dropped
+	}
+	maxBytes := kept.MaxBytes
+	if maxBytes == 0 || pol.MaxBytes != 0 && pol.MaxBytes < maxBytes {
+		maxBytes = pol.MaxBytes
+	}
+	return &Network{Allow: allow, MaxBytes: maxBytes}, dropped
 }
 
 // NetworkRecord is what an execution with a network reached, as stored

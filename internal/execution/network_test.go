@@ -65,6 +65,66 @@ func TestNetworkFor(t *testing.T) {
 	}
 }
 
+// TestNetworkForRefusalListsThePlan: a 403 names the plan's rules as a
+// plain comma-separated list.
+func TestNetworkForRefusalListsThePlan(t *testing.T) {
+	p := config.DefaultPlans()["pro"]
+	p.Egress = &config.Egress{Allow: []string{"pypi.org", "*.pythonhosted.org"}}
+	_, err := NetworkFor(p, &NetworkRequest{Allow: []string{"evil.example"}})
+	want := `network.allow names what your plan does not allow ("evil.example"); your plan allows pypi.org, *.pythonhosted.org`
+	if err == nil || err.Error() != want {
+		t.Errorf("NetworkFor: %v\nwant %s", err, want)
+	}
+}
+
+// TestNetworkWithin: a kept network (a paused sandbox's) is cut down to
+// what the plan allows now; never widened.
+func TestNetworkWithin(t *testing.T) {
+	plan := func(maxBytes int64, allow ...string) config.Plan {
+		p := config.DefaultPlans()["pro"]
+		p.Egress = &config.Egress{Allow: allow, MaxBytes: maxBytes}
+		return p
+	}
+	none := config.DefaultPlans()["pro"]
+	none.Egress = nil
+	pro := plan(1000, "allowed.test", "other.test", "*.example.org", "203.0.113.0/24")
+	kept := &Network{Allow: []string{"allowed.test", "other.test", "*.example.org", "203.0.113.0/24"}, MaxBytes: 1000}
+	for _, tc := range []struct {
+		name    string
+		plan    config.Plan
+		kept    *Network
+		want    *Network
+		dropped []string
+	}{
+		{"no kept network", pro, nil, nil, nil},
+		{"plan unchanged", pro, kept, kept, nil},
+		{"plan narrowed", plan(1000, "allowed.test"), kept,
+			&Network{Allow: []string{"allowed.test"}, MaxBytes: 1000}, []string{"other.test", "*.example.org", "203.0.113.0/24"}},
+		{"plan without egress", none, kept, nil, kept.Allow},
+		{"nothing left", plan(1000, "else.test"), kept, nil, kept.Allow},
+		{"wildcard covers a kept name", plan(1000, "*.example.org"), &Network{Allow: []string{"api.example.org", "example.org"}, MaxBytes: 1000},
+			&Network{Allow: []string{"api.example.org"}, MaxBytes: 1000}, []string{"example.org"}},
+		{"a wider range covers a kept one", plan(1000, "203.0.0.0/16"), &Network{Allow: []string{"203.0.113.0/24", "198.51.100.0/24"}, MaxBytes: 1000},
+			&Network{Allow: []string{"203.0.113.0/24"}, MaxBytes: 1000}, []string{"198.51.100.0/24"}},
+		{"plan's cap smaller", plan(10, "allowed.test"), &Network{Allow: []string{"allowed.test"}, MaxBytes: 1000},
+			&Network{Allow: []string{"allowed.test"}, MaxBytes: 10}, nil},
+		{"kept cap smaller", plan(1000, "allowed.test"), &Network{Allow: []string{"allowed.test"}, MaxBytes: 10},
+			&Network{Allow: []string{"allowed.test"}, MaxBytes: 10}, nil},
+		{"kept has no cap", plan(1000, "allowed.test"), &Network{Allow: []string{"allowed.test"}},
+			&Network{Allow: []string{"allowed.test"}, MaxBytes: 1000}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, dropped := NetworkWithin(tc.plan, tc.kept)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("NetworkWithin = %+v, want %+v", got, tc.want)
+			}
+			if fmt.Sprint(dropped) != fmt.Sprint(tc.dropped) {
+				t.Errorf("dropped %q, want %q", dropped, tc.dropped)
+			}
+		})
+	}
+}
+
 // netDriver stands in for a sandbox with a network: it fetches each URL
 // of the code (one a line) through the socket in spec.EgressDir, as the
 // agent's relay would carry a program's request, and prints the statuses.
