@@ -285,15 +285,11 @@ func fileInfoSchema() obj {
 	}
 }
 
-// decodeArgs decodes a tool's arguments into dst, refusing unknown ones,
+// decodeArgs decodes a tool's arguments into dst (decodeStrict),
 // and checks that the named string fields are not empty.
 func decodeArgs(raw json.RawMessage, dst any, required map[string]*string) error {
-	if len(raw) != 0 {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(dst); err != nil {
-			return fmt.Errorf("invalid arguments: %v", err)
-		}
+	if err := decodeStrict(raw, dst); err != nil {
+		return fmt.Errorf("invalid arguments: %v", err)
 	}
 	for _, name := range []string{"sandbox_id", "cmd", "path", "content"} {
 		if v, ok := required[name]; ok && *v == "" {

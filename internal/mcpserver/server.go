@@ -272,9 +272,7 @@ func decodeRunArgs(raw json.RawMessage) (runArgs, error) {
 	if len(raw) == 0 {
 		return a, errors.New("arguments language and code are required")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
+	if err := decodeStrict(raw, &a); err != nil {
 		return a, fmt.Errorf("invalid arguments: %v", err)
 	}
 	switch {

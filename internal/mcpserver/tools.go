@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/kuboprotocol/vertal2kubo/client"
@@ -250,12 +251,27 @@ func networkArgSchema(who string) obj {
 // are the service's to check, with the API's messages.
 type networkArg []string
 
+// networkListMessage is the refusal of a network argument that is not a
+// list; the Python server says the same.
+const networkListMessage = "network must be a list of rules (strings such as \"pypi.org\"), [] for no network, or left out for the plan's whole list"
+
 // UnmarshalJSON refuses a network that is not a list of strings in the
 // argument's own words, not in Go's types.
 func (a *networkArg) UnmarshalJSON(b []byte) error {
-	var rules []string
-	if err := json.Unmarshal(b, &rules); err != nil {
-		return errors.New("network must be a list of rules (strings such as \"pypi.org\"), [] for no network, or left out for the plan's whole list")
+	if isNull(b) {
+		*a = nil
+		return nil
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(b, &elems); err != nil {
+		return errors.New(networkListMessage)
+	}
+	rules := make([]string, len(elems))
+	for i, e := range elems {
+		// null is no rule; encoding/json would make it "".
+		if isNull(e) || json.Unmarshal(e, &rules[i]) != nil {
+			return fmt.Errorf("network[%d] must be a string", i)
+		}
 	}
 	*a = rules
 	return nil
@@ -274,7 +290,10 @@ func (a networkArg) request() *execution.NetworkRequest {
 // The API's message names its field (network.allow) and the plan's list.
 func (a networkArg) hint(err error) string {
 	var apiErr *client.Error
-	if a == nil || !errors.As(err, &apiErr) || !strings.HasPrefix(apiErr.Message, "network") && !strings.Contains(apiErr.Message, "allows no network") {
+	// Only a 403 says the list is wider than the plan; a 400 is a
+	// malformed rule, which the plan's list does not explain.
+	if a == nil || !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusForbidden ||
+		!strings.HasPrefix(apiErr.Message, "network") && !strings.Contains(apiErr.Message, "allows no network") {
 		return ""
 	}
 	return "The network argument may list only what the plan's egress allowlist covers; leave network out for the plan's whole list, or pass [] for none."
