@@ -70,7 +70,12 @@ class ServerTest(unittest.TestCase):
             ("no network", {"language": "python", "code": "print(6*7)", "network": []}, False,
              ["execution_id: exe_9392448a9b514e3f90193963b7d948d0\n--- stdout ---\n42\n"], "succeeded"),
             ("network not a list", {"language": "python", "code": "1", "network": "pypi.org"}, True,
-             ["network must be an array of strings"], None),
+             ['invalid arguments: network must be a list of rules (strings such as "pypi.org"), [] for no network, '
+              "or left out for the plan's whole list"], None),
+            ("network with null", {"language": "python", "code": "1", "network": ["allowed.test", None]}, True,
+             ["invalid arguments: network[1] must be a string"], None),
+            ("network in capitals", {"language": "python", "code": "1", "NETWORK": ["allowed.test"]}, True,
+             ['invalid arguments: unknown field "NETWORK"'], None),
         ]
         for name, args, want_error, want_text, want_status in cases:
             with self.subTest(name):
@@ -108,6 +113,17 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(result["content"][0]["text"], f"Vertal Run API error forbidden: {message} (HTTP 403, request id req_n). "
                          "The network argument may list only what the plan's egress allowlist covers; leave network out "
                          "for the plan's whole list, or pass [] for none.")
+
+    def test_run_code_network_malformed(self):
+        """A malformed rule (a 400) comes back without the hint about the
+        plan's list, which does not explain it."""
+        message = 'network.allow[0] "*.com": too wide a wildcard'
+        self.api.push("POST /v1/executions", (400, {}, {"error": {"code": "invalid_request", "message": message},
+                                                         "request_id": "req_m"}))
+        result = self.call("run_code", {"language": "python", "code": "fetch", "network": ["*.com"]})
+        self.assertTrue(result["isError"])
+        self.assertEqual(result["content"][0]["text"],
+                         f"Vertal Run API error invalid_request: {message} (HTTP 400, request id req_m).")
 
     def test_network_text(self):
         """As TestNetworkText in Go: each refusal once, with how often it

@@ -132,6 +132,14 @@ class SandboxToolsTest(unittest.TestCase):
         self.assertEqual(refused["content"][0]["text"], f"Vertal Run API error forbidden: {message} (HTTP 403, request id req_n). "
                          + _mcp_sandboxes.NETWORK_HINT)
 
+        # A malformed rule is a 400, which the plan's list does not explain.
+        message = 'network.allow[0] "*.com": too wide a wildcard'
+        self.api.push("POST /v1/sandboxes", (400, {}, {"error": {"code": "invalid_request", "message": message},
+                                                        "request_id": "req_m"}))
+        malformed = self.call("create_sandbox", {"network": ["*.com"]})
+        self.assertEqual(malformed["content"][0]["text"],
+                         f"Vertal Run API error invalid_request: {message} (HTTP 400, request id req_m).")
+
     def test_cells_keep_state(self):
         sid = self.create()
         first = self.ok("run_code", {"sandbox_id": sid, "language": "python", "code": "x = 42"})
@@ -194,8 +202,12 @@ class SandboxToolsTest(unittest.TestCase):
             ("create_sandbox", {"memory": 1}, 'unknown field "memory"'),
             ("create_sandbox", {"files": [{"content": "x"}]}, "files[0].path is required"),
             ("create_sandbox", {"files": [{"path": "a", "content": "!!", "encoding": "base64"}]}, "not valid base64"),
-            ("create_sandbox", {"env": {"A": 1}}, "env must be an object of strings"),
-            ("create_sandbox", {"network": "pypi.org"}, "network must be an array of strings"),
+            ("create_sandbox", {"env": 5}, "invalid arguments: env must be an object of strings"),
+            ("create_sandbox", {"env": {"A": 1}}, 'invalid arguments: env["A"] must be a string'),
+            ("create_sandbox", {"network": "pypi.org"}, "network must be a list of rules"),
+            ("create_sandbox", {"network": ["allowed.test", None]}, "invalid arguments: network[1] must be a string"),
+            ("create_sandbox", {"NETWORK": ["allowed.test"]}, 'unknown field "NETWORK"'),
+            ("create_sandbox", {"network": [], "Network": None}, 'unknown field "Network"'),
             ("create_sandbox", {"network": [7]}, "network[0] must be a string"),
             ("run_command", {"sandbox_id": sid}, "argument cmd is required"),
             ("run_command", {"cmd": "ls"}, "argument sandbox_id is required"),

@@ -85,11 +85,19 @@ NETWORK_HINT = ("The network argument may list only what the plan's egress allow
                 "the plan's whole list, or pass [] for none.")
 
 
+# The refusal of a network argument that is not a list (networkListMessage
+# in Go).
+NETWORK_LIST_MESSAGE = ('network must be a list of rules (strings such as "pypi.org"), [] for no network, or left out '
+                        "for the plan's whole list")
+
+
 def network_hint(e: KuboError, network: Any) -> str:
     """What to do about e, the API's refusal of a call that asked for
     network (networkArg.hint in Go); "" when it asked for none or e is not
     about it."""
-    if network is None or not (e.message.startswith("network") or "allows no network" in e.message):
+    # Only a 403 says the list is wider than the plan; a 400 is a malformed
+    # rule, which the plan's list does not explain.
+    if network is None or e.status != 403 or not (e.message.startswith("network") or "allows no network" in e.message):
         return ""
     return " " + NETWORK_HINT
 
@@ -98,6 +106,8 @@ def strings_problem(value: Any, name: str) -> Optional[str]:
     """Why value is not a list of strings, or None (run_code's args,
     return_files and network, create_sandbox's network)."""
     if not isinstance(value, list):
+        if name == "network":
+            return "invalid arguments: " + NETWORK_LIST_MESSAGE
         return f"invalid arguments: {name} must be an array of strings"
     for i, v in enumerate(value):
         if not isinstance(v, str):
@@ -154,8 +164,11 @@ class _Args:
                 else:
                     raise ArgError(f"invalid arguments: {name} must be an integer")
             if kind == "strmap":
-                if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+                if not isinstance(v, dict):
                     raise ArgError(f"invalid arguments: {name} must be an object of strings")
+                for k, x in v.items():
+                    if not isinstance(x, str):
+                        raise ArgError(f"invalid arguments: {name}[{json.dumps(_clip(k, 40))}] must be a string")
             if kind == "files" and not isinstance(v, list):
                 raise ArgError(f"invalid arguments: {name} must be an array of objects")
             if kind == "strlist":
