@@ -3,6 +3,7 @@ package sandboxes
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/e2etest"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/egress/egresstest"
 	"github.com/kuboprotocol/vertal2kubo/internal/engine"
@@ -188,5 +190,72 @@ func TestNetworkConnectionBound(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a freed slot did not let the waiting connection in")
+	}
+}
+
+// TestNetworkResume: a paused sandbox resumes with its kept
+// network only as far as the caller's plan allows it now, whether the
+// key moved to a plan without egress or the operator narrowed the plan's
+// list; the resume is not refused, the proxy it gets enforces the
+// narrowed list, its record shows it, and the narrowing is logged.
+func TestNetworkResume(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		now  func(p config.Plan) config.Plan // the plan at resume
+		want []string                        // the resumed sandbox's allowlist; nil is no network
+	}{
+		{"free", func(p config.Plan) config.Plan { p.Egress = nil; return p }, nil},
+		{"narrow", func(p config.Plan) config.Plan {
+			p.Egress = &config.Egress{Allow: []string{"allowed.test"}, MaxBytes: 1 << 20}
+			return p
+		}, []string{"allowed.test"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, p, port := egressFixture(t, 0)
+			var logs e2etest.Buffer
+			f.s.log = slog.New(slog.NewTextHandler(&logs, nil))
+			ctx := t.Context()
+			sb := f.create(t, caller("acme", p), CreateRequest{TimeoutS: 60})
+			if _, err := f.s.Pause(ctx, caller("acme", p), sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			now := caller("acme", tc.now(p))
+			resumed, err := f.s.Resume(ctx, now, sb.ID)
+			if err != nil || resumed.Status != StatusRunning {
+				t.Fatalf("Resume = %+v, %v", resumed, err)
+			}
+			got, err := f.s.Get(ctx, now, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for what, nw := range map[string]*Network{"the resume's": resumed.Limits.Network, "the record's": got.Limits.Network} {
+				if tc.want == nil && nw != nil || tc.want != nil && (nw == nil || !slices.Equal(nw.Allow, tc.want) || nw.MaxBytes != 1<<20) {
+					t.Errorf("%s limits.network = %+v, want %q", what, nw, tc.want)
+				}
+			}
+			l := f.starter.last()
+			env := l.ag.getEnv()
+			if tc.want == nil {
+				if relays := l.ag.getEgress(); relays != nil || env["HTTP_PROXY"] != "" {
+					t.Errorf("resumed without network yet relays %q, HTTP_PROXY %q", relays, env["HTTP_PROXY"])
+				}
+				if code, _ := through(t, f, sb.ID, "http://other.test:"+port+"/"); code != -1 {
+					t.Errorf("a proxy answers for a sandbox resumed without network: %d", code)
+				}
+			} else {
+				if env["HTTP_PROXY"] == "" {
+					t.Error("resumed with network but no HTTP_PROXY")
+				}
+				if code, body := through(t, f, sb.ID, "http://allowed.test:"+port+"/"); code != 200 {
+					t.Errorf("to allowed.test, still allowed: %d %q", code, body)
+				}
+				if code, body := through(t, f, sb.ID, "http://other.test:"+port+"/"); code == 200 || !strings.Contains(body, "not in the allowlist") {
+					t.Errorf("to other.test, dropped from the plan: %d %q", code, body)
+				}
+			}
+			if out := logs.String(); !strings.Contains(out, "narrows its network") || !strings.Contains(out, sb.ID) || !strings.Contains(out, "other.test") {
+				t.Errorf("the narrowing is not logged:\n%s", out)
+			}
+		})
 	}
 }

@@ -215,6 +215,7 @@ type box struct {
 	id        string
 	tenant    string
 	net       *egress.Box // its egress proxy, nil without network
+	network   *Network    // what it was handed (handOver); nil is none
 	live      engine.Live
 	ag        agentClient
 	since     time.Time     // when this live period began, for metering
@@ -710,6 +711,7 @@ func (s *Service) startLive(ctx context.Context, rec store.Sandbox, lim Limits, 
 // handOver gives b rec's network (lim.Network) and environment.
 func (s *Service) handOver(ctx context.Context, b *box, rec store.Sandbox, lim Limits) error {
 	env := userEnv(rec.Env)
+	b.network = lim.Network
 	if lim.Network != nil {
 		if err := s.openNetwork(ctx, b, rec.ID, rec.Tenant, lim.Network); err != nil {
 			return fmt.Errorf("opening the network: %w", err)
@@ -944,9 +946,11 @@ func saveFile(final string, write func(io.Writer) (int64, error)) (int64, error)
 }
 
 // resumeLocked starts a fresh live sandbox for paused rec and restores
-// its home (e.mu held). The maximum lifetime counts again from now.
-func (s *Service) resumeLocked(ctx context.Context, e *entry, rec store.Sandbox) (store.Sandbox, error) {
-	lim := parseLimits(rec)
+// its home (e.mu held). The maximum lifetime counts again from now. Its
+// network is the kept one as far as p, the caller's plan now, allows it
+// (withinPlan).
+func (s *Service) resumeLocked(ctx context.Context, e *entry, rec store.Sandbox, p config.Plan) (store.Sandbox, error) {
+	next, lim := s.withinPlan(rec, p)
 	driverImage, _, _, err := s.opts.Image(imageArg(rec.Image))
 	if err != nil {
 		return rec, &execution.Error{Kind: execution.KindSandboxError, Msg: "the sandbox's image is gone; it stays paused", Err: err}
@@ -958,7 +962,6 @@ func (s *Service) resumeLocked(ctx context.Context, e *entry, rec store.Sandbox)
 	defer f.Close()
 	now := s.now().UTC()
 	lifetime := time.Duration(lim.MaxLifetimeS) * time.Second
-	next := rec
 	next.StartedAt = now
 	next.ExpiresAt = now.Add(min(time.Duration(rec.TimeoutS)*time.Second, lifetime))
 	b, err := s.startLive(ctx, next, lim, driverImage)
@@ -985,6 +988,33 @@ func (s *Service) resumeLocked(ctx context.Context, e *entry, rec store.Sandbox)
 		s.log.Error("removing a resumed sandbox's saved home", "sandbox_id", rec.ID, "error", err)
 	}
 	return next, nil
+}
+
+// withinPlan is rec, about to start again, with its network cut down
+// to what p allows now (execution.NetworkWithin), and its limits: a
+// plan narrowed, or an operator's narrower allowlist, reaches paused
+// sandboxes too. Never refused: what is left may be no network.
+func (s *Service) withinPlan(rec store.Sandbox, p config.Plan) (store.Sandbox, Limits) {
+	lim := parseLimits(rec)
+	nw, dropped := execution.NetworkWithin(p, lim.Network)
+	if sameNetwork(nw, lim.Network) {
+		return rec, lim
+	}
+	s.log.Info("resuming a sandbox narrows its network to what its plan allows now", "sandbox_id", rec.ID, "tenant", rec.Tenant,
+		"dropped", dropped, "network_left", nw != nil)
+	lim.Network = nw
+	if b, err := json.Marshal(lim); err == nil {
+		rec.Limits = b
+	}
+	return rec, lim
+}
+
+// sameNetwork says whether a and b allow the same, with the same cap.
+func sameNetwork(a, b *Network) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Allow, b.Allow) && a.MaxBytes == b.MaxBytes
 }
 
 // imageArg is the name to resolve a recorded image by.
@@ -1016,7 +1046,7 @@ func (s *Service) running(ctx context.Context, c execution.Caller, id string) (*
 	defer e.mu.Unlock()
 	switch Status(rec.Status) {
 	case StatusPaused:
-		if rec, err = s.resumeLocked(ctx, e, rec); err != nil {
+		if rec, err = s.resumeLocked(ctx, e, rec, c.Plan); err != nil {
 			return nil, rec, err
 		}
 	case StatusEnded:
@@ -1107,6 +1137,8 @@ func (s *Service) view(rec store.Sandbox, b *box) Sandbox {
 		sb.AliveSeconds += max(0, s.now().Sub(b.since).Seconds())
 		sb.CPUSeconds += b.cpu()
 		sb.PeakMemoryBytes = u.PeakMemoryBytes
+		// What it was handed, which a resume may have narrowed.
+		sb.Limits.Network = b.network
 		if b.net != nil {
 			sb.Network = b.net.Usage()
 		}
