@@ -284,38 +284,66 @@ const reapTimeoutEnv = "VERTAL_DOCKER_REAP_TIMEOUT"
 
 // TestDeadlineOutlivesServer kills a server mid-run: with nothing on the
 // host left to time the container out, it still stops by itself at its
-// own deadline (timeout + engine.LifetimeGrace), before any Reap.
+// own deadline (timeout + engine.LifetimeGrace), before any Reap. The
+// server is killed once the container's setsid daemon runs, which it says
+// with a file in the code directory (the host sees it under runsc too);
+// the timeout leaves a loaded host seconds to start the container before
+// the server's own timer would stop it.
 func TestDeadlineOutlivesServer(t *testing.T) {
 	requireE2E(t)
+	const timeout, ready = 10 * time.Second, "daemon-runs"
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			stateDir, id := t.TempDir(), newID(t)
+			code := "(setsid sh -c 'echo > " + engine.CodeDir + "/" + ready + "; exec sleep 600' &); trap '' TERM; sleep 600"
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), reapTimeoutEnv+"=2s",
-				reapHelperEnv+"="+strings.Join([]string{rt, stateDir, id, "(setsid sleep 600 &); trap '' TERM; sleep 600"}, ","))
+			cmd.Env = append(os.Environ(), reapTimeoutEnv+"="+timeout.String(),
+				reapHelperEnv+"="+strings.Join([]string{rt, stateDir, id, code}, ","))
 			cmd.Stderr = os.Stderr
+			started := time.Now()
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			exited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(exited) }()
 			ctx := context.Background()
 			cli := newTestDriver(t, rt).cli
 			t.Cleanup(func() {
 				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
+				<-exited
 				_, _ = newTestDriverIn(t, rt, stateDir).Reap(ctx)
 			})
+			for {
+				if m, _ := filepath.Glob(filepath.Join(stateDir, "*", id, ready)); len(m) == 1 {
+					break
+				}
+				select {
+				case <-exited:
+					t.Fatalf("the server ended (%v) before the container's daemon ran; its stderr is above", cmd.ProcessState)
+				case <-time.After(20 * time.Millisecond):
+				}
+				if time.Since(started) > time.Minute {
+					t.Fatal("the container's daemon did not run within a minute")
+				}
+			}
+			t.Logf("the container's daemon ran %v after the server started", time.Since(started).Round(10*time.Millisecond))
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-exited
+			killed := time.Now()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("the server ended by itself (%v) before it was killed; its stderr is above", cmd.ProcessState)
+			}
 			running := func() bool {
 				list, err := cli.ContainerList(ctx, byLabel(labelExecution, id))
 				return err == nil && len(list) == 1 && list[0].State == "running"
 			}
-			waitFor(t, running)
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
+			if !running() {
+				t.Fatal("the container was gone at once; the test proves nothing")
 			}
-			_ = cmd.Wait()
-			killed := time.Now()
 			for running() {
-				if time.Since(killed) > 2*time.Second+engine.LifetimeGrace+15*time.Second {
+				if time.Since(killed) > timeout+engine.LifetimeGrace+15*time.Second {
 					t.Fatal("the container outlived its own deadline by 15 s")
 				}
 				time.Sleep(100 * time.Millisecond)
