@@ -30,6 +30,7 @@ func (t *tools) runCell(ctx context.Context, b Backend, a runArgs) (*mcp.CallToo
 	if a.TimeoutS != nil {
 		r.TimeoutS = int(*a.TimeoutS)
 	}
+	watch := watchRefused(ctx, sb, a.SandboxID)
 	out, err := sb.RunCell(ctx, a.SandboxID, r)
 	if err != nil {
 		return t.apiErrorResult(err), nil
@@ -43,6 +44,7 @@ func (t *tools) runCell(ctx context.Context, b Backend, a runArgs) (*mcp.CallToo
 	if out.Status == "timed_out" {
 		text.WriteString("note: the cell was interrupted when timeout_s ran out\n")
 	}
+	text.WriteString(watch.text(ctx))
 	fmt.Fprintf(&text, "--- stdout ---\n%s", streamText(out.Stdout))
 	fmt.Fprintf(&text, "--- stderr ---\n%s", streamText(out.Stderr))
 	content := []mcp.Content{nil}

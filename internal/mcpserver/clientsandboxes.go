@@ -17,7 +17,18 @@ import (
 // passes on.
 type clientSandboxes struct{ clientBackend }
 
-var _ SandboxBackend = clientSandboxes{}
+var (
+	_ SandboxBackend = clientSandboxes{}
+	_ SandboxGetter  = clientSandboxes{}
+)
+
+func (b clientSandboxes) GetSandbox(ctx context.Context, id string) (sandboxes.Sandbox, error) {
+	sb, err := b.c.GetSandbox(ctx, id)
+	if err != nil {
+		return sandboxes.Sandbox{}, err
+	}
+	return fromClientSandbox(sb), nil
+}
 
 func (b clientSandboxes) CreateSandbox(ctx context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
 	p := client.SandboxParams{Image: req.Image, Timeout: time.Duration(req.TimeoutS) * time.Second, Env: req.Env,

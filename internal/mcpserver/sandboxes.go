@@ -55,7 +55,7 @@ const readFileCap = 256 << 10
 
 // sandboxNetworkDescription is what create_sandbox's description says of
 // its network; run_code's says the same of a run's.
-const sandboxNetworkDescription = "\n\nNetwork: the sandbox has none unless the egress allowlist of this API key's plan lists hosts, and the built-in plans list none. Where the plan lists some, the sandbox may reach those for its whole life, and the network argument narrows them for this sandbox ([] for none); asking for a host the plan does not list is refused, with the plan's list in the message. The sandbox's record shows its allowlist in limits.network and, while it runs, the bytes and connections it used (each refused one with why) in network."
+const sandboxNetworkDescription = "\n\nNetwork: the sandbox has none unless the egress allowlist of this API key's plan lists hosts, and the built-in plans list none. Where the plan lists some, the sandbox may reach those for its whole life, and the network argument narrows them for this sandbox ([] for none); asking for a host the plan does not list is refused, with the plan's list in the message. create_sandbox's result shows what the sandbox may reach (limits.network); after run_command, and run_code with its sandbox_id, the result names the connections the sandbox had refused while it ran, each with why (the newest 5)."
 
 const sandboxInstructions = " With create_sandbox you get a sandbox that stays across calls (files, installed state and processes persist until it ends): run shell commands in it with run_command, run Python or JavaScript that keeps its variables from one call to the next with run_code and its sandbox_id, move files with read_file, write_file and list_files, and end it with kill_sandbox when done."
 
@@ -498,6 +498,7 @@ func (t *tools) runCommand(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	if res != nil {
 		return res, nil
 	}
+	watch := watchRefused(ctx, b, a.SandboxID)
 	out, err := b.RunCommand(ctx, a.SandboxID, r)
 	if err != nil {
 		return t.apiErrorResult(err), nil
@@ -518,6 +519,7 @@ func (t *tools) runCommand(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		text.WriteString("note: the command was killed for using more memory than the plan allows\n")
 	}
 	fmt.Fprintf(&text, "sandbox_id: %s\n", a.SandboxID)
+	text.WriteString(watch.text(ctx))
 	fmt.Fprintf(&text, "--- stdout ---\n%s", streamText(out.Stdout))
 	fmt.Fprintf(&text, "--- stderr ---\n%s", streamText(out.Stderr))
 	return &mcp.CallToolResult{

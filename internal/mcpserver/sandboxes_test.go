@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/internal/config"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/sandboxes"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -62,6 +63,17 @@ type fakeBox struct {
 	cells int
 }
 
+// refuse records a refused connection to each host, as the egress proxy
+// refuses one off the list.
+func (b *fakeBox) refuse(hosts []string) {
+	for _, host := range hosts {
+		if b.sb.Network != nil {
+			b.sb.Network.Refused++
+			b.sb.Network.Attempts = append(b.sb.Network.Attempts, egress.Attempt{Host: host, Port: 443, Kind: "tls", Reason: host + " is not in the allowlist"})
+		}
+	}
+}
+
 // RunCell is a context of one variable store: "NAME = VALUE" sets,
 // "plot" shows a figure and a DataFrame, "raise" fails, and anything else
 // is the value of that name.
@@ -86,6 +98,8 @@ func (f *fakeSandboxes) RunCell(_ context.Context, id string, req sandboxes.RunC
 			{Main: true, Data: map[string]string{"text/plain": "   a\n0  1", "text/html": "<table><tr><td>1</td></tr></table>"}},
 			{Data: map[string]string{"text/plain": "<Figure>", "image/png": "iVBORw0KGgo="}},
 		}
+	case strings.HasPrefix(req.Code, "fetch "):
+		b.refuse(strings.Fields(strings.TrimPrefix(req.Code, "fetch ")))
 	case req.Code == "raise":
 		res.Status = "failed"
 		res.Error = &sandboxes.CodeError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback (most recent call last):\nZeroDivisionError: division by zero\n"}
@@ -160,6 +174,11 @@ func (f *fakeSandboxes) RunCommand(_ context.Context, id string, req sandboxes.C
 	switch {
 	case words[0] == "write" && len(words) == 3:
 		b.files[words[1]] = []byte(words[2])
+	case words[0] == "fetch" && len(words) >= 2:
+		// Each host is refused, as the egress proxy refuses one off
+		// the list.
+		b.refuse(strings.Fields(strings.TrimPrefix(req.Cmd, "fetch ")))
+		res.Status, res.ExitCode, res.Stderr = "failed", 1, "fetch: 403 Forbidden\n"
 	case words[0] == "cat" && len(words) == 2:
 		content, ok := b.files[words[1]]
 		if !ok {
@@ -220,6 +239,23 @@ func (f *fakeSandboxes) ListFiles(_ context.Context, id, path string) ([]sandbox
 		out = append(out, sandboxes.FileInfo{Name: name, Path: path + "/" + name, Type: "file", Size: int64(len(b.files[name])), Mode: "0644"})
 	}
 	return out, nil
+}
+
+// GetSandbox answers the record as it is now, its attempts a copy.
+func (f *fakeSandboxes) GetSandbox(_ context.Context, id string) (sandboxes.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.boxes[id]
+	if !ok {
+		return sandboxes.Sandbox{}, &client.Error{StatusCode: 404, Code: "not_found", Message: "sandbox " + id + " not found"}
+	}
+	sb := b.sb
+	if u := sb.Network; u != nil {
+		nu := *u
+		nu.Attempts = slices.Clone(u.Attempts)
+		sb.Network = &nu
+	}
+	return sb, nil
 }
 
 func (f *fakeSandboxes) KillSandbox(_ context.Context, id string) (sandboxes.Sandbox, error) {
@@ -826,5 +862,48 @@ func TestArgumentNamesAndTypes(t *testing.T) {
 	}
 	if seen := fake.seen(); len(seen) != 0 || len(fake.boxes) != 0 {
 		t.Errorf("the backend was called: %v, %d sandboxes", seen, len(fake.boxes))
+	}
+}
+
+// After run_command, and run_code with a sandbox_id, in a sandbox with a
+// network, the result names the connections refused while it ran (the
+// newest five), not those refused before.
+func TestRefusedWhileItRan(t *testing.T) {
+	fake := newFakeSandboxes()
+	cs := sandboxSession(t, fake)
+	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", map[string]any{"network": []any{"pypi.org"}})) // sbx_1
+	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", map[string]any{"network": []any{}}))           // sbx_2, no network
+	mustOK(t, "create_sandbox", call(t, cs, "create_sandbox", map[string]any{"network": []any{"pypi.org"}})) // sbx_3
+	refused := func(hosts ...string) string {
+		var b strings.Builder
+		for _, h := range hosts {
+			fmt.Fprintf(&b, "refused: %s:443 (tls): %s is not in the allowlist\n", h, h)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		name string
+		tool string
+		args map[string]any
+		want string // "" : no network line
+	}{
+		{"one refused", "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "fetch a.test"},
+			"sandbox_id: sbx_1\nnetwork: 1 connection(s) refused while it ran\n" + refused("a.test") + "--- stdout ---"},
+		{"only this command's", "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "fetch b.test c.test"},
+			"network: 2 connection(s) refused while it ran\n" + refused("b.test", "c.test") + "--- stdout ---"},
+		{"the newest five of seven", "run_command", map[string]any{"sandbox_id": "sbx_1", "cmd": "fetch 1.test 2.test 3.test 4.test 5.test 6.test 7.test"},
+			"network: 7 connection(s) refused while it ran; the newest 5:\n" + refused("3.test", "4.test", "5.test", "6.test", "7.test") + "--- stdout ---"},
+		{"none refused", "run_command", map[string]any{"sandbox_id": "sbx_3", "cmd": "cat nothing"}, ""},
+		{"no network", "run_command", map[string]any{"sandbox_id": "sbx_2", "cmd": "fetch a.test"}, ""},
+		{"a cell", "run_code", map[string]any{"sandbox_id": "sbx_3", "language": "python", "code": "x"}, ""},
+		{"a cell that fetched", "run_code", map[string]any{"sandbox_id": "sbx_3", "language": "python", "code": "fetch d.test"},
+			"duration_ms: 2\nnetwork: 1 connection(s) refused while it ran\n" + refused("d.test") + "--- stdout ---"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := text(call(t, cs, tc.tool, tc.args))
+			if tc.want == "" && strings.Contains(got, "network:") || !strings.Contains(got, tc.want) {
+				t.Errorf("text:\n%s\nwant it to hold %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kuboprotocol/vertal2kubo/client"
 	"github.com/kuboprotocol/vertal2kubo/client/wire"
+	"github.com/kuboprotocol/vertal2kubo/internal/egress"
 	"github.com/kuboprotocol/vertal2kubo/internal/execution"
 	"github.com/kuboprotocol/vertal2kubo/internal/logx"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -419,11 +420,7 @@ func networkText(n *wire.ExecutionNetwork) string {
 		if a.Allowed && a.Reason == "" {
 			continue
 		}
-		what := "refused"
-		if a.Allowed {
-			what = "cut"
-		}
-		line := fmt.Sprintf("%s: %s:%d (%s): %s", what, a.Host, a.Port, a.Kind, a.Reason)
+		line := attemptLine(egress.Attempt(a))
 		if times[line] == 0 {
 			lines = append(lines, line)
 		}

@@ -242,8 +242,13 @@ func getUsageTool() *mcp.Tool {
 // decode it into a networkArg.
 func networkArgSchema(who string) obj {
 	return obj{"type": "array", "items": obj{"type": "string"}, "maxItems": egress.MaxRules,
-		"description": "What " + who + " may reach, within the plan's egress allowlist: host names (pypi.org), *.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: the plan's whole list (none on the built-in plans); []: no network. Optional."}
+		"description": "What " + who + " may reach, within the plan's egress allowlist: host names (pypi.org), *.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: the plan's whole list (none on the built-in plans); []: no network. " + networkProxyNote + " Optional."}
 }
+
+// networkProxyNote says what kind of network a sandbox gets: the egress
+// proxy's (egress.Options: HTTP and CONNECT, on ports 80 and 443 unless
+// the operator sets others).
+const networkProxyNote = "The network is HTTP and HTTPS only, through a proxy that HTTP_PROXY and HTTPS_PROXY name (ports 80 and 443 unless the operator set others), so ssh, git:// and other raw connections do not get out."
 
 // networkArg is a decoded network argument (networkArgSchema): nil when
 // left out or null, which takes the plan's allowlist; [] decodes to an
