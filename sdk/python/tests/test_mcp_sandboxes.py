@@ -157,6 +157,48 @@ class SandboxToolsTest(unittest.TestCase):
         # No fresh program was run: the executions route was never called.
         self.assertFalse([r for r in self.api.requests if r[1].endswith("/v1/executions")])
 
+    def test_refused_while_it_ran(self):
+        """After run_command, and run_code with a sandbox_id, in a sandbox
+        with a network, the result names the connections refused while it
+        ran (the newest five), not those refused before (as Go's
+        TestRefusedWhileItRan)."""
+        sid = self.create()
+
+        def record(*hosts, allow=("pypi.org",)):
+            rec = dict(self.fake.record(sid), limits={"network": {"allow": list(allow), "max_bytes": 1048576}})
+            rec["network"] = {"bytes_in": 0, "bytes_out": 0, "connections": 0, "refused": len(hosts), "attempts": [
+                {"host": h, "port": 443, "kind": "tls", "allowed": False, "reason": f"{h} is not in the allowlist"}
+                for h in hosts] + [{"host": "pypi.org", "port": 443, "kind": "tls", "allowed": True}]}
+            return 200, {}, rec
+
+        def refused(*hosts):
+            return "".join(f"refused: {h}:443 (tls): {h} is not in the allowlist\n" for h in hosts)
+
+        get = f"GET /v1/sandboxes/{sid}"
+        self.api.push(get, record("old.test"), record("old.test", "a.test"))
+        text = self.call("run_command", {"sandbox_id": sid, "cmd": "echo hi"})["content"][0]["text"]
+        self.assertIn(f"sandbox_id: {sid}\nnetwork: 1 connection(s) refused while it ran\n{refused('a.test')}--- stdout ---",
+                      text)
+
+        seven = [f"{i}.test" for i in range(1, 8)]
+        self.api.push(get, record(), record(*seven))
+        text = self.call("run_command", {"sandbox_id": sid, "cmd": "echo hi"})["content"][0]["text"]
+        self.assertIn("network: 7 connection(s) refused while it ran; the newest 5:\n" + refused(*seven[2:]) + "--- stdout ---",
+                      text)
+
+        self.api.push(get, record("old.test"), record("old.test"))
+        self.assertNotIn("network:", self.call("run_command", {"sandbox_id": sid, "cmd": "echo hi"})["content"][0]["text"])
+        self.api.push(get, record(allow=()))  # no network: no second look
+        self.assertNotIn("network:", self.call("run_command", {"sandbox_id": sid, "cmd": "echo hi"})["content"][0]["text"])
+
+        cell = {"context_id": "ctx_1", "status": "succeeded", "stdout": "", "stderr": "", "error": None,
+                "execution_count": 1, "duration_ms": 3, "truncated": False, "results": []}
+        self.api.push(f"POST /v1/sandboxes/{sid}/run", (200, {}, cell))
+        self.api.push(get, record(), record("d.test"))
+        text = self.ok("run_code", {"sandbox_id": sid, "language": "python", "code": "x"})["content"][0]["text"]
+        self.assertIn("duration_ms: 3\nnetwork: 1 connection(s) refused while it ran\n" + refused("d.test") + "--- stdout ---",
+                      text)
+
     def test_cell_results_as_content(self):
         sid = self.create()
         png = tiny_png()

@@ -115,6 +115,17 @@ def strings_problem(value: Any, name: str) -> Optional[str]:
     return None
 
 
+# The refused connections a command's result names (the newest);
+# maxCommandRefusals in Go.
+MAX_COMMAND_REFUSALS = 5
+
+
+def attempt_line(a: dict) -> str:
+    """A refused or cut connection as a result names it (attemptLine in Go)."""
+    what = "cut" if a.get("allowed") else "refused"
+    return f"{what}: {a.get('host', '')}:{a.get('port', 0)} ({a.get('kind', '')}): {a.get('reason', '')}"
+
+
 class ArgError(Exception):
     """A tool's arguments are wrong; the message is for the agent."""
 
@@ -268,6 +279,38 @@ class SandboxTools:
     def _sandbox(self, sandbox_id: str) -> Sandbox:
         return Sandbox(self.client, {"id": sandbox_id})
 
+    def _refused_so_far(self, sid: str) -> Optional[int]:
+        """How many connections sandbox sid has had refused so far; None
+        when it has no network or its record cannot be read (watchRefused
+        in Go)."""
+        try:
+            info = self._sandbox(sid).refresh().info
+        except KuboError:
+            return None
+        if not ((info.get("limits") or {}).get("network") or {}).get("allow"):
+            return None
+        return int((info.get("network") or {}).get("refused") or 0)
+
+    def _refused_text(self, sid: str, before: Optional[int]) -> str:
+        """The connections refused since _refused_so_far, each with why, the
+        newest MAX_COMMAND_REFUSALS only; "" when there were none."""
+        if before is None:
+            return ""
+        try:
+            usage = self._sandbox(sid).refresh().info.get("network")
+        except KuboError:
+            return ""
+        if not isinstance(usage, dict) or int(usage.get("refused") or 0) <= before:
+            return ""
+        n = int(usage["refused"]) - before
+        refused = [a for a in usage.get("attempts") or [] if isinstance(a, dict) and not a.get("allowed")]
+        # Attempts are oldest first; the record keeps only the newest.
+        refused = refused[max(0, len(refused) - min(n, MAX_COMMAND_REFUSALS)):]
+        text = f"network: {n} connection(s) refused while it ran"
+        if len(refused) < n:
+            text += f"; the newest {len(refused)}:"
+        return text + "\n" + "".join(attempt_line(a) + "\n" for a in refused)
+
     def handlers(self) -> dict:
         return {
             "create_sandbox": self.create_sandbox,
@@ -333,6 +376,7 @@ class SandboxTools:
         if timeout is not None and timeout < 1:
             raise ArgError("argument timeout_s must be at least 1")
         sid = a.get("sandbox_id")
+        before = self._refused_so_far(sid)
         out = self._sandbox(sid).commands.run(a.get("cmd"), cwd=a.get("cwd") or None, env=a.get("env") or None,
                                                stdin=a.get("stdin") or None, timeout_s=timeout)
         status = out.get("status", "")
@@ -344,7 +388,7 @@ class SandboxTools:
         if note:
             lines.append("note: " + note)
         lines.append(f"sandbox_id: {sid}")
-        text = "\n".join(lines) + "\n--- stdout ---\n" + stream_text(out.get("stdout", "")) + \
+        text = "\n".join(lines) + "\n" + self._refused_text(sid, before) + "--- stdout ---\n" + stream_text(out.get("stdout", "")) + \
             "--- stderr ---\n" + stream_text(out.get("stderr", ""))
         structured = {k: out[k] for k in ("pid", "status", "stdout", "stderr", "exit_code", "duration_ms", "truncated",
                                           "cpu_seconds") if out.get(k) is not None}
@@ -418,6 +462,7 @@ class SandboxTools:
                           "apply: the sandbox keeps its own files (use write_file and read_file) and its own network",
                           is_error=True)
         timeout = checked.get("timeout_s")
+        before = self._refused_so_far(sid)
         try:
             out = self._sandbox(sid).run_code(checked["code"], context_id=cid or None, language=checked["language"],
                                               env=checked.get("env"), timeout_s=int(timeout) if timeout else None)
@@ -430,7 +475,7 @@ class SandboxTools:
             lines.append("truncated: true (output over the plan's limit, or results over 16 MiB, were cut)")
         if status == "timed_out":
             lines.append("note: the cell was interrupted when timeout_s ran out")
-        text = "\n".join(lines) + "\n--- stdout ---\n" + stream_text(out.get("stdout", "")) + \
+        text = "\n".join(lines) + "\n" + self._refused_text(sid, before) + "--- stdout ---\n" + stream_text(out.get("stdout", "")) + \
             "--- stderr ---\n" + stream_text(out.get("stderr", ""))
         content: list = []
         results = []

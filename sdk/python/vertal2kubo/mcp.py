@@ -187,7 +187,10 @@ def tool_definitions(languages: list, images: Optional[list] = None, with_sandbo
                 "network": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_NETWORK_RULES, "description":
                             "What the program may reach, within the plan's egress allowlist: host names (pypi.org), "
                             "*.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: "
-                            "the plan's whole list (none on the built-in plans); []: no network. Optional."},
+                            "the plan's whole list (none on the built-in plans); []: no network. The network is HTTP "
+                            "and HTTPS only, through a proxy that HTTP_PROXY and HTTPS_PROXY name (ports 80 and 443 "
+                            "unless the operator set others), so ssh, git:// and other raw connections do not get out. "
+                            "Optional."},
             },
             "required": ["language", "code"],
             "additionalProperties": False,
@@ -294,8 +297,7 @@ def network_text(network: Any) -> str:
     for a in network.get("attempts") or []:
         if not isinstance(a, dict) or (a.get("allowed") and not a.get("reason")):
             continue
-        what = "cut" if a.get("allowed") else "refused"
-        line = f"{what}: {a.get('host', '')}:{a.get('port', 0)} ({a.get('kind', '')}): {a.get('reason', '')}"
+        line = sandboxes.attempt_line(a)
         times[line] = times.get(line, 0) + 1
     for i, (line, n) in enumerate(times.items()):
         if i == _MAX_NETWORK_LINES:
