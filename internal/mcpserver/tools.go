@@ -246,9 +246,9 @@ func networkArgSchema(who string) obj {
 }
 
 // networkProxyNote says what kind of network a sandbox gets: the egress
-// proxy's (egress.Options: HTTP and CONNECT, on ports 80 and 443 unless
-// the operator sets others).
-const networkProxyNote = "The network is HTTP and HTTPS only, through a proxy that HTTP_PROXY and HTTPS_PROXY name (ports 80 and 443 unless the operator set others), so ssh, git:// and other raw connections do not get out."
+// proxy's (egress.Options: HTTP and CONNECT, on the default ports 80 and
+// 443, which no server option changes).
+const networkProxyNote = "The network is HTTP and HTTPS only, through a proxy that HTTP_PROXY and HTTPS_PROXY name (ports 80 and 443), so ssh, git:// and other raw connections do not get out."
 
 // networkArg is a decoded network argument (networkArgSchema): nil when
 // left out or null, which takes the plan's allowlist; [] decodes to an

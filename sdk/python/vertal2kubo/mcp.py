@@ -188,8 +188,8 @@ def tool_definitions(languages: list, images: Optional[list] = None, with_sandbo
                             "What the program may reach, within the plan's egress allowlist: host names (pypi.org), "
                             "*.suffix wildcards (*.pythonhosted.org) and address ranges (203.0.113.0/24). Left out: "
                             "the plan's whole list (none on the built-in plans); []: no network. The network is HTTP "
-                            "and HTTPS only, through a proxy that HTTP_PROXY and HTTPS_PROXY name (ports 80 and 443 "
-                            "unless the operator set others), so ssh, git:// and other raw connections do not get out. "
+                            "and HTTPS only, through a proxy that HTTP_PROXY and HTTPS_PROXY name (ports 80 and 443), "
+                            "so ssh, git:// and other raw connections do not get out. "
                             "Optional."},
             },
             "required": ["language", "code"],
