@@ -150,10 +150,22 @@ try {
     if (narrow.isError || JSON.stringify(allow) !== '["api.allowed.test"]' || !textOf(narrow).includes('network: allowed api.allowed.test')) {
       fail('create_sandbox with network ["api.allowed.test"] did not get that list', narrow);
     }
+    // A fetch beyond the sandbox's list (within the plan's) is refused by
+    // the proxy, and run_command's answer names it. /mcp needs the API's
+    // backend to read sandbox records (GetSandbox) for that; the stdio
+    // servers read them over the API.
+    const fetch = await client.callTool({ name: 'run_command', arguments: { sandbox_id: narrow.structuredContent.id, timeout_s: 30,
+      cmd: "python3 -c \"import urllib.request; urllib.request.urlopen('https://beyond.allowed.test/', timeout=10)\"" } });
+    if (!fetch.isError) fail('a fetch beyond the sandbox\'s list succeeded', fetch);
+    if (mode === 'stdio' && !/\nnetwork: 1 connection\(s\) refused while it ran\nrefused: beyond\.allowed\.test:443 \(tls\): \S/.test(textOf(fetch))) {
+      fail('run_command did not name the connection refused while it ran', fetch);
+    }
     const gone = await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: narrow.structuredContent.id } });
     if (gone.isError) fail('kill_sandbox of the sandbox with a network failed', gone);
     const wide = await client.callTool({ name: 'create_sandbox', arguments: { network: ['evil.test'] } });
-    if (!wide.isError || !/forbidden: .*your plan does not allow \("evil.test"\).*allowed\.test/.test(textOf(wide)) ||
+    // The service's words are its own; the code, the host and the plan's
+    // list in them are what this checks.
+    if (!wide.isError || !/forbidden: network\.allow.*evil\.test.*allowed\.test/.test(textOf(wide)) ||
         !textOf(wide).includes('leave network out for the plan\'s whole list')) {
       fail('create_sandbox with a host beyond the plan should be a forbidden tool error naming the plan\'s list', wide);
     }

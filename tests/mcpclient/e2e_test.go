@@ -476,7 +476,9 @@ func TestMCPHTTP(t *testing.T) {
 // (vertal mcp and the Python server over the API, /mcp over the service),
 // for a key whose plan may reach allowed.test and *.allowed.test: a
 // narrower list is the sandbox's, a wider one a forbidden tool error that
-// names the plan's list. Traffic itself is TestEgressE2E's (cmd/vertal).
+// names the plan's list, and on stdio a fetch beyond the sandbox's list is
+// named in run_command's answer. Traffic itself is TestEgressE2E's
+// (cmd/vertal).
 func TestMCPSandboxNetwork(t *testing.T) {
 	server(t)
 	key := newKey(t, "enterprise")
