@@ -266,6 +266,11 @@ func TestEgressE2E(t *testing.T) {
 		"allow": ["allowed.test", "other.test", "v6only.test", "loop.test", "private.test", "meta.test"]}}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The config of the restart: the operator narrowed pro's list.
+	narrower := filepath.Join(t.TempDir(), "narrower.json")
+	if err := os.WriteFile(narrower, []byte(`{"plans": {"pro": {"egress": {"max_bytes": 300000, "allow": ["allowed.test"]}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	files := []map[string]string{{"path": "probe.py", "content": egressProbe}, {"path": "ca.pem", "content": string(ca)}}
 	for _, c := range []struct {
 		name string
@@ -409,6 +414,13 @@ func TestEgressE2E(t *testing.T) {
 
 			oneShotEgress(t, p, key, ca, data)
 
+			// A sandbox paused with the plan's whole list, resumed after
+			// the restart below (whose plan allows allowed.test alone).
+			kept := createSandbox(t, p, key, map[string]any{"timeout_s": 120, "files": files})
+			if r := sbxCall(t, p, key, "POST", kept, "/pause", nil); r.status != 200 || r.body["status"] != "paused" {
+				t.Fatalf("pause: %d %s", r.status, r.raw)
+			}
+
 			// SIGKILL, with a sandbox that stays and a one-shot execution
 			// with a network in its sandbox: the proxies go with the server
 			// (nothing listens on their sockets), and the next start removes
@@ -436,7 +448,7 @@ func TestEgressE2E(t *testing.T) {
 					t.Errorf("%s still answers after SIGKILL", s)
 				}
 			}
-			p2 := startNetServer(t, n, data, append(c.args, "--config", config)...)
+			p2 := startNetServer(t, n, data, append(c.args, "--config", narrower)...)
 			waitFor(t, func() bool {
 				left, _ := filepath.Glob(filepath.Join(egressDir, "*", "*_*", "proxy.sock"))
 				return len(left) == 0
@@ -453,6 +465,23 @@ func TestEgressE2E(t *testing.T) {
 					out, err := exec.Command("docker", "ps", "-aq", "--filter", "name="+exeID).Output()
 					return err == nil && len(strings.TrimSpace(string(out))) == 0
 				})
+			}
+
+			// The paused sandbox resumes (by this command) with its list
+			// cut down to what the plan allows now: the proxy refuses
+			// other.test, which it kept at its create, and its record
+			// shows allowed.test alone.
+			out = sbxRun(t, p2, key, kept, "curl -sS http://allowed.test/kept; curl -sS http://other.test/kept")
+			if lines := strings.Split(strings.TrimSpace(out["stdout"].(string)), "\n"); len(lines) != 2 || lines[0] != "hello from allowed.test /kept" ||
+				!strings.Contains(lines[1], "other.test is not in the allowlist") {
+				t.Errorf("after a resume on a narrower plan: %q (stderr %q)", out["stdout"], out["stderr"])
+			}
+			lim, _ = sbxCall(t, p2, key, "GET", kept, "", nil).body["limits"].(map[string]any)
+			if ln, _ := lim["network"].(map[string]any); ln == nil || fmt.Sprint(ln["allow"]) != "[allowed.test]" {
+				t.Errorf("limits.network after a resume on a narrower plan: %v", lim["network"])
+			}
+			if !strings.Contains(p2.stderr.String(), "narrows its network") {
+				t.Error("the resume's narrowing is not logged")
 			}
 			p2.stop()
 		})
