@@ -31,6 +31,7 @@ func MCPBackend(svc *execution.Service, metrics *Metrics, logger *slog.Logger) f
 // service (*sandboxes.Service), as the caller the Server authenticated.
 type MCPSandboxes interface {
 	Create(ctx context.Context, c execution.Caller, idemKey string, r sandboxes.CreateRequest) (sandboxes.Sandbox, error)
+	Get(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
 	Kill(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
 	Pause(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
 	Resume(ctx context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error)
@@ -143,7 +144,17 @@ func (b mcpBackend) clientError(err error) error {
 // mcpSandboxBackend is an mcpBackend with the sandbox tools.
 type mcpSandboxBackend struct{ mcpBackend }
 
-var _ mcpserver.SandboxBackend = mcpSandboxBackend{}
+var (
+	_ mcpserver.SandboxBackend = mcpSandboxBackend{}
+	_ mcpserver.SandboxGetter  = mcpSandboxBackend{}
+)
+
+// GetSandbox reads a sandbox's record, with which run_command and
+// run_code in a sandbox name the connections refused while they ran.
+func (b mcpSandboxBackend) GetSandbox(ctx context.Context, id string) (sandboxes.Sandbox, error) {
+	sb, err := b.s.sbx.Get(ctx, *b.c, id)
+	return sb, b.sandboxError(err)
+}
 
 func (b mcpSandboxBackend) CreateSandbox(ctx context.Context, req sandboxes.CreateRequest) (sandboxes.Sandbox, error) {
 	// No idempotency key: an MCP call that is retried is a new call.

@@ -53,6 +53,10 @@ func (f *mcpFakeSandboxes) record(c execution.Caller, id string, st sandboxes.St
 	return sandboxes.Sandbox{ID: id, Status: st}, nil
 }
 
+func (f *mcpFakeSandboxes) Get(_ context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error) {
+	return f.record(c, id, sandboxes.StatusRunning)
+}
+
 func (f *mcpFakeSandboxes) Kill(_ context.Context, c execution.Caller, id string) (sandboxes.Sandbox, error) {
 	return f.record(c, id, sandboxes.StatusEnded)
 }
@@ -130,8 +134,10 @@ func TestMCPSandboxTools(t *testing.T) {
 	}
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
-	if len(fake.tenants) != 7 {
-		t.Errorf("service calls: %v, want 7", fake.tenants)
+	// 7 tool calls, and each run_command's read of its sandbox's record
+	// (for the connections refused while it ran).
+	if len(fake.tenants) != 9 {
+		t.Errorf("service calls: %v, want 9", fake.tenants)
 	}
 	for _, tenant := range fake.tenants {
 		if tenant != "acme" {

@@ -151,13 +151,13 @@ try {
       fail('create_sandbox with network ["api.allowed.test"] did not get that list', narrow);
     }
     // A fetch beyond the sandbox's list (within the plan's) is refused by
-    // the proxy, and run_command's answer names it. /mcp needs the API's
-    // backend to read sandbox records (GetSandbox) for that; the stdio
-    // servers read them over the API.
+    // the proxy, and run_command's answer names it: every server reads
+    // the sandbox's record (the stdio ones over the API, /mcp from the
+    // service).
     const fetch = await client.callTool({ name: 'run_command', arguments: { sandbox_id: narrow.structuredContent.id, timeout_s: 30,
       cmd: "python3 -c \"import urllib.request; urllib.request.urlopen('https://beyond.allowed.test/', timeout=10)\"" } });
     if (!fetch.isError) fail('a fetch beyond the sandbox\'s list succeeded', fetch);
-    if (mode === 'stdio' && !/\nnetwork: 1 connection\(s\) refused while it ran\nrefused: beyond\.allowed\.test:443 \(tls\): \S/.test(textOf(fetch))) {
+    if (!/\nnetwork: 1 connection\(s\) refused while it ran\nrefused: beyond\.allowed\.test:443 \(tls\): \S/.test(textOf(fetch))) {
       fail('run_command did not name the connection refused while it ran', fetch);
     }
     const gone = await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: narrow.structuredContent.id } });
